@@ -1,0 +1,32 @@
+"""traceml-ci: where each PyTorch training step's time and memory go, and a CI gate on it.
+
+    import traceml_ci as traceml
+    traceml.init(mode="auto")
+    for batch in dataloader:
+        with traceml.trace_step(model):
+            ...
+    traceml.finish()
+
+The tracing API is loaded on first use, so ``import traceml_ci.gate`` never imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from traceml_ci._version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traceml_ci.tracer.api import finish, init, phase, trace_step, wrap_dataloader
+
+__all__ = ["__version__", "finish", "init", "phase", "trace_step", "wrap_dataloader"]
+
+_API = {"init", "trace_step", "phase", "wrap_dataloader", "finish", "current"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from traceml_ci.tracer import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'traceml_ci' has no attribute {name!r}")

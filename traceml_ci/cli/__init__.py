@@ -1,0 +1,1 @@
+"""Front door: the ``traceml-ci`` command. Thin wiring over the tracer, summary and gate layers."""

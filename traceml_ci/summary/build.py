@@ -1,0 +1,235 @@
+"""Build a Summary from what the tracer recorded: robust statistics, noise windows, diagnoses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_ci._version import __version__
+from traceml_ci.summary import stats
+from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
+from traceml_ci.summary.model import (
+    PHASES,
+    GpuUtil,
+    MemoryLabel,
+    Noise,
+    RunInfo,
+    Spread,
+    StepMemory,
+    StepMs,
+    StepTime,
+    StepTimeLabel,
+    Summary,
+    Throughput,
+)
+from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
+
+#: The phases the tracer measures; ``other`` is derived as the rest of the step.
+MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
+
+
+@dataclass
+class StepSeries:
+    """Per-step milliseconds of the analysed (post-warmup) steps, in order.
+
+    For very long runs this is a uniform sample: every ``stride``-th step.
+    """
+
+    step_ms: Sequence[float]
+    phase_ms: dict[str, Sequence[float]]  # keys: MEASURED_PHASES
+    stride: int = 1
+    #: Per-step peak allocated / reserved MB (device runs only).
+    allocated_mb: Sequence[float] | None = None
+    reserved_mb: Sequence[float] | None = None
+
+
+@dataclass
+class RunRecord:
+    """Everything the tracer hands to the summary layer at finish; plain data, no torch."""
+
+    run: RunInfo
+    env: dict[str, Any]
+    clock: str
+    steps_total: int
+    warmup_steps: int
+    series: StepSeries
+    batch_size: int | None = None
+    memory_device: str = "cpu"
+    #: (step number, RSS MB) samples taken at most every ~100 ms, after warmup.
+    rss_samples: Sequence[tuple[int, float]] = ()
+    peak_rss_mb: float | None = None
+    system_total_mb: float | None = None
+    device_total_mb: float | None = None
+    alloc_retries: int | None = None
+    ooms: int | None = None
+    gpu: GpuUtil = field(default_factory=GpuUtil)
+
+
+def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Summary:
+    """Turn a RunRecord into a Summary. Pure function: same record, same summary."""
+    step_time = _step_time(record, thresholds)
+    step_memory, mem_diags = _step_memory(record, thresholds)
+    st_diags = diagnose_step_time(
+        step_time.pct, step_time.steps_analyzed, step_time.warmup_steps, thresholds
+    )
+    step_time = _with_label(step_time, StepTimeLabel(st_diags[0].kind))
+    return Summary(
+        run=record.run,
+        env=record.env,
+        step_time=step_time,
+        step_memory=step_memory,
+        gpu=record.gpu,
+        diagnoses=tuple(st_diags + mem_diags),
+        tool_version=__version__,
+    )
+
+
+def _with_label(st: StepTime, label: StepTimeLabel) -> StepTime:
+    from dataclasses import replace
+
+    return replace(st, diagnosis=label)
+
+
+def _other_ms(series: StepSeries) -> list[float]:
+    phases = [series.phase_ms[p] for p in MEASURED_PHASES]
+    return [max(0.0, step - sum(ph[i] for ph in phases)) for i, step in enumerate(series.step_ms)]
+
+
+def _pct_of(indices: Sequence[int], cols: dict[str, Sequence[float]]) -> dict[str, float]:
+    """Share of each phase in the summed time of ``indices`` steps; the five add up to 100."""
+    sums = {p: sum(cols[p][i] for i in indices) for p in PHASES}
+    total = sum(sums.values())
+    if total <= 0:
+        return {p: (100.0 if p == "other" else 0.0) for p in PHASES}
+    return {p: 100.0 * sums[p] / total for p in PHASES}
+
+
+def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
+    series = record.series
+    n = len(series.step_ms)
+    empty_ms = StepMs(None, None, None, None)
+    if n == 0:
+        return StepTime(
+            diagnosis=StepTimeLabel.INSUFFICIENT_DATA,
+            pct={p: None for p in PHASES},
+            steps_total=record.steps_total,
+            steps_analyzed=0,
+            warmup_steps=record.warmup_steps,
+            outlier_steps=0,
+            step_ms=empty_ms,
+            phase_ms={p: None for p in PHASES},
+            throughput=Throughput(None, None, record.batch_size),
+            clock=record.clock,
+            noise=None,
+        )
+    cols: dict[str, Sequence[float]] = {p: series.phase_ms[p] for p in MEASURED_PHASES}
+    cols["other"] = _other_ms(series)
+    keep = stats.tukey_keep_mask(series.step_ms, th.outlier_fence_k)
+    kept = [i for i in range(n) if keep[i]]
+    pct = _pct_of(kept, cols)
+
+    ordered = sorted(series.step_ms)
+    mean = sum(series.step_ms) / n
+    step_ms = StepMs(
+        median=stats.percentile(ordered, 50),
+        p10=stats.percentile(ordered, 10),
+        p90=stats.percentile(ordered, 90),
+        mean=mean,
+    )
+    steps_per_s = 1000.0 / mean if mean > 0 else None
+    samples_per_s = (
+        steps_per_s * record.batch_size if steps_per_s is not None and record.batch_size else None
+    )
+    return StepTime(
+        diagnosis=StepTimeLabel.BALANCED,  # replaced by build_summary
+        pct=pct,
+        steps_total=record.steps_total,
+        steps_analyzed=n * series.stride,
+        warmup_steps=record.warmup_steps,
+        outlier_steps=(n - len(kept)) * series.stride,
+        step_ms=step_ms,
+        phase_ms={p: stats.median(cols[p]) for p in PHASES},
+        throughput=Throughput(steps_per_s, samples_per_s, record.batch_size),
+        clock=record.clock,
+        noise=_noise(kept, cols, series.step_ms, th),
+    )
+
+
+def _noise(
+    kept: Sequence[int], cols: dict[str, Sequence[float]], step_ms: Sequence[float], th: Thresholds
+) -> Noise | None:
+    """Each pct over consecutive windows of kept steps: how much it moves within one run."""
+    bounds = stats.windows(len(kept), th.noise_windows, th.noise_min_window)
+    if not bounds:
+        return None
+    per_window = [_pct_of(kept[a:b], cols) for a, b in bounds]
+    window_medians = [stats.median([step_ms[i] for i in kept[a:b]]) for a, b in bounds]
+    return Noise(
+        windows=len(bounds),
+        window_steps=bounds[0][1] - bounds[0][0],
+        pct={
+            p: Spread(stats.median([w[p] for w in per_window]), stats.iqr([w[p] for w in per_window]))
+            for p in PHASES
+        },
+        step_ms=Spread(stats.median(window_medians), stats.iqr(window_medians)),
+    )
+
+
+def _growth(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """(rise from first to last quarter of samples, starting level, Theil-Sen slope per x)."""
+    q = max(1, len(ys) // 4)
+    start = stats.median(ys[:q])
+    rise = stats.median(ys[-q:]) - start
+    return rise, start, stats.theil_sen_slope(xs, ys)
+
+
+def _step_memory(record: RunRecord, th: Thresholds) -> tuple[StepMemory, list]:
+    series = record.series
+    alloc = list(series.allocated_mb or [])
+    reserved = list(series.reserved_mb or [])
+    peak_alloc = max(alloc) if alloc else None
+    peak_reserved = max(reserved) if reserved else None
+    growth = start = slope = None
+    if alloc:
+        basis = "allocated"
+        xs = [float(i * series.stride) for i in range(len(alloc))]
+        samples = len(alloc)
+        if samples >= th.min_memory_samples:
+            growth, start, slope = _growth(xs, alloc)
+        pressure_peak, pressure_total = peak_reserved, record.device_total_mb
+    else:
+        basis = "rss" if record.rss_samples else None
+        samples = len(record.rss_samples)
+        if samples >= th.min_memory_samples:
+            xs = [float(s) for s, _ in record.rss_samples]
+            growth, start, slope = _growth(xs, [mb for _, mb in record.rss_samples])
+        pressure_peak, pressure_total = record.peak_rss_mb, record.system_total_mb
+    diags = diagnose_memory(
+        samples=samples,
+        growth_mb=growth,
+        start_mb=start,
+        basis=basis,
+        peak_mb=pressure_peak,
+        total_mb=pressure_total,
+        peak_allocated_mb=peak_alloc,
+        peak_reserved_mb=peak_reserved,
+        ooms=record.ooms,
+        th=th,
+    )
+    return (
+        StepMemory(
+            diagnosis=MemoryLabel(diags[0].kind),
+            device=record.memory_device,
+            peak_allocated_mb=peak_alloc,
+            peak_reserved_mb=peak_reserved,
+            device_total_mb=record.device_total_mb,
+            peak_rss_mb=record.peak_rss_mb,
+            growth_mb_per_1k_steps=None if slope is None else slope * 1000.0,
+            growth_basis=basis,
+            alloc_retries=record.alloc_retries,
+            ooms=record.ooms,
+            samples=samples,
+        ),
+        diags,
+    )

@@ -1,0 +1,162 @@
+"""Diagnosis rules: from percentages and memory figures to a label, a message and a next step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from traceml_ci.summary.model import Diagnosis, MemoryLabel, Severity, StepTimeLabel
+from traceml_ci.summary.thresholds import Thresholds
+
+NEXT_STEP: dict[str, str] = {
+    StepTimeLabel.INPUT_BOUND: (
+        "Look at the input pipeline: raise DataLoader num_workers, set pin_memory=True and "
+        "persistent_workers=True, and time the dataset's __getitem__ (decoding, augmentation, I/O)."
+    ),
+    StepTimeLabel.COMPUTE_BOUND: (
+        "Compute dominates, the healthy case. To go faster: mixed precision (torch.autocast), "
+        "torch.compile, larger batches, fused kernels; open torch.profiler or Nsight Systems to "
+        "find the slowest kernels."
+    ),
+    StepTimeLabel.OPTIMIZER_BOUND: (
+        "Use a fused or foreach optimizer (e.g. AdamW(fused=True)), fewer parameter groups, and "
+        "check step hooks and LR schedulers for per-step host work."
+    ),
+    StepTimeLabel.OVERHEAD_BOUND: (
+        "Time goes outside forward, backward and the optimizer: look for host syncs (.item(), "
+        ".cpu(), printing tensors), logging and metrics inside the step; do them every N steps."
+    ),
+    StepTimeLabel.BALANCED: (
+        "No single phase dominates; gate it against a baseline with `traceml-ci diff` to see "
+        "where time moves."
+    ),
+    StepTimeLabel.INSUFFICIENT_DATA: (
+        "Run more steps: the statistics need at least {min_steps} steps after the "
+        "{warmup_steps} warmup steps."
+    ),
+    MemoryLabel.MEMORY_GROWTH: (
+        "Look for tensors kept across steps: losses accumulated without .item() or .detach(), "
+        "growing caches or lists of outputs; compare torch.cuda.memory_snapshot() early and late."
+    ),
+    MemoryLabel.HIGH_PRESSURE: (
+        "Close to the memory limit: lower the batch size, use activation checkpointing or mixed "
+        "precision, or shard optimizer state."
+    ),
+    MemoryLabel.FRAGMENTATION: (
+        "The caching allocator holds far more than is allocated: try "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True and avoid varying tensor shapes."
+    ),
+    MemoryLabel.BALANCED: "Memory is steady; nothing to do.",
+    MemoryLabel.NO_DATA: "No memory samples were taken: the run had too few steps.",
+}
+
+
+def _severity_for_share(share: float, th: Thresholds) -> Severity:
+    return Severity.CRIT if share >= th.critical_pct else Severity.WARN
+
+
+def diagnose_step_time(
+    pct: Mapping[str, float | None],
+    steps_analyzed: int,
+    warmup_steps: int,
+    th: Thresholds,
+) -> list[Diagnosis]:
+    """All step-time diagnoses that apply, the primary one first.
+
+    Priority when several apply: INPUT_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND > COMPUTE_BOUND,
+    because waiting on data or on the host is wasted device time, while compute is the work.
+    """
+    area = "step_time"
+    if steps_analyzed < th.min_steps or pct.get("dataloader") is None:
+        msg = f"Only {steps_analyzed} steps after warmup; at least {th.min_steps} are needed."
+        nxt = NEXT_STEP[StepTimeLabel.INSUFFICIENT_DATA].format(
+            min_steps=th.min_steps, warmup_steps=warmup_steps
+        )
+        return [Diagnosis(area, StepTimeLabel.INSUFFICIENT_DATA.value, Severity.WARN, msg, nxt)]
+
+    p = {k: float(v or 0.0) for k, v in pct.items()}
+    compute = p["forward"] + p["backward"]
+    found: list[Diagnosis] = []
+    checks = [
+        (StepTimeLabel.INPUT_BOUND, p["dataloader"], th.input_bound_pct, "Waiting for data"),
+        (StepTimeLabel.OVERHEAD_BOUND, p["other"], th.overhead_bound_pct,
+         "Time outside forward, backward and the optimizer"),
+        (StepTimeLabel.OPTIMIZER_BOUND, p["optimizer"], th.optimizer_bound_pct,
+         "The optimizer step"),
+    ]
+    for label, share, limit, what in checks:
+        if share >= limit:
+            msg = f"{what} is {share:.1f}% of step time (threshold {limit:g}%)."
+            found.append(
+                Diagnosis(area, label.value, _severity_for_share(share, th), msg, NEXT_STEP[label])
+            )
+    if compute >= th.compute_bound_pct:
+        msg = f"Forward + backward is {compute:.1f}% of step time (threshold {th.compute_bound_pct:g}%)."
+        found.append(
+            Diagnosis(area, StepTimeLabel.COMPUTE_BOUND.value, Severity.INFO, msg,
+                      NEXT_STEP[StepTimeLabel.COMPUTE_BOUND])
+        )
+    if not found:
+        top = max(p, key=lambda k: p[k])
+        msg = f"No phase dominates; the largest is {top} at {p[top]:.1f}%."
+        found.append(
+            Diagnosis(area, StepTimeLabel.BALANCED.value, Severity.INFO, msg,
+                      NEXT_STEP[StepTimeLabel.BALANCED])
+        )
+    return found
+
+
+def diagnose_memory(
+    *,
+    samples: int,
+    growth_mb: float | None,
+    start_mb: float | None,
+    basis: str | None,
+    peak_mb: float | None,
+    total_mb: float | None,
+    peak_allocated_mb: float | None,
+    peak_reserved_mb: float | None,
+    ooms: int | None,
+    th: Thresholds,
+) -> list[Diagnosis]:
+    """All memory diagnoses that apply, the primary one first (pressure > fragmentation > growth).
+
+    ``growth_mb`` is the rise from the first to the last quarter of the analysed steps, of
+    ``basis`` (peak allocated on a GPU, RSS on CPU); ``peak_mb``/``total_mb`` of that same memory.
+    """
+    area = "step_memory"
+    if samples < th.min_memory_samples:
+        return [Diagnosis(area, MemoryLabel.NO_DATA.value, Severity.INFO,
+                          f"Only {samples} memory samples.", NEXT_STEP[MemoryLabel.NO_DATA])]
+    found: list[Diagnosis] = []
+    if ooms:
+        found.append(Diagnosis(area, MemoryLabel.HIGH_PRESSURE.value, Severity.CRIT,
+                               f"{ooms} out-of-memory errors were raised.",
+                               NEXT_STEP[MemoryLabel.HIGH_PRESSURE]))
+    elif peak_mb is not None and total_mb and peak_mb >= th.high_pressure_fraction * total_mb:
+        found.append(Diagnosis(area, MemoryLabel.HIGH_PRESSURE.value, Severity.CRIT,
+                               f"Peak {peak_mb:.0f} MB is {100 * peak_mb / total_mb:.0f}% of "
+                               f"{total_mb:.0f} MB.", NEXT_STEP[MemoryLabel.HIGH_PRESSURE]))
+    if (
+        peak_allocated_mb is not None
+        and peak_reserved_mb is not None
+        and peak_reserved_mb >= th.fragmentation_ratio * max(peak_allocated_mb, 1e-9)
+        and peak_reserved_mb - peak_allocated_mb >= th.fragmentation_min_mb
+    ):
+        found.append(Diagnosis(area, MemoryLabel.FRAGMENTATION.value, Severity.WARN,
+                               f"Reserved {peak_reserved_mb:.0f} MB vs allocated "
+                               f"{peak_allocated_mb:.0f} MB at peak.",
+                               NEXT_STEP[MemoryLabel.FRAGMENTATION]))
+    if (
+        growth_mb is not None
+        and growth_mb >= th.growth_min_mb
+        and growth_mb >= th.growth_min_fraction * max(start_mb or 0.0, 0.0)
+    ):
+        found.append(Diagnosis(area, MemoryLabel.MEMORY_GROWTH.value, Severity.WARN,
+                               f"{basis} memory grew by {growth_mb:.0f} MB over the run "
+                               f"(from {start_mb or 0:.0f} MB).",
+                               NEXT_STEP[MemoryLabel.MEMORY_GROWTH]))
+    if not found:
+        found.append(Diagnosis(area, MemoryLabel.BALANCED.value, Severity.INFO,
+                               "No growth, pressure or fragmentation.",
+                               NEXT_STEP[MemoryLabel.BALANCED]))
+    return found

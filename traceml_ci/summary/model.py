@@ -1,0 +1,199 @@
+"""Typed model of final_summary.json; the one module that knows its JSON key names."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+SCHEMA_VERSION = "1.0"
+TOOL_NAME = "traceml-ci"
+
+#: The five phases a step is split into, in display order. ``other`` is the rest of the step.
+PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "other")
+
+
+class StepTimeLabel(str, Enum):
+    INPUT_BOUND = "INPUT_BOUND"
+    COMPUTE_BOUND = "COMPUTE_BOUND"
+    OPTIMIZER_BOUND = "OPTIMIZER_BOUND"
+    OVERHEAD_BOUND = "OVERHEAD_BOUND"
+    BALANCED = "BALANCED"
+    INSUFFICIENT_DATA = "INSUFFICIENT_DATA"
+
+
+class MemoryLabel(str, Enum):
+    BALANCED = "BALANCED"
+    MEMORY_GROWTH = "MEMORY_GROWTH"
+    HIGH_PRESSURE = "HIGH_PRESSURE"
+    FRAGMENTATION = "FRAGMENTATION"
+    NO_DATA = "NO_DATA"
+
+
+class Severity(str, Enum):
+    INFO = "info"
+    WARN = "warn"
+    CRIT = "crit"
+
+
+class RunStatus(str, Enum):
+    COMPLETED = "completed"
+    CRASHED = "crashed"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    area: str  # "step_time" | "step_memory" | "gpu"
+    kind: str
+    severity: Severity
+    message: str
+    next_step: str
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and interquartile range across windows of consecutive steps."""
+
+    median: float
+    iqr: float
+
+
+@dataclass(frozen=True)
+class Noise:
+    windows: int
+    window_steps: int
+    pct: dict[str, Spread]  # phase -> spread of that phase's pct across windows (pp)
+    step_ms: Spread
+
+
+@dataclass(frozen=True)
+class StepMs:
+    median: float | None
+    p10: float | None
+    p90: float | None
+    mean: float | None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    steps_per_s: float | None
+    samples_per_s: float | None
+    batch_size: int | None
+
+
+@dataclass(frozen=True)
+class StepTime:
+    diagnosis: StepTimeLabel
+    pct: dict[str, float | None]  # phase -> percent of step time; serialised as <phase>_pct
+    steps_total: int
+    steps_analyzed: int
+    warmup_steps: int
+    outlier_steps: int
+    step_ms: StepMs
+    phase_ms: dict[str, float | None]  # phase -> median ms per step
+    throughput: Throughput
+    clock: str  # "host" | "device_event"
+    noise: Noise | None
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    diagnosis: MemoryLabel
+    device: str
+    peak_allocated_mb: float | None
+    peak_reserved_mb: float | None
+    device_total_mb: float | None
+    peak_rss_mb: float | None
+    growth_mb_per_1k_steps: float | None
+    growth_basis: str | None  # "allocated" | "rss" | None
+    alloc_retries: int | None
+    ooms: int | None
+    samples: int
+
+
+@dataclass(frozen=True)
+class GpuUtil:
+    util_mean_pct: float | None = None
+    util_p10_pct: float | None = None
+    mem_used_peak_mb: float | None = None
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    status: RunStatus
+    started_at: str  # ISO 8601, UTC
+    duration_s: float
+    mode: str  # "auto" | "manual" | "zero-change"
+    rank: int = 0
+    world_size: int = 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    run: RunInfo
+    env: dict[str, Any]
+    step_time: StepTime
+    step_memory: StepMemory
+    gpu: GpuUtil = field(default_factory=GpuUtil)
+    diagnoses: tuple[Diagnosis, ...] = ()
+    tool_version: str = ""
+    schema_version: str = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document, keys in a stable, readable order."""
+        st = self.step_time
+        step_time: dict[str, Any] = {"diagnosis": st.diagnosis.value}
+        for phase in PHASES:
+            step_time[f"{phase}_pct"] = _round(st.pct.get(phase), 2)
+        step_time.update(
+            steps_total=st.steps_total,
+            steps_analyzed=st.steps_analyzed,
+            warmup_steps=st.warmup_steps,
+            outlier_steps=st.outlier_steps,
+            step_ms=_rounded(dataclasses.asdict(st.step_ms), 4),
+            phase_ms={p: _round(st.phase_ms.get(p), 4) for p in PHASES},
+            throughput=_rounded(dataclasses.asdict(st.throughput), 3),
+            clock=st.clock,
+            noise=_noise_dict(st.noise),
+        )
+        mem = dataclasses.asdict(self.step_memory)
+        mem["diagnosis"] = self.step_memory.diagnosis.value
+        return {
+            "schema_version": self.schema_version,
+            "tool": {"name": TOOL_NAME, "version": self.tool_version},
+            "run": {
+                **dataclasses.asdict(self.run),
+                "status": self.run.status.value,
+                "duration_s": round(self.run.duration_s, 3),
+            },
+            "env": dict(self.env),
+            "step_time": step_time,
+            "step_memory": _rounded(mem, 2),
+            "gpu": _rounded(dataclasses.asdict(self.gpu), 2),
+            "diagnoses": [
+                {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
+            ],
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+def _rounded(d: dict[str, Any], digits: int) -> dict[str, Any]:
+    return {k: round(v, digits) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def _noise_dict(noise: Noise | None) -> dict[str, Any] | None:
+    if noise is None:
+        return None
+    return {
+        "windows": noise.windows,
+        "window_steps": noise.window_steps,
+        "pct": {p: {"median": round(s.median, 2), "iqr": round(s.iqr, 2)} for p, s in noise.pct.items()},
+        "step_ms": {"median": round(noise.step_ms.median, 4), "iqr": round(noise.step_ms.iqr, 4)},
+    }

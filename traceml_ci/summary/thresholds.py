@@ -1,0 +1,47 @@
+"""Named, documented thresholds of every diagnosis (docs/diagnoses.md explains each one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Defaults are chosen with wide margins so that a job far from a boundary gets the same label
+    on every run; override any field with ``traceml.init(thresholds=Thresholds(...))``."""
+
+    # --- step time (percent of step time) ---
+    #: Fewer analysed steps than this -> INSUFFICIENT_DATA.
+    min_steps: int = 10
+    #: dataloader_pct at or above this -> INPUT_BOUND.
+    input_bound_pct: float = 30.0
+    #: optimizer_pct at or above this -> OPTIMIZER_BOUND.
+    optimizer_bound_pct: float = 30.0
+    #: other_pct (time outside the named phases) at or above this -> OVERHEAD_BOUND.
+    overhead_bound_pct: float = 30.0
+    #: forward_pct + backward_pct at or above this -> COMPUTE_BOUND.
+    compute_bound_pct: float = 60.0
+    #: A share at or above this is "critical" rather than a warning.
+    critical_pct: float = 50.0
+    #: Steps outside Tukey fences with this k are outliers, left out of the percentages.
+    outlier_fence_k: float = 3.0
+    #: Noise windows: aim for this many windows of at least ``noise_min_window`` steps.
+    noise_windows: int = 10
+    noise_min_window: int = 5
+
+    # --- memory ---
+    #: Fewer memory samples than this -> NO_DATA.
+    min_memory_samples: int = 3
+    #: Growth over the analysed steps at least this many MB ...
+    growth_min_mb: float = 64.0
+    #: ... and at least this fraction of the starting level -> MEMORY_GROWTH.
+    growth_min_fraction: float = 0.10
+    #: Peak reserved (GPU) or RSS (CPU) at or above this fraction of the total -> HIGH_PRESSURE.
+    high_pressure_fraction: float = 0.90
+    #: Peak reserved at or above this multiple of peak allocated ...
+    fragmentation_ratio: float = 1.5
+    #: ... with at least this many MB unused in the cache -> FRAGMENTATION.
+    fragmentation_min_mb: float = 1024.0
+
+
+DEFAULT_THRESHOLDS = Thresholds()

@@ -1,0 +1,1 @@
+"""Tracer layer: the hot path. Hooks, clocks and compact per-step buffers; imports torch."""

@@ -1,0 +1,56 @@
+"""Tracer settings, from init() keywords, the environment and `traceml-ci run` flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
+
+MODES = ("auto", "manual")
+DEFAULT_OUT_DIR = "traceml-out"
+DEFAULT_WARMUP_STEPS = 5
+SUMMARY_FILENAME = "final_summary.json"
+
+#: Environment variables (set by `traceml-ci run` for the traced script, or by users).
+ENV_OUT = "TRACEML_CI_OUT"
+ENV_RUN_NAME = "TRACEML_CI_RUN_NAME"
+ENV_WARMUP = "TRACEML_CI_WARMUP_STEPS"
+
+
+@dataclass
+class TracerConfig:
+    mode: str = "auto"
+    out_dir: Path = field(default_factory=lambda: Path(os.environ.get(ENV_OUT) or DEFAULT_OUT_DIR))
+    run_name: str | None = None
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    batch_size: int | None = None
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
+    locked: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if int(self.warmup_steps) < 0:
+            raise ValueError("warmup_steps must be >= 0")
+        self.out_dir = Path(self.out_dir)
+        self.warmup_steps = int(self.warmup_steps)
+
+    @property
+    def summary_path(self) -> Path:
+        rank = int(os.environ.get("RANK", "0") or 0)
+        name = SUMMARY_FILENAME if rank == 0 else f"final_summary.rank{rank}.json"
+        return self.out_dir / name
+
+
+def env_defaults() -> dict[str, object]:
+    """init() defaults taken from the environment."""
+    out: dict[str, object] = {}
+    if os.environ.get(ENV_RUN_NAME):
+        out["run_name"] = os.environ[ENV_RUN_NAME]
+    warm = os.environ.get(ENV_WARMUP)
+    if warm and warm.isdigit():
+        out["warmup_steps"] = int(warm)
+    return out

@@ -1,0 +1,110 @@
+"""Memory probes: process RSS (everywhere, time-gated) and per-step device peaks (CUDA)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+MB = 1024.0 * 1024.0
+
+#: RSS is sampled at most this often: reading /proc costs ~10 us, a step may take 100 us.
+RSS_INTERVAL_NS = 100_000_000
+MAX_RSS_SAMPLES = 4096
+
+
+class RssSampler:
+    """(step, RSS MB) samples at most every ~100 ms; halves its resolution when full."""
+
+    __slots__ = ("_read", "_last", "samples", "interval_ns")
+
+    def __init__(self, interval_ns: int = RSS_INTERVAL_NS) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        self._read = lambda: proc.memory_info().rss / MB
+        self._last = 0
+        self.samples: list[tuple[int, float]] = []
+        self.interval_ns = interval_ns
+
+    def maybe_sample(self, step: int, now_ns: int) -> None:
+        if now_ns - self._last < self.interval_ns:
+            return
+        self._last = now_ns
+        self.sample(step)
+
+    def sample(self, step: int) -> None:
+        self.samples.append((step, self._read()))
+        if len(self.samples) > MAX_RSS_SAMPLES:
+            self.samples = self.samples[::2]
+
+    def peak_mb(self) -> float | None:
+        """The process's peak RSS: the kernel's high-water mark where available, else our samples."""
+        peak = max((mb for _, mb in self.samples), default=None)
+        try:
+            import resource
+            import sys
+
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            # Linux reports KiB, macOS bytes.
+            kernel_peak = maxrss / MB if sys.platform == "darwin" else maxrss / 1024.0
+            return max(peak or 0.0, kernel_peak)
+        except (ImportError, OSError):
+            return peak
+
+
+def system_total_mb() -> float | None:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().total / MB
+    except Exception:
+        return None
+
+
+class CudaMemory:
+    """Per-step peak allocated/reserved on one CUDA device, reset after each read.
+
+    Reads the allocator's counters on the host: no device synchronisation.
+    """
+
+    def __init__(self, torch: Any, device_index: int) -> None:
+        self._torch = torch
+        self.index = device_index
+        cuda = torch.cuda
+        raw = getattr(torch._C, "_cuda_memoryStats", None)
+        # The raw nested dict is ~10x cheaper than the flattened public memory_stats().
+        if raw is not None:
+            self._stats = lambda: raw(device_index)
+        else:  # pragma: no cover - older/newer torch without the private binding
+            self._stats = lambda: _nest(cuda.memory_stats(device_index))
+        self._reset = lambda: cuda.reset_peak_memory_stats(device_index)
+        self._reset()
+
+    def read_and_reset(self) -> tuple[float, float]:
+        s = self._stats()
+        self._reset()
+        return s["allocated_bytes"]["all"]["peak"] / MB, s["reserved_bytes"]["all"]["peak"] / MB
+
+    def counters(self) -> tuple[int, int]:
+        """(allocation retries, OOMs) since the process started."""
+        s = self._stats()
+        return int(s.get("num_alloc_retries", 0)), int(s.get("num_ooms", 0))
+
+    def total_mb(self) -> float:
+        return self._torch.cuda.get_device_properties(self.index).total_memory / MB
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Turn memory_stats()'s "a.b.c" keys into the raw nested layout."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def monotonic_ns() -> int:
+    return time.perf_counter_ns()

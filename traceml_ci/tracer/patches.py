@@ -1,0 +1,270 @@
+"""Auto mode: the few places in torch where phases begin and end, patched reversibly.
+
+- dataloader: ``_BaseDataLoaderIter.__next__`` (every DataLoader iterator, any worker count)
+- backward: ``torch.autograd.backward`` (what ``Tensor.backward`` calls)
+- optimizer: torch's global optimizer step pre/post hooks (every optimizer)
+- GradScaler.step: a step boundary even when it skips ``optimizer.step()``
+- forward: the traced model's ``forward`` for the duration of one step (see ``wrap_forward``)
+
+Every wrapper keeps the user's call and exceptions untouched; a failure of our own code goes to
+``fail`` (warn once, stop tracing), never to the training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
+
+
+def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
+    """Leading dimension of the first tensor in a batch (tensor, dict, list or tuple)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else None
+    if depth > 3:
+        return None
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = infer_batch_size(item, depth + 1)
+            if size is not None:
+                return size
+    return None
+
+
+class AutoPatches:
+    def __init__(
+        self,
+        rec: Recorder,
+        fail: Callable[[BaseException], None],
+        on_first_batch: Callable[[Any], None],
+        on_optimizer: Callable[[Any], None],
+    ) -> None:
+        self.rec = rec
+        self.fail = fail
+        self.on_first_batch = on_first_batch
+        self.on_optimizer = on_optimizer
+        self._undo: list[Callable[[], None]] = []
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._undo)
+
+    def install(self) -> None:
+        if self._undo:
+            return
+        import torch
+
+        self._patch_dataloader(torch)
+        self._patch_backward(torch)
+        self._hook_optimizers(torch)
+        self._patch_grad_scaler(torch)
+
+    def uninstall(self) -> None:
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:  # pragma: no cover - restoring must not raise either
+                pass
+
+    # -- the patches ---------------------------------------------------------------------
+    def _patch_dataloader(self, torch: Any) -> None:
+        from torch.utils.data import dataloader
+
+        cls = dataloader._BaseDataLoaderIter
+        orig = cls.__next__
+        rec, fail = self.rec, self.fail
+        state = {"first": True}
+        on_first_batch = self.on_first_batch
+
+        def __next__(it: Any) -> Any:
+            try:
+                rec.phase_begin(DL)
+            except Exception as exc:
+                fail(exc)
+            try:
+                batch = orig(it)
+            except StopIteration:
+                rec.phase_abort(DL)
+                raise
+            except BaseException:
+                rec.phase_abort(DL)
+                raise
+            try:
+                rec.phase_end(DL)
+                if state["first"]:
+                    state["first"] = False
+                    on_first_batch(batch)
+            except Exception as exc:
+                fail(exc)
+            return batch
+
+        __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__next__ = __next__
+        self._undo.append(lambda: setattr(cls, "__next__", orig))
+
+    def _patch_backward(self, torch: Any) -> None:
+        autograd = torch.autograd
+        orig = autograd.backward
+        rec, fail = self.rec, self.fail
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            try:
+                rec.phase_begin(BWD)
+            except Exception as exc:
+                fail(exc)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                try:
+                    rec.phase_end(BWD)
+                except Exception as exc:
+                    fail(exc)
+
+        backward.__wrapped__ = orig  # type: ignore[attr-defined]
+        backward.__doc__ = orig.__doc__
+        autograd.backward = backward
+        self._undo.append(lambda: setattr(autograd, "backward", orig))
+
+    def _hook_optimizers(self, torch: Any) -> None:
+        from torch.optim import optimizer as optim_mod
+
+        rec, fail, on_optimizer = self.rec, self.fail, self.on_optimizer
+
+        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                on_optimizer(opt)
+                rec.phase_begin(OPT)
+            except Exception as exc:
+                fail(exc)
+
+        def post(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                rec.phase_end(OPT)
+            except Exception as exc:
+                fail(exc)
+
+        h_pre = optim_mod.register_optimizer_step_pre_hook(pre)
+        h_post = optim_mod.register_optimizer_step_post_hook(post)
+        self._undo.append(h_pre.remove)
+        self._undo.append(h_post.remove)
+
+    def _patch_grad_scaler(self, torch: Any) -> None:
+        amp = getattr(torch, "amp", None)
+        cls = getattr(amp, "GradScaler", None)
+        if cls is None:  # pragma: no cover - very old torch
+            return
+        orig = cls.step
+        rec, fail = self.rec, self.fail
+
+        def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            result = orig(self, optimizer, *args, **kwargs)
+            try:
+                rec.optimizer_boundary()
+            except Exception as exc:
+                fail(exc)
+            return result
+
+        step.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.step = step
+        self._undo.append(lambda: setattr(cls, "step", orig))
+
+
+def wrap_forward(
+    model: Any, rec: Recorder, fail: Callable[[BaseException], None]
+) -> tuple[dict, str, bool, Any]:
+    """Time ``model``'s outermost forward until ``unwrap_forward``: an instance attribute that
+    shadows ``forward`` (or a compiled module's ``_compiled_call_impl``).
+
+    Cheaper than module hooks (which force nn.Module's slow call path) and outside any
+    torch.compile'd region, so it causes no graph break. It lives for one step only, so a
+    ``copy.deepcopy(model)`` or ``torch.save(model)`` outside the step never sees it.
+    """
+    d = model.__dict__
+    key = "_compiled_call_impl" if d.get("_compiled_call_impl") is not None else "forward"
+    had = key in d
+    orig = d[key] if had else getattr(model, key)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            rec.phase_begin(FWD)
+        except Exception as exc:
+            fail(exc)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                rec.phase_end(FWD)
+            except Exception as exc:
+                fail(exc)
+
+    d[key] = timed
+    return d, key, had, orig
+
+
+def unwrap_forward(saved: tuple[dict, str, bool, Any]) -> None:
+    d, key, had, orig = saved
+    if had:
+        d[key] = orig
+    else:
+        d.pop(key, None)
+
+
+class RootForwardHooks:
+    """Zero-change mode: no model was named, so find the outermost modules of the first step with
+    global module hooks, then time only those roots with ordinary forward hooks."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.roots: dict[int, Any] = {}
+        self._depth = 0
+        self._handles: list[Any] = []
+        self._global: list[Any] = []
+
+    def install_discovery(self) -> None:
+        from torch.nn.modules import module as module_mod
+
+        def pre(mod: Any, args: Any) -> None:
+            if self._depth == 0:
+                self.roots.setdefault(id(mod), mod)
+                self.rec.phase_begin(FWD)
+            self._depth += 1
+
+        def post(mod: Any, args: Any, out: Any) -> None:
+            self._depth -= 1
+            if self._depth == 0:
+                self.rec.phase_end(FWD)
+
+        self._global = [
+            module_mod.register_module_forward_pre_hook(pre),
+            module_mod.register_module_forward_hook(post, always_call=True),
+        ]
+
+    def settle(self) -> None:
+        """Replace global discovery hooks with hooks on the roots found so far."""
+        if not self._global:
+            return
+        for h in self._global:
+            h.remove()
+        self._global = []
+        self._depth = 0
+        rec = self.rec
+
+        def pre(mod: Any, args: Any) -> None:
+            rec.phase_begin(FWD)
+
+        def post(mod: Any, args: Any, out: Any) -> None:
+            rec.phase_end(FWD)
+
+        for mod in self.roots.values():
+            self._handles.append(mod.register_forward_pre_hook(pre))
+            self._handles.append(mod.register_forward_hook(post, always_call=True))
+
+    def uninstall(self) -> None:
+        for h in self._global + self._handles:
+            h.remove()
+        self._global, self._handles = [], []

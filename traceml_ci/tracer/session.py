@@ -1,0 +1,366 @@
+"""One tracing session: owns the recorder, the patches, the probes, and builds the summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
+from traceml_ci.summary.io import write_summary
+from traceml_ci.summary.model import GpuUtil, RunInfo, RunStatus, Summary
+from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
+from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
+from traceml_ci.tracer.patches import (
+    AutoPatches,
+    RootForwardHooks,
+    infer_batch_size,
+    unwrap_forward,
+    wrap_forward,
+)
+from traceml_ci.tracer.recorder import PHASE_INDEX, Recorder
+from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
+
+
+def _warn(message: str) -> None:
+    # Straight to stderr: a warnings.warn() could be turned into an exception by the user's
+    # filters (pytest -W error), and the tracer must never raise into the training loop.
+    try:
+        sys.stderr.write(f"traceml-ci: warning: {message}\n")
+    except Exception:  # pragma: no cover
+        pass
+
+
+class Tracer:
+    """Records one run. ``zero_change``: the script never calls trace_step (``traceml-ci run``
+    on an unmodified script); steps are then delimited by optimizer steps."""
+
+    def __init__(self, config: TracerConfig, *, zero_change: bool = False) -> None:
+        self.config = config
+        self.started_at = datetime.now(timezone.utc)
+        self._t0 = time.perf_counter()
+        self.enabled = True
+        self.status: RunStatus | None = None
+        self.path: Path | None = None
+        self.summary: Summary | None = None
+        self.device: Any = None
+        self.batch_size = config.batch_size
+        self._warned = False
+        self._device_decided = False
+        self._explicit_steps = False
+        self._gpu_sampler: Any = None
+        self._last_scope: StepScope | None = None
+        try:
+            self.rss: RssSampler | None = RssSampler()
+        except Exception:
+            self.rss = None
+        clock = HostClock()
+        self.store = StepStore(clock, config.warmup_steps, self.rss)
+        self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
+        self.patches = AutoPatches(self.rec, self.fail, self._on_first_batch, self._on_optimizer)
+        self.roots = RootForwardHooks(self.rec) if zero_change else None
+        if config.mode == "auto":
+            self.patches.install()
+            if self.roots is not None:
+                self.roots.install_discovery()
+
+    # -- configuration ---------------------------------------------------------------------
+    @property
+    def auto(self) -> bool:
+        return self.config.mode == "auto"
+
+    def reconfigure(self, **changes: Any) -> None:
+        """A later init(): apply what the launcher did not fix, while no step is recorded yet."""
+        changes = {
+            k: v for k, v in changes.items() if v is not None and k not in self.config.locked
+        }
+        if not changes:
+            return
+        if self.store.steps_total:
+            _warn("init() called after steps were recorded; its options are ignored")
+            return
+        self.config = replace(self.config, **changes)
+        self.store.warmup_steps = self.config.warmup_steps
+        if "batch_size" in changes:
+            self.batch_size = self.config.batch_size
+        if self.config.mode == "manual":
+            self.patches.uninstall()
+            if self.roots is not None:
+                self.roots.uninstall()
+        else:
+            self.patches.install()
+
+    def fail(self, exc: BaseException) -> None:
+        """Our own code failed: warn once, stop tracing, leave the training loop alone."""
+        self.enabled = False
+        if not self._warned:
+            self._warned = True
+            _warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
+        self.patches.uninstall()
+        if self.roots is not None:
+            self.roots.uninstall()
+
+    # -- device and clock --------------------------------------------------------------------
+    def _decide_device(self, device: Any) -> None:
+        """Once, at the first step: a model on an accelerator switches to device-event timing."""
+        self._device_decided = True
+        if device is None:
+            device = _current_accelerator()
+        self.device = device
+        factory = device_event_factory(device)
+        if factory is None:
+            return
+        clock = DeviceEventClock(factory)
+        cuda_mem = None
+        if device.type == "cuda":
+            import torch
+
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            cuda_mem = CudaMemory(torch, index)
+            self._start_gpu_sampler(torch, index)
+        self.store.set_clock(clock, cuda_mem)
+        rec = self.rec
+        rec.mark = clock.mark
+        # Marks taken with the host clock cannot be mixed with events: start clean.
+        rec.outside = []
+        rec.marks = []
+        rec.enter = None
+        rec.active = -1
+        rec.depth = 0
+
+    def _start_gpu_sampler(self, torch: Any, index: int) -> None:
+        from traceml_ci.tracer.gpu_util import GpuUtilSampler
+
+        uuid = None
+        try:
+            raw = str(torch.cuda.get_device_properties(index).uuid)
+            uuid = raw if raw.startswith("GPU-") else f"GPU-{raw}"
+        except Exception:
+            pass
+        self._gpu_sampler = GpuUtilSampler.start_for(index, uuid)
+
+    def _on_first_batch(self, batch: Any) -> None:
+        if self.batch_size is None:
+            self.batch_size = infer_batch_size(batch)
+
+    def _on_optimizer(self, optimizer: Any) -> None:
+        if self._device_decided:
+            return
+        if self.roots is not None:
+            self.roots.settle()
+        device = None
+        for group in getattr(optimizer, "param_groups", ()):
+            for p in group.get("params", ()):
+                device = p.device
+                break
+            if device is not None:
+                break
+        self._decide_device(device)
+
+    # -- steps -------------------------------------------------------------------------------
+    def step_scope(self, models: tuple[Any, ...]) -> StepScope:
+        last = self._last_scope
+        if last is not None and last.key == models:  # identity for modules: a cheap check
+            return last
+        given = tuple(m for m in models if m is not None)
+        usable = tuple(m for m in given if _is_module_like(m))
+        if len(usable) != len(given):
+            _warn("trace_step() got something that is not a model; its forward is not timed")
+        scope = StepScope(self, usable, key=models)
+        self._last_scope = scope
+        return scope
+
+    def _before_first_step(self, models: tuple[Any, ...]) -> None:
+        self._explicit_steps = True
+        if self.roots is not None:
+            self.roots.uninstall()  # trace_step names the model: no discovery needed
+            self.roots = None
+        if not self._device_decided:
+            self._decide_device(_model_device(models))
+
+    # -- finish ------------------------------------------------------------------------------
+    def finish(self, status: RunStatus | str | None = None) -> Path | None:
+        """Stop tracing and write the summary atomically; returns its path (None if it failed)."""
+        if self.path is not None or self.summary is not None:
+            return self.path
+        if status is not None:
+            self.status = RunStatus(status)
+        self.patches.uninstall()
+        if self.roots is not None:
+            self.roots.uninstall()
+        try:
+            self.summary = build_summary(self._record(), self.config.thresholds)
+            self.path = write_summary(self.config.summary_path, self.summary)
+        except Exception as exc:
+            _warn(f"could not write the summary ({exc!r})")
+            return None
+        return self.path
+
+    def _record(self) -> RunRecord:
+        from traceml_ci.tracer.env import fingerprint
+
+        if self.enabled:
+            self.rec.flush()
+            try:
+                self.store.drain_all()
+            except Exception as exc:
+                self.fail(exc)
+        gpu = self._gpu_sampler.stop() if self._gpu_sampler is not None else GpuUtil()
+        store, cols = self.store, self.store.columns
+        on_device = store.cuda_memory is not None
+        if self.rss is not None:
+            self.rss.sample(store.steps_total)
+        rss_samples = [
+            (s, mb) for s, mb in (self.rss.samples if self.rss else []) if s > store.warmup_steps
+        ]
+        retries = ooms = None
+        device_total = None
+        if on_device:
+            retries, ooms = store.cuda_memory.counters()
+            device_total = store.cuda_memory.total_mb()
+        device = self.device
+        mode = self.config.mode if self._explicit_steps else "zero-change"
+        return RunRecord(
+            run=RunInfo(
+                name=self.config.run_name or _default_run_name(),
+                status=self.status or RunStatus.COMPLETED,
+                started_at=self.started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                duration_s=time.perf_counter() - self._t0,
+                mode=mode,
+                rank=_env_int("RANK", 0),
+                world_size=_env_int("WORLD_SIZE", 1),
+            ),
+            env=fingerprint(device),
+            clock=store.clock.kind,
+            steps_total=store.steps_total,
+            warmup_steps=min(store.warmup_steps, store.steps_total),
+            series=StepSeries(
+                step_ms=cols.column(STEP),
+                phase_ms={p: cols.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
+                stride=cols.stride,
+                allocated_mb=cols.column(ALLOC_COL) if on_device else None,
+                reserved_mb=cols.column(RESERVED_COL) if on_device else None,
+            ),
+            batch_size=self.batch_size,
+            memory_device=str(device) if device is not None else "cpu",
+            rss_samples=rss_samples,
+            peak_rss_mb=self.rss.peak_mb() if self.rss else None,
+            system_total_mb=system_total_mb(),
+            device_total_mb=device_total,
+            alloc_retries=retries,
+            ooms=ooms,
+            gpu=gpu,
+        )
+
+
+class StepScope:
+    """``with trace_step(model):`` -- one training step. Reused across steps for the same model."""
+
+    __slots__ = ("tracer", "models", "key", "saved")
+
+    def __init__(self, tracer: Tracer, models: tuple[Any, ...], key: tuple[Any, ...]) -> None:
+        self.tracer = tracer
+        self.models = models
+        self.key = key
+        self.saved: list | None = None
+
+    def __enter__(self) -> StepScope:
+        tr = self.tracer
+        if not tr.enabled:
+            return self
+        try:
+            if not tr._explicit_steps:
+                tr._before_first_step(self.models)
+            rec = tr.rec
+            rec.step_begin()
+            if rec.in_step == 1 and self.models and tr.config.mode == "auto":
+                self.saved = [wrap_forward(m, rec, tr.fail) for m in self.models]
+        except Exception as exc:
+            tr.fail(exc)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        tr = self.tracer
+        try:
+            saved = self.saved
+            if saved is not None and tr.rec.in_step <= 1:
+                self.saved = None
+                for s in saved:
+                    unwrap_forward(s)
+            if tr.enabled:
+                tr.rec.step_end(exc_type is None)
+        except Exception as err:
+            tr.fail(err)
+        return False
+
+
+class PhaseScope:
+    """``with phase("forward"):`` -- mark a phase by hand (manual mode, or to add one in auto)."""
+
+    __slots__ = ("tracer", "index")
+
+    def __init__(self, tracer: Tracer, name: str) -> None:
+        if name not in PHASE_INDEX:
+            raise ValueError(f"phase must be one of {sorted(PHASE_INDEX)}, not {name!r}")
+        self.tracer = tracer
+        self.index = PHASE_INDEX[name]
+
+    def __enter__(self) -> PhaseScope:
+        if self.tracer.enabled:
+            try:
+                self.tracer.rec.phase_begin(self.index)
+            except Exception as exc:
+                self.tracer.fail(exc)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if self.tracer.enabled:
+            try:
+                self.tracer.rec.phase_end(self.index)
+            except Exception as err:
+                self.tracer.fail(err)
+        return False
+
+
+def _is_module_like(obj: Any) -> bool:
+    return hasattr(obj, "__dict__") and callable(getattr(obj, "forward", None))
+
+
+def _model_device(models: tuple[Any, ...]) -> Any:
+    for m in models:
+        params = getattr(m, "parameters", None)
+        if params is None:
+            continue
+        try:
+            for p in params():
+                return p.device
+        except Exception:
+            continue
+    return None
+
+
+def _current_accelerator() -> Any:
+    """The CUDA device, if this process already uses CUDA (checking does not initialise it)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def _default_run_name() -> str:
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
+    return script or "run"
+
+
+def _env_int(name: str, default: int) -> int:
+    import os
+
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default

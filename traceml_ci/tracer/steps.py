@@ -1,0 +1,104 @@
+"""Where finished steps go: warmup accounting, lazy device-event resolution, compact columns."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
+from traceml_ci.tracer.memory import CudaMemory, RssSampler
+
+#: Steps the device may lag behind the host before we wait for the oldest one. Only reached when
+#: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
+MAX_PENDING_STEPS = 64
+
+# Column layout of StepColumns rows.
+STEP, DL_COL, FWD_COL, BWD_COL, OPT_COL, ALLOC_COL, RESERVED_COL = range(7)
+
+
+class StepStore:
+    """The recorder's sink. Host clock: a step is resolved at once. Device clock: its events are
+    queued and resolved when the device has passed them (``query()``), a few steps later."""
+
+    def __init__(
+        self,
+        clock: Any,
+        warmup_steps: int,
+        rss: RssSampler | None,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> None:
+        self.clock = clock
+        self.warmup_steps = warmup_steps
+        self.rss = rss
+        self.cuda_memory: CudaMemory | None = None
+        self.columns = StepColumns(7, capacity)
+        self.steps_total = 0  # steps handed to us
+        self.resolved = 0  # steps resolved, in order
+        self.pending: deque = deque()
+
+    def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
+        """Switch clocks once, before any step is recorded (the first step tells the device)."""
+        self.drain(wait=True)
+        self.clock = clock
+        self.cuda_memory = cuda_memory
+
+    def __call__(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
+        self.steps_total += 1
+        if self.rss is not None:
+            self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
+        mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
+        item = (enter, exit_, marks, outside, mem)
+        if self.clock.kind == "host":
+            self._resolve(item)
+            return
+        self.pending.append(item)
+        self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
+
+    def drain(self, wait: bool = False) -> None:
+        """Resolve queued steps whose last event has completed; ``wait`` blocks on the oldest."""
+        pending, clock = self.pending, self.clock
+        while pending:
+            exit_ = pending[0][1]
+            if not clock.ready(exit_):
+                if not wait:
+                    return
+                clock.wait(exit_)
+                wait = False  # one wait resolves everything recorded before it
+                continue
+            self._resolve(pending.popleft())
+
+    def drain_all(self) -> None:
+        while self.pending:
+            self.clock.wait(self.pending[-1][1])
+            self.drain()
+
+    def _resolve(self, item: tuple) -> None:
+        enter, exit_, marks, outside, mem = item
+        el = self.clock.elapsed_ms
+        ph = [0.0, 0.0, 0.0, 0.0]
+        before = 0.0
+        for p, t0, t1 in marks:
+            ph[p] += el(t0, t1)
+        for p, t0, t1 in outside:
+            d = el(t0, t1)
+            ph[p] += d
+            before += d
+        step = el(enter, exit_) + before
+        if self.clock.kind != "host":
+            self._release(enter, exit_, marks, outside)
+        self.resolved += 1
+        if self.resolved <= self.warmup_steps:
+            return
+        self.columns.append((max(step, 0.0), ph[0], ph[1], ph[2], ph[3], mem[0], mem[1]))
+
+    def _release(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
+        seen: dict[int, Any] = {id(enter): enter, id(exit_): exit_}
+        for _, t0, t1 in marks:
+            seen[id(t0)] = t0
+            seen[id(t1)] = t1
+        for _, t0, t1 in outside:
+            seen[id(t0)] = t0
+            seen[id(t1)] = t1
+        for ev in seen.values():
+            self.clock.release(ev)
