@@ -47,6 +47,8 @@ def write_fallback_summary(path: Path, run_name: str, started: float, interrupte
         clock="host",
         steps_total=0,
         warmup_steps=0,
-        series=StepSeries(step_ms=[], phase_ms={"dataloader": [], "forward": [], "backward": [], "optimizer": []}),
+        series=StepSeries(
+            step_ms=[], phase_ms={"dataloader": [], "forward": [], "backward": [], "optimizer": []}
+        ),
     )
     return write_summary(path, build_summary(record))

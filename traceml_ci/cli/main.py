@@ -1,4 +1,6 @@
-"""``traceml-ci`` entry point: parse, dispatch to a subcommand, map errors to exit codes (here only).
+"""``traceml-ci`` entry point: parse, dispatch to a subcommand, map errors to exit codes.
+
+Errors become exit codes here and nowhere else.
 
 Each subcommand is a module in this package with ``register(subparsers)``, which adds its parser
 and sets ``func`` (``args -> int``). Modules import their heavy dependencies inside ``func`` so

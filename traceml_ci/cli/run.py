@@ -21,9 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "write DIR/final_summary.json. Exits with the script's exit code. A crash still writes "
         "a summary (run.status 'crashed'); SIGINT/SIGTERM give 'interrupted'.",
     )
-    p.add_argument("--out", metavar="DIR", help="output folder (default $TRACEML_CI_OUT or ./traceml-out)")
+    p.add_argument(
+        "--out", metavar="DIR", help="output folder (default $TRACEML_CI_OUT or ./traceml-out)"
+    )
     p.add_argument("--run-name", metavar="NAME", help="run name (default: the script's name)")
-    p.add_argument("--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)")
+    p.add_argument(
+        "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
+    )
     p.add_argument("script", metavar="SCRIPT", help="the Python training script")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments for SCRIPT")
     p.set_defaults(func=run)
@@ -62,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
         write_fallback_summary(
             summary, args.run_name or script.stem, started, interrupted=code in (130, 143)
         )
-        print(f"traceml-ci: the script ended without a summary (exit {code}); "
-              f"wrote {summary} with run.status set", file=sys.stderr)
+        print(
+            f"traceml-ci: the script ended without a summary (exit {code}); "
+            f"wrote {summary} with run.status set",
+            file=sys.stderr,
+        )
     else:
         print(f"traceml-ci: summary written to {summary}", file=sys.stderr)
     return code

@@ -54,7 +54,9 @@ def render(doc: dict[str, Any]) -> Any:
         bar = "█" * round((pct or 0) / 100 * BAR_WIDTH)
         spread = noise.get(phase, {}).get("iqr")
         times.add_row(
-            phase, _fmt(pct, "%"), _fmt(st["phase_ms"].get(phase), digits=2),
+            phase,
+            _fmt(pct, "%"),
+            _fmt(st["phase_ms"].get(phase), digits=2),
             _fmt(spread, digits=2) if spread is not None else "",
             Text(bar, style="cyan"),
         )

@@ -169,7 +169,9 @@ def _noise(
         windows=len(bounds),
         window_steps=bounds[0][1] - bounds[0][0],
         pct={
-            p: Spread(stats.median([w[p] for w in per_window]), stats.iqr([w[p] for w in per_window]))
+            p: Spread(
+                stats.median([w[p] for w in per_window]), stats.iqr([w[p] for w in per_window])
+            )
             for p in PHASES
         },
         step_ms=Spread(stats.median(window_medians), stats.iqr(window_medians)),

@@ -78,10 +78,18 @@ def diagnose_step_time(
     found: list[Diagnosis] = []
     checks = [
         (StepTimeLabel.INPUT_BOUND, p["dataloader"], th.input_bound_pct, "Waiting for data"),
-        (StepTimeLabel.OVERHEAD_BOUND, p["other"], th.overhead_bound_pct,
-         "Time outside forward, backward and the optimizer"),
-        (StepTimeLabel.OPTIMIZER_BOUND, p["optimizer"], th.optimizer_bound_pct,
-         "The optimizer step"),
+        (
+            StepTimeLabel.OVERHEAD_BOUND,
+            p["other"],
+            th.overhead_bound_pct,
+            "Time outside forward, backward and the optimizer",
+        ),
+        (
+            StepTimeLabel.OPTIMIZER_BOUND,
+            p["optimizer"],
+            th.optimizer_bound_pct,
+            "The optimizer step",
+        ),
     ]
     for label, share, limit, what in checks:
         if share >= limit:
@@ -90,17 +98,28 @@ def diagnose_step_time(
                 Diagnosis(area, label.value, _severity_for_share(share, th), msg, NEXT_STEP[label])
             )
     if compute >= th.compute_bound_pct:
-        msg = f"Forward + backward is {compute:.1f}% of step time (threshold {th.compute_bound_pct:g}%)."
+        limit = th.compute_bound_pct
+        msg = f"Forward + backward is {compute:.1f}% of step time (threshold {limit:g}%)."
         found.append(
-            Diagnosis(area, StepTimeLabel.COMPUTE_BOUND.value, Severity.INFO, msg,
-                      NEXT_STEP[StepTimeLabel.COMPUTE_BOUND])
+            Diagnosis(
+                area,
+                StepTimeLabel.COMPUTE_BOUND.value,
+                Severity.INFO,
+                msg,
+                NEXT_STEP[StepTimeLabel.COMPUTE_BOUND],
+            )
         )
     if not found:
         top = max(p, key=lambda k: p[k])
         msg = f"No phase dominates; the largest is {top} at {p[top]:.1f}%."
         found.append(
-            Diagnosis(area, StepTimeLabel.BALANCED.value, Severity.INFO, msg,
-                      NEXT_STEP[StepTimeLabel.BALANCED])
+            Diagnosis(
+                area,
+                StepTimeLabel.BALANCED.value,
+                Severity.INFO,
+                msg,
+                NEXT_STEP[StepTimeLabel.BALANCED],
+            )
         )
     return found
 
@@ -125,38 +144,75 @@ def diagnose_memory(
     """
     area = "step_memory"
     if samples < th.min_memory_samples:
-        return [Diagnosis(area, MemoryLabel.NO_DATA.value, Severity.INFO,
-                          f"Only {samples} memory samples.", NEXT_STEP[MemoryLabel.NO_DATA])]
+        return [
+            Diagnosis(
+                area,
+                MemoryLabel.NO_DATA.value,
+                Severity.INFO,
+                f"Only {samples} memory samples.",
+                NEXT_STEP[MemoryLabel.NO_DATA],
+            )
+        ]
     found: list[Diagnosis] = []
     if ooms:
-        found.append(Diagnosis(area, MemoryLabel.HIGH_PRESSURE.value, Severity.CRIT,
-                               f"{ooms} out-of-memory errors were raised.",
-                               NEXT_STEP[MemoryLabel.HIGH_PRESSURE]))
+        found.append(
+            Diagnosis(
+                area,
+                MemoryLabel.HIGH_PRESSURE.value,
+                Severity.CRIT,
+                f"{ooms} out-of-memory errors were raised.",
+                NEXT_STEP[MemoryLabel.HIGH_PRESSURE],
+            )
+        )
     elif peak_mb is not None and total_mb and peak_mb >= th.high_pressure_fraction * total_mb:
-        found.append(Diagnosis(area, MemoryLabel.HIGH_PRESSURE.value, Severity.CRIT,
-                               f"Peak {peak_mb:.0f} MB is {100 * peak_mb / total_mb:.0f}% of "
-                               f"{total_mb:.0f} MB.", NEXT_STEP[MemoryLabel.HIGH_PRESSURE]))
+        found.append(
+            Diagnosis(
+                area,
+                MemoryLabel.HIGH_PRESSURE.value,
+                Severity.CRIT,
+                f"Peak {peak_mb:.0f} MB is {100 * peak_mb / total_mb:.0f}% of {total_mb:.0f} MB.",
+                NEXT_STEP[MemoryLabel.HIGH_PRESSURE],
+            )
+        )
     if (
         peak_allocated_mb is not None
         and peak_reserved_mb is not None
         and peak_reserved_mb >= th.fragmentation_ratio * max(peak_allocated_mb, 1e-9)
         and peak_reserved_mb - peak_allocated_mb >= th.fragmentation_min_mb
     ):
-        found.append(Diagnosis(area, MemoryLabel.FRAGMENTATION.value, Severity.WARN,
-                               f"Reserved {peak_reserved_mb:.0f} MB vs allocated "
-                               f"{peak_allocated_mb:.0f} MB at peak.",
-                               NEXT_STEP[MemoryLabel.FRAGMENTATION]))
+        found.append(
+            Diagnosis(
+                area,
+                MemoryLabel.FRAGMENTATION.value,
+                Severity.WARN,
+                f"Reserved {peak_reserved_mb:.0f} MB vs allocated "
+                f"{peak_allocated_mb:.0f} MB at peak.",
+                NEXT_STEP[MemoryLabel.FRAGMENTATION],
+            )
+        )
     if (
         growth_mb is not None
         and growth_mb >= th.growth_min_mb
         and growth_mb >= th.growth_min_fraction * max(start_mb or 0.0, 0.0)
     ):
-        found.append(Diagnosis(area, MemoryLabel.MEMORY_GROWTH.value, Severity.WARN,
-                               f"{basis} memory grew by {growth_mb:.0f} MB over the run "
-                               f"(from {start_mb or 0:.0f} MB).",
-                               NEXT_STEP[MemoryLabel.MEMORY_GROWTH]))
+        found.append(
+            Diagnosis(
+                area,
+                MemoryLabel.MEMORY_GROWTH.value,
+                Severity.WARN,
+                f"{basis} memory grew by {growth_mb:.0f} MB over the run "
+                f"(from {start_mb or 0:.0f} MB).",
+                NEXT_STEP[MemoryLabel.MEMORY_GROWTH],
+            )
+        )
     if not found:
-        found.append(Diagnosis(area, MemoryLabel.BALANCED.value, Severity.INFO,
-                               "No growth, pressure or fragmentation.",
-                               NEXT_STEP[MemoryLabel.BALANCED]))
+        found.append(
+            Diagnosis(
+                area,
+                MemoryLabel.BALANCED.value,
+                Severity.INFO,
+                "No growth, pressure or fragmentation.",
+                NEXT_STEP[MemoryLabel.BALANCED],
+            )
+        )
     return found

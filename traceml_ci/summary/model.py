@@ -194,6 +194,8 @@ def _noise_dict(noise: Noise | None) -> dict[str, Any] | None:
     return {
         "windows": noise.windows,
         "window_steps": noise.window_steps,
-        "pct": {p: {"median": round(s.median, 2), "iqr": round(s.iqr, 2)} for p, s in noise.pct.items()},
+        "pct": {
+            p: {"median": round(s.median, 2), "iqr": round(s.iqr, 2)} for p, s in noise.pct.items()
+        },
         "step_ms": {"median": round(noise.step_ms.median, 4), "iqr": round(noise.step_ms.iqr, 4)},
     }

@@ -23,7 +23,7 @@ PCT_SUM_TOLERANCE = 0.1
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a document is invalid: where (a JSON path like ``$.step_time.forward_pct``) and why."""
+    """Why a document is invalid, and where (a JSON path like ``$.step_time.forward_pct``)."""
 
     path: str
     message: str
@@ -83,8 +83,11 @@ def semantic_problems(doc: dict[str, Any]) -> list[Problem]:
     theirs = major(version) if isinstance(version, str) else None
     if theirs is not None and ours is not None and theirs > ours:
         problems.append(
-            Problem("$.schema_version", f"schema version {version} is newer than this "
-                    f"traceml-ci reads ({SCHEMA_VERSION}); upgrade traceml-ci")
+            Problem(
+                "$.schema_version",
+                f"schema version {version} is newer than this "
+                f"traceml-ci reads ({SCHEMA_VERSION}); upgrade traceml-ci",
+            )
         )
     st = doc.get("step_time")
     if isinstance(st, dict):

@@ -59,7 +59,7 @@ def windows(n: int, target_windows: int, min_window: int) -> list[tuple[int, int
 
 
 def theil_sen_slope(xs: Sequence[float], ys: Sequence[float], max_points: int = 200) -> float:
-    """Median of pairwise slopes (robust to outliers). Subsamples evenly to bound the O(n^2) cost."""
+    """Median of pairwise slopes (robust to outliers); subsamples evenly to bound O(n^2)."""
     n = len(xs)
     if n < 2:
         return 0.0

@@ -38,7 +38,7 @@ class RssSampler:
             self.samples = self.samples[::2]
 
     def peak_mb(self) -> float | None:
-        """The process's peak RSS: the kernel's high-water mark where available, else our samples."""
+        """Peak RSS: the kernel's high-water mark where available, else our samples."""
         peak = max((mb for _, mb in self.samples), default=None)
         try:
             import resource

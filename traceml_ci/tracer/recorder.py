@@ -29,8 +29,18 @@ class Recorder:
     """
 
     __slots__ = (
-        "mark", "sink", "active", "depth", "t_open", "in_step", "implicit", "saw_opt",
-        "marks", "outside", "enter", "last_opt_end",
+        "mark",
+        "sink",
+        "active",
+        "depth",
+        "t_open",
+        "in_step",
+        "implicit",
+        "saw_opt",
+        "marks",
+        "outside",
+        "enter",
+        "last_opt_end",
     )
 
     def __init__(self, mark: Callable[[], Any], sink: StepSink, implicit: bool = False) -> None:
@@ -55,7 +65,7 @@ class Recorder:
             return
         t = self.mark()
         if self.implicit:
-            if self.saw_opt and (p == DL or p == FWD):
+            if self.saw_opt and p in (DL, FWD):
                 self._close_implicit(t)
                 t = self.mark()  # a fresh mark: a device event must belong to one step only
             if self.enter is None:
