@@ -32,7 +32,7 @@ class StepColumns:
         if self.n == self.capacity:
             self._halve()
         i = self.n
-        for col, value in zip(self.cols, row)  # noqa: B905 - hot path; rows always match:
+        for col, value in zip(self.cols, row):  # noqa: B905 - rows always match
             col[i] = value
         self.n = i + 1
 
