@@ -26,6 +26,8 @@ class TracerConfig:
     run_name: str | None = None
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     batch_size: int | None = None
+    #: Record at most this many steps (warmup included); later steps run untraced.
+    max_steps: int | None = None
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
@@ -35,6 +37,8 @@ class TracerConfig:
             raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
         if int(self.warmup_steps) < 0:
             raise ValueError("warmup_steps must be >= 0")
+        if self.max_steps is not None and int(self.max_steps) < 1:
+            raise ValueError("max_steps must be >= 1")
         self.out_dir = Path(self.out_dir)
         self.warmup_steps = int(self.warmup_steps)
 

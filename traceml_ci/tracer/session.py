@@ -59,7 +59,7 @@ class Tracer:
         except Exception:
             self.rss = None
         clock = HostClock()
-        self.store = StepStore(clock, config.warmup_steps, self.rss)
+        self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_batch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec) if zero_change else None

@@ -27,9 +27,12 @@ class StepStore:
         warmup_steps: int,
         rss: RssSampler | None,
         capacity: int = DEFAULT_CAPACITY,
+        max_steps: int | None = None,
     ) -> None:
         self.clock = clock
         self.warmup_steps = warmup_steps
+        #: Steps after the first ``max_steps`` (warmup included) are dropped, not recorded.
+        self.max_steps = max_steps
         self.rss = rss
         self.cuda_memory: CudaMemory | None = None
         self.columns = StepColumns(7, capacity)
@@ -44,6 +47,9 @@ class StepStore:
         self.cuda_memory = cuda_memory
 
     def __call__(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
+        cap = self.max_steps
+        if cap is not None and self.steps_total >= cap:
+            return
         self.steps_total += 1
         if self.rss is not None:
             self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
