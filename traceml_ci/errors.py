@@ -24,3 +24,9 @@ class UsageError(TracemlError):
     """The command line itself is wrong (exit 2)."""
 
     exit_code = 2
+
+
+class ApiError(TracemlError):
+    """A call to a remote API (GitHub's) failed or was refused (exit 5)."""
+
+    exit_code = 5

@@ -1,0 +1,190 @@
+"""A real HTTP server on 127.0.0.1 that answers the few GitHub REST endpoints traceml-ci calls.
+
+GET/POST ``/repos/O/R/issues/N/comments`` (list with ``Link`` pagination, create),
+PATCH ``/repos/O/R/issues/comments/ID`` (update) and GET ``/repos/O/R/pulls/N``. Failures are
+scripted with :meth:`FakeGitHub.fail_next`; every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_LIST = re.compile(r"^/repos/([^/]+/[^/]+)/issues/(\d+)/comments$")
+_EDIT = re.compile(r"^/repos/([^/]+/[^/]+)/issues/comments/(\d+)$")
+_PULL = re.compile(r"^/repos/([^/]+/[^/]+)/pulls/(\d+)$")
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    authorization: str | None
+    body: Any
+
+
+@dataclass
+class Failure:
+    method: str
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakeGitHub:
+    """State: ``comments[(repo, pr)]`` is a list of dicts; ``heads[(repo, pr)]`` a head sha."""
+
+    def __init__(self, token: str, page_size: int = 100) -> None:
+        self.token = token
+        self.page_size = page_size
+        self.comments: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self.heads: dict[tuple[str, int], str] = {}
+        self.requests: list[Recorded] = []
+        self.failures: list[Failure] = []
+        self.next_link_host: str | None = None  # to test an off-host Link header
+        self._ids = 1000
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), daemon=True
+        )
+
+    # -- test-side API -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def add_pr(self, repo: str, number: int, head_sha: str = "a" * 40) -> None:
+        self.comments.setdefault((repo, number), [])
+        self.heads[(repo, number)] = head_sha
+
+    def add_comment(self, repo: str, number: int, body: str, user: str = "someone") -> int:
+        with self._lock:
+            self._ids += 1
+            self.comments[(repo, number)].append(self._comment(repo, self._ids, body, user))
+            return self._ids
+
+    def fail_next(
+        self, method: str, status: int, message: str = "boom", headers: dict[str, str] | None = None
+    ) -> None:
+        """The next request with ``method`` gets this answer instead (queued, one each)."""
+        self.failures.append(Failure(method, status, message, dict(headers or {})))
+
+    def bodies(self, repo: str, number: int) -> list[str]:
+        return [c["body"] for c in self.comments.get((repo, number), [])]
+
+    def start(self) -> FakeGitHub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- server side -------------------------------------------------------------------------
+
+    def _comment(self, repo: str, cid: int, body: str, user: str) -> dict[str, Any]:
+        return {
+            "id": cid,
+            "body": body,
+            "user": {"login": user, "type": "Bot" if user.endswith("[bot]") else "User"},
+            "html_url": f"https://github.example/{repo}/pull/1#issuecomment-{cid}",
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_GET(self) -> None:
+                fake._dispatch(self, "GET")
+
+            def do_POST(self) -> None:
+                fake._dispatch(self, "POST")
+
+            def do_PATCH(self) -> None:
+                fake._dispatch(self, "PATCH")
+
+        return Handler
+
+    def _dispatch(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        parts = urllib.parse.urlsplit(h.path)
+        query = urllib.parse.parse_qs(parts.query)
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else None
+        with self._lock:
+            auth = h.headers["Authorization"]
+            self.requests.append(Recorded(method, parts.path, query, auth, body))
+            failure = next((f for f in self.failures if f.method == method), None)
+            if failure:
+                self.failures.remove(failure)
+        if failure:
+            return self._send(h, failure.status, {"message": failure.message}, failure.headers)
+        if h.headers.get("Authorization") != f"Bearer {self.token}":
+            return self._send(h, 401, {"message": "Bad credentials"})
+        if m := _LIST.match(parts.path):
+            key = (m.group(1), int(m.group(2)))
+            if key not in self.comments:
+                return self._send(h, 404, {"message": "Not Found"})
+            if method == "GET":
+                return self._list(h, key, query)
+            if method == "POST":
+                with self._lock:
+                    self._ids += 1
+                    item = self._comment(key[0], self._ids, body["body"], "github-actions[bot]")
+                    self.comments[key].append(item)
+                return self._send(h, 201, item)
+        if (m := _EDIT.match(parts.path)) and method == "PATCH":
+            cid = int(m.group(2))
+            for (repo, _), items in self.comments.items():
+                for item in items:
+                    if repo == m.group(1) and item["id"] == cid:
+                        item["body"] = body["body"]
+                        return self._send(h, 200, item)
+            return self._send(h, 404, {"message": "Not Found"})
+        if (m := _PULL.match(parts.path)) and method == "GET":
+            key = (m.group(1), int(m.group(2)))
+            if key not in self.heads:
+                return self._send(h, 404, {"message": "Not Found"})
+            return self._send(h, 200, {"number": key[1], "head": {"sha": self.heads[key]}})
+        return self._send(h, 404, {"message": "Not Found"})
+
+    def _list(self, h: BaseHTTPRequestHandler, key: tuple[str, int], query: dict) -> None:
+        per_page = min(int(query.get("per_page", ["30"])[0]), self.page_size)
+        page = int(query.get("page", ["1"])[0])
+        items = self.comments[key]
+        chunk = items[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            host = self.next_link_host or self.url
+            path = f"/repos/{key[0]}/issues/{key[1]}/comments"
+            nxt = f"{host}{path}?per_page={per_page}&page={page + 1}"
+            last = (len(items) + per_page - 1) // per_page
+            headers["Link"] = (
+                f'<{nxt}>; rel="next", '
+                f'<{self.url}/repos/{key[0]}/issues/{key[1]}/comments?page={last}>; rel="last"'
+            )
+        self._send(h, 200, chunk, headers)
+
+    def _send(
+        self, h: BaseHTTPRequestHandler, status: int, data: Any, headers: dict | None = None
+    ) -> None:
+        raw = json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(raw)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(raw)

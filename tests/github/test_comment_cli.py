@@ -1,0 +1,211 @@
+"""``traceml-ci comment`` end to end against a real HTTP server standing in for GitHub."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.github.conftest import PR, REPO, TOKEN
+from tests.github.fake_github import FakeGitHub
+from traceml_ci.cli.main import main
+from traceml_ci.github.sticky import COMMENT_LIMIT, REPORT_MARKER, gh_len, marker_for
+
+REPORT = f"{REPORT_MARKER}\n**traceml-ci: pass**\n\n| metric | base | head |\n|---|---|---|\n"
+
+
+def comment(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["comment", *args])
+    out, err = capsys.readouterr()
+    assert TOKEN not in out and TOKEN not in err
+    return code, out, err
+
+
+@pytest.fixture
+def body(tmp_path: Path) -> Path:
+    path = tmp_path / "report.md"
+    path.write_text(REPORT, encoding="utf-8")
+    return path
+
+
+def test_creates_then_updates_in_place(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0, err
+    assert "created on octo/widgets#7" in out
+    [first] = gh_env.bodies(REPO, PR)
+    assert first.splitlines()[0] == marker_for("smoke")
+    assert REPORT_MARKER not in first  # the generic marker gives way to the job's
+
+    body.write_text(REPORT.replace("pass", "regression"), encoding="utf-8")
+    code, out, _ = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0 and "updated" in out
+    [only] = gh_env.bodies(REPO, PR)
+    assert "regression" in only
+    assert [r.method for r in gh_env.requests] == ["GET", "POST", "GET", "PATCH"]
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in gh_env.requests)
+
+    code, out, _ = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0 and "unchanged" in out
+    assert gh_env.requests[-1].method == "GET"  # no needless edit
+
+
+def test_finds_its_comment_past_the_first_page(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    gh_env.page_size = 2
+    for i in range(5):
+        gh_env.add_comment(REPO, PR, f"chatter {i}")
+    gh_env.add_comment(REPO, PR, f"> {marker_for('smoke')}\n> quoted by a human")
+    mine = gh_env.add_comment(REPO, PR, marker_for("smoke") + "\nold", "github-actions[bot]")
+    gh_env.add_comment(REPO, PR, marker_for("other-job") + "\nother job's report")
+
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0, err
+    assert f"comment {mine} updated" in out
+    lists = [r for r in gh_env.requests if r.method == "GET"]
+    assert [r.query.get("page", ["1"])[0] for r in lists] == ["1", "2", "3", "4"]
+    assert len(gh_env.bodies(REPO, PR)) == 8
+
+
+def test_markers_keep_jobs_apart(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    for job in ("cpu", "gpu", "cpu"):
+        assert comment(capsys, "--body", str(body), "--pr", str(PR), "--marker", job)[0] == 0
+    assert len(gh_env.bodies(REPO, PR)) == 2
+
+
+def test_update_mode_never_creates(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    code, out, _ = comment(capsys, "--body", str(body), "--pr", str(PR), "--mode", "update")
+    assert code == 0 and "skipped" in out
+    assert gh_env.bodies(REPO, PR) == []
+
+
+def test_pr_number_from_the_event_file(gh_env, body, tmp_path, monkeypatch, capsys) -> None:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"number": PR, "pull_request": {"number": PR}}))
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+    assert comment(capsys, "--body", str(body))[0] == 0
+    assert len(gh_env.bodies(REPO, PR)) == 1
+
+
+def test_server_error_then_success(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    gh_env.fail_next("GET", 502, "Bad Gateway")
+    gh_env.fail_next("POST", 500, "Internal Server Error")
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0, err
+    assert [r.method for r in gh_env.requests] == ["GET", "GET", "POST", "POST"]
+    assert len(gh_env.bodies(REPO, PR)) == 1
+
+
+def test_secondary_rate_limit_is_retried_once(gh_env, body, capsys, monkeypatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("traceml_ci.github.client.time.sleep", slept.append)
+    gh_env.fail_next("POST", 403, "You have exceeded a secondary rate limit", {"Retry-After": "3"})
+    assert comment(capsys, "--body", str(body), "--pr", str(PR))[0] == 0
+    assert slept == [3.0]
+    assert len(gh_env.bodies(REPO, PR)) == 1
+
+
+def test_persistent_server_error_is_exit_5(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    gh_env.fail_next("GET", 500, "Internal Server Error")
+    gh_env.fail_next("GET", 503, "Service Unavailable")
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5
+    assert err.count("\n") == 1 and "503 Service Unavailable" in err
+    assert len(gh_env.requests) == 2  # one retry, not more
+
+
+def test_bad_token_is_exit_5_and_never_printed(gh_env, body, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_WRONGtoken")
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5
+    assert err.startswith("traceml-ci: error: GitHub API:") and err.count("\n") == 1
+    assert "401 Bad credentials" in err and "GITHUB_TOKEN" in err
+    assert "ghp_WRONGtoken" not in out + err
+
+
+def test_forbidden_hints_at_permissions(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    gh_env.fail_next("POST", 403, "Resource not accessible by integration")
+    code, _, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5
+    assert "pull-requests: write" in err and err.count("\n") == 1
+
+
+def test_not_found_names_repo_and_pr(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    code, _, err = comment(capsys, "--body", str(body), "--repo", "octo/gone", "--pr", "99")
+    assert code == 5
+    assert "octo/gone#99" in err and "not found" in err and err.count("\n") == 1
+
+
+def test_very_long_body_is_trimmed_with_a_note(gh_env: FakeGitHub, tmp_path, capsys) -> None:
+    rows = "".join(f"| metric_{i} | 1.0 | 2.0 | 🐢 |\n" for i in range(6000))
+    big = tmp_path / "big.md"
+    big.write_text(f"{REPORT}<details><summary>unchanged</summary>\n\n{rows}</details>\n")
+    assert comment(capsys, "--body", str(big), "--pr", str(PR))[0] == 0
+    [posted] = gh_env.bodies(REPO, PR)
+    assert gh_len(posted) <= COMMENT_LIMIT
+    assert "65,536-character comment limit" in posted
+    assert posted.count("<details>") == posted.count("</details>") == 1
+    assert posted.splitlines()[0] == marker_for("smoke")
+
+
+def test_expect_head_sha_guards_the_pr_number(gh_env: FakeGitHub, body: Path, capsys) -> None:
+    args = ("--body", str(body), "--pr", str(PR), "--expect-head-sha")
+    code, _, err = comment(capsys, *args, "b" * 40)
+    assert code == 5 and "not commenting" in err
+    assert gh_env.bodies(REPO, PR) == []
+    assert comment(capsys, *args, "a" * 40)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("unset", "args", "problem"),
+    [
+        ("GITHUB_TOKEN", ["--pr", "7"], "GITHUB_TOKEN is not set"),
+        ("GITHUB_REPOSITORY", ["--pr", "7"], "no repository"),
+        (None, [], "no pull request number"),
+        (None, ["--pr", "7", "--repo", "not a repo"], "is not OWNER/NAME"),
+        (None, ["--pr", "0"], "is not a pull request number"),
+    ],
+)
+def test_usage_errors_are_exit_2(gh_env, body, monkeypatch, capsys, unset, args, problem) -> None:
+    if unset:
+        monkeypatch.delenv(unset)
+    code, out, err = comment(capsys, "--body", str(body), *args)
+    assert code == 2
+    assert problem in err and err.count("\n") == 1
+    assert gh_env.requests == []
+
+
+@pytest.mark.parametrize("content", [None, b"", b"\xff\xfe broken"])
+def test_unusable_body_file_is_exit_2(gh_env, tmp_path, capsys, content) -> None:
+    path = tmp_path / "report.md"
+    if content is not None:
+        path.write_bytes(content)
+    code, _, err = comment(capsys, "--body", str(path), "--pr", str(PR))
+    assert code == 2
+    assert str(path) in err and err.count("\n") == 1
+    assert gh_env.requests == []
+
+
+def test_unreadable_event_file_is_exit_2(gh_env, body, tmp_path, monkeypatch, capsys) -> None:
+    event = tmp_path / "event.json"
+    event.write_text("{not json")
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+    code, _, err = comment(capsys, "--body", str(body))
+    assert code == 2 and "event file is not JSON" in err
+
+
+def test_real_process_prints_no_traceback_and_no_token(gh_env: FakeGitHub, body: Path) -> None:
+    gh_env.fail_next("POST", 403, f"Resource not accessible; token {TOKEN} echoed back")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from traceml_ci.cli.main import main; "
+         "sys.exit(main(sys.argv[1:]))", "comment", "--body", str(body), "--pr", str(PR)],
+        capture_output=True, text=True, env=dict(os.environ), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 5
+    assert "Traceback" not in proc.stderr
+    assert TOKEN not in proc.stdout + proc.stderr
+    assert "***" in proc.stderr

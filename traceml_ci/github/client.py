@@ -1,0 +1,262 @@
+"""A minimal GitHub REST client (standard library only) to list, create and edit PR comments.
+
+It retries once on a 5xx answer and once on a secondary rate limit, follows ``Link: rel="next"``
+pagination (only on the API's own host), never follows redirects (urllib would carry the token
+to wherever they point) and never puts the token into an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_ci._version import __version__
+from traceml_ci.errors import ApiError
+
+DEFAULT_API_URL = "https://api.github.com"
+API_VERSION = "2022-11-28"
+PER_PAGE = 100
+#: Seconds to wait before the one retry after a 5xx answer (GitHub sends no retry-after then).
+SERVER_ERROR_BACKOFF_S = 2.0
+#: Without a retry-after header, GitHub says to wait at least a minute after a secondary limit.
+SECONDARY_LIMIT_BACKOFF_S = 60.0
+#: Never sleep longer than this on a retry-after header, whatever it says.
+MAX_BACKOFF_S = 120.0
+TIMEOUT_S = 30.0
+
+_NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
+PERMISSION_HINT = (
+    "the job needs `permissions: pull-requests: write` (a pull request from a fork gets a "
+    "read-only token: post from a workflow_run job instead, see github-action/README.md)"
+)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    data: Any
+
+
+@dataclass(frozen=True)
+class IssueComment:
+    id: int
+    body: str
+    user: str | None = None
+    html_url: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> IssueComment:
+        user = data.get("user") or {}
+        return cls(
+            id=int(data["id"]),
+            body=str(data.get("body") or ""),
+            user=user.get("login") if isinstance(user, dict) else None,
+            html_url=data.get("html_url"),
+        )
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None  # the 3xx surfaces as an HTTPError, handled like any other status
+
+
+@dataclass
+class GitHubClient:
+    """Talks to one GitHub (or GitHub Enterprise) API with one token.
+
+    ``sleep`` is injectable so tests need not wait for real back-offs.
+    """
+
+    token: str = field(repr=False)
+    api_url: str = DEFAULT_API_URL
+    sleep: Callable[[float], None] = field(default=lambda s: time.sleep(s), repr=False)
+    timeout_s: float = TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        self.api_url = self.api_url.rstrip("/")
+        self._origin = _origin(self.api_url)
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    def iter_issue_comments(self, repo: str, number: int) -> Iterator[IssueComment]:
+        """Every comment on issue or pull request ``number``, oldest first, page by page."""
+        url: str | None = self._url(f"/repos/{repo}/issues/{number}/comments?per_page={PER_PAGE}")
+        what = f"listing the comments of {repo}#{number}"
+        while url:
+            resp = self._request("GET", url, what=what)
+            if not isinstance(resp.data, list):
+                got = type(resp.data).__name__
+                raise ApiError(f"GitHub API: {what}: expected a list, got {got}")
+            for item in resp.data:
+                yield IssueComment.from_json(item)
+            url = self._next_page(resp.headers.get("link"), what)
+
+    def create_issue_comment(self, repo: str, number: int, body: str) -> IssueComment:
+        what = f"creating a comment on {repo}#{number}"
+        resp = self._request(
+            "POST", self._url(f"/repos/{repo}/issues/{number}/comments"), {"body": body}, what
+        )
+        return IssueComment.from_json(resp.data)
+
+    def update_issue_comment(self, repo: str, comment_id: int, body: str) -> IssueComment:
+        what = f"updating comment {comment_id} in {repo}"
+        resp = self._request(
+            "PATCH", self._url(f"/repos/{repo}/issues/comments/{comment_id}"), {"body": body}, what
+        )
+        return IssueComment.from_json(resp.data)
+
+    def pull_request_head_sha(self, repo: str, number: int) -> str:
+        what = f"reading pull request {repo}#{number}"
+        resp = self._request("GET", self._url(f"/repos/{repo}/pulls/{number}"), what=what)
+        try:
+            return str(resp.data["head"]["sha"])
+        except (KeyError, TypeError):
+            raise ApiError(f"GitHub API: {what}: the answer has no head.sha") from None
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return self.api_url + path
+
+    def _next_page(self, link: str | None, what: str) -> str | None:
+        if not link:
+            return None
+        match = _NEXT_LINK.search(link)
+        if not match:
+            return None
+        url = match.group(1)
+        if _origin(url) != self._origin:
+            # Following it would send the token to another host.
+            raise ApiError(
+                f"GitHub API: {what}: the next page points off {self._origin}; not followed"
+            )
+        return url
+
+    def _request(
+        self, method: str, url: str, payload: Any = None, what: str = "calling the GitHub API"
+    ) -> Response:
+        retried = False
+        while True:
+            status, headers, raw, reason = self._send(method, url, payload, what)
+            if 200 <= status < 300:
+                return Response(status, headers, _parse_json(raw) if raw else None)
+            message = _error_message(raw) or reason
+            wait = None if retried else _retry_wait(status, headers, message)
+            if wait is None:
+                raise ApiError(self._scrub(_describe(status, headers, message, what)))
+            retried = True
+            self.sleep(wait)
+
+    def _send(
+        self, method: str, url: str, payload: Any, what: str
+    ) -> tuple[int, dict[str, str], bytes, str]:
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Accept", "application/vnd.github+json")
+        req.add_header("X-GitHub-Api-Version", API_VERSION)
+        req.add_header("User-Agent", f"traceml-ci/{__version__}")
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with self._opener.open(req, timeout=self.timeout_s) as resp:
+                return resp.status, _lower(resp.headers), resp.read(), resp.reason or ""
+        except urllib.error.HTTPError as exc:
+            try:
+                raw = exc.read()
+            except OSError:
+                raw = b""
+            return exc.code, _lower(exc.headers), raw, str(exc.reason or "")
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError(
+                self._scrub(f"GitHub API: {what}: cannot reach {self._origin}: {reason}")
+            ) from None
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.token, "***") if self.token else text
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()} if headers is not None else {}
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError("GitHub API: the answer is not JSON") from None
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return raw.decode("utf-8", "replace").strip().splitlines()[0][:200] if raw.strip() else ""
+    if isinstance(data, dict):
+        return str(data.get("message") or "")
+    return ""
+
+
+def _is_secondary_limit(status: int, headers: Mapping[str, str], message: str) -> bool:
+    if status not in (403, 429):
+        return False
+    return "retry-after" in headers or "secondary rate limit" in message.lower()
+
+
+def _retry_wait(status: int, headers: Mapping[str, str], message: str) -> float | None:
+    """Seconds to wait before the one retry, or None when this answer is final."""
+    if status >= 500:
+        return SERVER_ERROR_BACKOFF_S
+    if _is_secondary_limit(status, headers, message):
+        try:
+            wait = float(headers["retry-after"])
+        except (KeyError, ValueError):
+            wait = SECONDARY_LIMIT_BACKOFF_S
+        return min(max(wait, 0.0), MAX_BACKOFF_S)
+    return None
+
+
+def _describe(status: int, headers: Mapping[str, str], message: str, what: str) -> str:
+    detail = f"{status} {message}".strip()
+    if status == 401:
+        return (
+            f"GitHub API: {what}: the token was rejected ({detail}); pass a valid token in "
+            "GITHUB_TOKEN (the Action's github-token input)"
+        )
+    if status in (403, 429) and headers.get("x-ratelimit-remaining") == "0":
+        reset = headers.get("x-ratelimit-reset", "")
+        when = ""
+        if reset.isdigit():
+            when = f" until {time.strftime('%H:%M:%S UTC', time.gmtime(int(reset)))}"
+        return f"GitHub API: {what}: rate limit exhausted{when} ({detail})"
+    if _is_secondary_limit(status, headers, message):
+        return f"GitHub API: {what}: still rate-limited after one retry ({detail})"
+    if status == 403:
+        return f"GitHub API: {what}: permission denied ({detail}); {PERMISSION_HINT}"
+    if status == 404:
+        return (
+            f"GitHub API: {what}: not found ({detail}); check the repository and pull request "
+            "number, and that the token can see the repository"
+        )
+    if 300 <= status < 400:
+        where = headers.get("location", "?")
+        return (
+            f"GitHub API: {what}: redirected ({status}) to {where}; not followed "
+            "(a renamed repository?)"
+        )
+    return f"GitHub API: {what}: failed ({detail})"

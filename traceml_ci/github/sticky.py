@@ -1,0 +1,107 @@
+"""One comment per job, edited in place: its hidden marker, trimming, and create-or-update."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from traceml_ci.github.client import GitHubClient, IssueComment
+
+#: GitHub refuses a comment body longer than this many characters.
+COMMENT_LIMIT = 65_536
+#: The marker ``traceml-ci diff --format markdown`` puts on its first line.
+REPORT_MARKER = "<!-- traceml-ci:report -->"
+TRIM_NOTE = (
+    "\n\n> [!NOTE]\n> This report was cut to fit GitHub's 65,536-character comment limit; "
+    "the whole report is in the job summary and the run's artifact."
+)
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:@+=-]+")
+
+
+class Mode(str, Enum):
+    """``upsert`` creates the comment if there is none; ``update`` only edits an existing one."""
+
+    UPSERT = "upsert"
+    UPDATE = "update"
+
+
+class Outcome(str, Enum):
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"  # Mode.UPDATE and no earlier comment
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    comment: IssueComment | None
+
+
+def marker_for(job_id: str) -> str:
+    """The hidden first line that identifies one job's comment, e.g. ``job=gpu/tests``."""
+    safe = _UNSAFE_ID.sub("_", job_id.strip()).strip("_") or "default"
+    return f"<!-- traceml-ci:report job={safe} -->"
+
+
+def gh_len(text: str) -> int:
+    """Length as GitHub may count it: UTF-16 code units (never less than code points)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def compose_body(report: str, marker: str, limit: int = COMMENT_LIMIT) -> str:
+    """``marker`` as the first line, then the report (less its generic marker), trimmed to fit."""
+    lines = report.lstrip("\ufeff").splitlines()
+    if lines and lines[0].strip() == REPORT_MARKER:
+        lines = lines[1:]
+    body = marker + "\n" + "\n".join(lines).strip("\n") + "\n"
+    return body if gh_len(body) <= limit else _trim(body, limit)
+
+
+def _trim(body: str, limit: int) -> str:
+    """Cut at a line break so ``body``, the tags it leaves open and the note fit in ``limit``."""
+    budget = limit - gh_len(TRIM_NOTE) - 1
+    while True:
+        kept = _cut(body, budget)
+        closing = _closing(kept)
+        if gh_len(kept) + gh_len(closing) <= budget or not kept:
+            return kept + closing + TRIM_NOTE + "\n"
+        budget -= gh_len(closing)
+
+
+def _cut(text: str, budget: int) -> str:
+    kept = text[: max(budget, 0)]
+    while gh_len(kept) > budget:  # astral characters count twice
+        kept = kept[: len(kept) - (gh_len(kept) - budget)]
+    return kept[: kept.rindex("\n")] if "\n" in kept else kept
+
+
+def _closing(kept: str) -> str:
+    """What closes the code fence and ``<details>`` blocks left open by a cut."""
+    closing = "\n```" if kept.count("```") % 2 else ""
+    opened = len(re.findall(r"<details\b", kept)) - kept.count("</details>")
+    return closing + "\n</details>" * max(opened, 0)
+
+
+def find_comment(client: GitHubClient, repo: str, number: int, marker: str) -> IssueComment | None:
+    """The oldest comment whose first line is ``marker``, following pagination."""
+    for comment in client.iter_issue_comments(repo, number):
+        first = comment.body.lstrip("\ufeff").split("\n", 1)[0].strip()
+        if first == marker:
+            return comment
+    return None
+
+
+def upsert_comment(
+    client: GitHubClient, repo: str, number: int, body: str, marker: str, mode: Mode = Mode.UPSERT
+) -> Result:
+    """Edit this job's comment on pull request ``number``, or create it (``Mode.UPSERT``)."""
+    existing = find_comment(client, repo, number, marker)
+    if existing is None:
+        if mode is Mode.UPDATE:
+            return Result(Outcome.SKIPPED, None)
+        return Result(Outcome.CREATED, client.create_issue_comment(repo, number, body))
+    if existing.body.replace("\r\n", "\n") == body:
+        return Result(Outcome.UNCHANGED, existing)
+    return Result(Outcome.UPDATED, client.update_issue_comment(repo, existing.id, body))
