@@ -1,0 +1,57 @@
+"""A compute-bound CPU training job: a small CNN on in-memory images.
+
+    traceml-ci run examples/compute_bound.py          # -> COMPUTE_BOUND
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import traceml_ci as traceml
+
+
+def make_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(64, 10),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=16)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    n = args.steps * args.batch_size
+    data = TensorDataset(
+        torch.randn(n, 3, args.image_size, args.image_size), torch.randint(0, 10, (n,))
+    )
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    criterion = nn.CrossEntropyLoss()
+
+    traceml.init(mode="auto")
+    for step, (x, y) in enumerate(loader):
+        with traceml.trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        if step + 1 >= args.steps:
+            break
+    print(f"done: {step + 1} steps, last loss {loss.item():.3f}")
+
+
+if __name__ == "__main__":
+    main()

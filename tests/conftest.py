@@ -1,0 +1,30 @@
+"""Shared fixtures: fresh tracers, tiny CPU training loops, and summary validation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+def busy(ms: float) -> None:
+    """Spin for ``ms`` wall-clock milliseconds: a known cost, robust to preemption."""
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def torch_single_thread() -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,89 @@
+"""Small CPU training loops with known per-phase costs (busy-waits), for attribution tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from tests.conftest import busy
+
+
+class BusyDataset(Dataset):
+    """Batches cost ``batch_ms`` to fetch (spent in collate, i.e. inside next())."""
+
+    def __init__(self, n: int, dim: int = 8) -> None:
+        self.x = torch.randn(n, dim)
+        self.y = torch.randn(n, 1)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+def busy_loader(batches: int, batch_ms: float, batch_size: int = 4) -> DataLoader:
+    """A real DataLoader whose next() costs ``batch_ms`` (plus its own small overhead)."""
+    batch = (torch.randn(batch_size, 8), torch.randn(batch_size, 1))
+
+    def collate(items: list) -> Any:
+        busy(batch_ms)
+        return batch  # no stacking work: the fetch costs what we say
+
+    return DataLoader(BusyDataset(batches * batch_size), batch_size=batch_size, collate_fn=collate)
+
+
+class _BusyBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.ms = ms
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
+        busy(ctx.ms)
+        return grad, None
+
+
+class BusyModel(nn.Module):
+    """Forward costs ``forward_ms``; its backward costs ``backward_ms`` (a custom autograd op)."""
+
+    def __init__(self, forward_ms: float, backward_ms: float, dim: int = 8) -> None:
+        super().__init__()
+        self.lin = nn.Linear(dim, 1)
+        self.forward_ms = forward_ms
+        self.backward_ms = backward_ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        busy(self.forward_ms)
+        return _BusyBackward.apply(self.lin(x), self.backward_ms)
+
+
+class BusySGD(torch.optim.SGD):
+    """SGD whose step costs ``step_ms``."""
+
+    def __init__(self, params: Any, step_ms: float) -> None:
+        super().__init__(params, lr=0.01)
+        self.step_ms = step_ms
+
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        busy(self.step_ms)
+        return super().step(closure)
+
+
+def train(loader: Any, model: nn.Module, optimizer: Any, trace_step: Any, steps: int) -> int:
+    """The canonical loop from the README; returns the number of steps run."""
+    done = 0
+    for x, y in loader:
+        with trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+        done += 1
+        if done >= steps:
+            break
+    return done

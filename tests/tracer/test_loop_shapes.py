@@ -1,0 +1,223 @@
+"""The loops users actually write: accumulation, AMP skips, compile, no DataLoader, GANs, break."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import traceml_ci as traceml
+from tests.conftest import busy
+from tests.tracer.conftest import finish_and_load, pct
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader
+
+
+def test_gradient_accumulation_counts_every_micro_batch(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1)
+    model = BusyModel(forward_ms=2.0, backward_ms=2.0)
+    optimizer = BusySGD(model.parameters(), step_ms=2.0)
+    k = 4
+    batches = iter(busy_loader(12 * k, 0.0))
+    for _ in range(12):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            for _ in range(k):
+                x, y = next(batches)
+                (((model(x) - y) ** 2).mean() / k).backward()
+            optimizer.step()
+    doc = finish_and_load(tracer)
+    phase_ms = doc["step_time"]["phase_ms"]
+    assert doc["step_time"]["steps_total"] == 12
+    # Every micro-batch counts once: k * 2 ms (a busy-wait can only overshoot under load).
+    assert k * 2.0 - 0.5 <= phase_ms["forward"] < k * 2.0 * 1.6
+    assert k * 2.0 - 0.5 <= phase_ms["backward"] < k * 2.0 * 1.6
+    assert 1.5 <= phase_ms["optimizer"] < 2.0 * 1.6
+    # Fetches inside the step are dataloader time too, and not "other".
+    assert phase_ms["dataloader"] > 0
+
+
+def _scaler_loop(trace: bool, steps: int = 14) -> tuple[nn.Module, int]:
+    model = nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+    skipped = 0
+    for i in range(steps):
+        ctx = traceml.trace_step(model) if trace else _null()
+        with ctx:
+            optimizer.zero_grad()
+            loss = model(torch.randn(4, 8)).sum()
+            if i % 2:
+                loss = loss * float("inf")  # overflow: the scaler skips optimizer.step()
+            scaler.scale(loss).backward()
+            before = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            skipped += scaler.get_scale() < before
+    return model, skipped
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def test_grad_scaler_skipping_optimizer_step_still_counts_steps(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    _, skipped = _scaler_loop(trace=True)
+    assert skipped == 7
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["steps_total"] == 14
+    assert doc["step_time"]["optimizer_pct"] is not None
+
+
+def test_grad_scaler_skips_are_step_boundaries_in_zero_change_mode(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0, zero_change=True)
+    _scaler_loop(trace=False)
+    doc = finish_and_load(tracer)
+    assert doc["run"]["mode"] == "zero-change"
+    assert doc["step_time"]["steps_total"] == 14
+
+
+class _Net(nn.Module):
+    # A user-defined module: dynamo skips torch's own nn classes as top frames.
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("style", ["torch.compile", "module.compile"])
+def test_compiled_model_has_no_graph_breaks(fresh_tracer, style: str) -> None:
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    tracer = fresh_tracer(warmup_steps=1)
+    net = _Net()
+    if style == "torch.compile":
+        model = torch.compile(net, backend="eager", fullgraph=True)
+    else:
+        net.compile(backend="eager", fullgraph=True)
+        model = net
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    for _ in range(8):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert "forward" not in net.__dict__
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["phase_ms"]["forward"] > 0
+    assert doc["step_time"]["steps_total"] == 8
+
+
+def test_loop_without_dataloader(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1)
+    model = BusyModel(1.0, 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(12)]
+    for x, y in data:
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+    doc = finish_and_load(tracer)
+    assert pct(doc, "dataloader") == 0.0
+    assert pct(doc, "forward") > 20 and pct(doc, "backward") > 20
+
+
+def test_two_models_and_two_optimizers_in_one_step(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1)
+    gen, disc = BusyModel(2.0, 1.0), BusyModel(1.0, 1.0)
+    opt_g = BusySGD(gen.parameters(), 1.0)
+    opt_d = BusySGD(disc.parameters(), 1.0)
+    for _ in range(12):
+        with traceml.trace_step(gen, disc):
+            opt_d.zero_grad()
+            disc(torch.randn(4, 8)).mean().backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            fake = gen(torch.randn(4, 8)).expand(4, 8)
+            disc(fake).mean().backward()
+            opt_g.step()
+    doc = finish_and_load(tracer)
+    phase_ms = doc["step_time"]["phase_ms"]
+    # disc + gen + disc(fake) = 4 ms of forward; two optimizers; backward through all three.
+    assert 3.5 <= phase_ms["forward"] < 4.0 * 1.6
+    assert 1.5 <= phase_ms["optimizer"] < 2.0 * 1.6
+    assert 2.5 <= phase_ms["backward"] < 3.0 * 1.6
+
+
+def test_break_out_of_the_loop_leaves_nothing_open(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(0.5, 0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i, (x, y) in enumerate(busy_loader(50, 0.5)):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+            if i == 6:
+                break
+    assert tracer.rec.in_step == 0 and tracer.rec.active == -1
+    assert "forward" not in model.__dict__
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["steps_total"] == 7
+
+
+def test_nested_trace_step_counts_one_step(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(0.0, 0.0)
+    with traceml.trace_step(model), traceml.trace_step(model):
+        model(torch.randn(2, 8))
+    assert tracer.store.steps_total == 1
+    assert "forward" not in model.__dict__
+
+
+def test_activation_checkpointing_forward_inside_backward_counts_as_backward(fresh_tracer) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = BusyModel(3.0, 0.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(self.inner, x, use_reentrant=False)
+
+    tracer = fresh_tracer(warmup_steps=1)
+    model = Checkpointed()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(8):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+    doc = finish_and_load(tracer)
+    phase_ms = doc["step_time"]["phase_ms"]
+    # The recomputed forward (3 ms) runs inside backward: it is backward time, counted once.
+    assert 2.5 <= phase_ms["forward"] < 3.0 * 1.6
+    assert 3.0 <= phase_ms["backward"] < 3.0 * 1.6
+
+
+def test_time_outside_named_phases_is_other(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1)
+    model = BusyModel(1.0, 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(12):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            loss = model(torch.randn(4, 8)).sum()
+            loss.backward()
+            optimizer.step()
+            busy(6.0)  # logging / metrics / host syncs
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"
+    assert 5.5 <= doc["step_time"]["phase_ms"]["other"] < 6.0 * 1.6
