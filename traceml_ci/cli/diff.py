@@ -1,0 +1,112 @@
+"""``traceml-ci diff BASE HEAD`` (alias ``compare``): gate a head run against a baseline.
+
+The one place a verdict becomes an exit code (:data:`EXIT_CODES`); bad input is an InputError,
+which main() turns into exit 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 1
+EXIT_BAD_INPUT = 2
+EXIT_INCOMPARABLE = 3
+FORMATS = ("text", "markdown", "json")
+
+
+def exit_code(verdict: Verdict) -> int:
+    """pass and warn 0, regression 1, incomparable 3 (bad input is 2, raised as InputError)."""
+    return {
+        "pass": EXIT_PASS, "warn": EXIT_PASS, "regression": EXIT_REGRESSION,
+        "incomparable": EXIT_INCOMPARABLE,
+    }[verdict.value]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "diff",
+        aliases=["compare"],
+        help="compare a head summary with a baseline; exit 1 on regression",
+        description=(
+            "Compare HEAD with BASE metric by metric (phase shares, step time, memory, "
+            "diagnoses) under tolerance rules, and print a report. BASE and HEAD are "
+            "final_summary.json files, baseline sets written by the pytest plugin, or "
+            "traceml-ai 0.5 summaries. Rules come from --tolerances FILE, else from "
+            "[tool.traceml-ci] in the nearest pyproject.toml, else the defaults. "
+            "Exit codes: 0 pass or warn, 1 regression, 2 bad input, 3 incomparable."
+        ),
+    )
+    p.add_argument("base", metavar="BASE", help="baseline summary or baseline set")
+    p.add_argument("head", metavar="HEAD", help="summary or set to check")
+    p.add_argument("--tolerances", metavar="FILE",
+                   help="TOML rules file (see docs/gate.md); overrides pyproject.toml")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="report format (default: text)")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the report to FILE (atomically) instead of stdout")
+    p.add_argument("--allow-env-mismatch", action="store_true",
+                   help="compare absolute times and memory even across device types, GPU "
+                   "models or torch major versions")
+    p.add_argument("--width", type=int, default=None, metavar="N",
+                   help="text width in columns (default: terminal width, else 120)")
+    p.set_defaults(func=run)
+
+
+def _pair(base: Any, head: Any, rules: Any, allow: bool) -> Comparison | SetComparison:
+    from traceml_ci.gate.compare import compare, compare_sets
+    from traceml_ci.gate.inputs import InputKind
+
+    if base.kind is not InputKind.SET and head.kind is not InputKind.SET:
+        (b,), (h,) = base.summaries.values(), head.summaries.values()
+        return compare(b, h, rules, allow_env_mismatch=allow)
+    if len(base.summaries) == 1 and len(head.summaries) == 1:
+        (b,), (h,) = base.summaries.values(), head.summaries.values()
+        return compare(b, h, rules, allow_env_mismatch=allow)
+    return compare_sets(base.summaries, head.summaries, rules, allow_env_mismatch=allow)
+
+
+def _rules(path: str | None) -> Any:
+    from traceml_ci.gate.rules import find_pyproject, load_rules
+
+    if path is not None:
+        return load_rules(path)
+    pyproject = find_pyproject()
+    return load_rules(pyproject=pyproject) if pyproject is not None else load_rules()
+
+
+def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: bool) -> str:
+    from traceml_ci.gate import render as r
+
+    if fmt == "json":
+        return r.render_json(result)
+    if fmt == "markdown":
+        return r.render_markdown(result)
+    return r.render_text(result, width=width, colour=colour)
+
+
+def run(args: argparse.Namespace) -> int:
+    from traceml_ci.gate.inputs import read_input
+
+    rules = _rules(args.tolerances)
+    base = read_input(args.base)
+    head = read_input(args.head)
+    result = _pair(base, head, rules, args.allow_env_mismatch)
+    to_tty = args.output is None and sys.stdout.isatty()
+    colour = to_tty and "NO_COLOR" not in os.environ
+    width = args.width or (os.get_terminal_size().columns if to_tty else 120)
+    report = render(result, args.format, width=max(width, 40), colour=colour)
+    if args.output:
+        from traceml_ci.fsutil import atomic_write_text
+
+        atomic_write_text(args.output, report)
+        print(f"traceml-ci: {result.verdict.value} (report in {args.output})", file=sys.stderr)
+    else:
+        sys.stdout.write(report)
+    return exit_code(result.verdict)

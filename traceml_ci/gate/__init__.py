@@ -1,0 +1,45 @@
+"""The regression gate: compare a head summary with a base, decide, render.
+
+Imports neither torch nor pandas (``history`` imports pandas lazily, and is not re-exported).
+"""
+
+from __future__ import annotations
+
+from traceml_ci.gate.compare import (
+    Comparison,
+    Row,
+    SetComparison,
+    Status,
+    Verdict,
+    compare,
+    compare_sets,
+)
+from traceml_ci.gate.inputs import (
+    BASELINE_SET_VERSION,
+    load_input,
+    read_baseline_set,
+    write_baseline_set,
+)
+from traceml_ci.gate.render import render_json, render_markdown, render_text
+from traceml_ci.gate.rules import DEFAULT_RULES, Rule, Rules, load_rules
+
+__all__ = [
+    "BASELINE_SET_VERSION",
+    "DEFAULT_RULES",
+    "Comparison",
+    "Row",
+    "Rule",
+    "Rules",
+    "SetComparison",
+    "Status",
+    "Verdict",
+    "compare",
+    "compare_sets",
+    "load_input",
+    "load_rules",
+    "read_baseline_set",
+    "render_json",
+    "render_markdown",
+    "render_text",
+    "write_baseline_set",
+]

@@ -1,0 +1,539 @@
+"""The compare engine: base and head summaries in, a Comparison (rows, verdict, reasons) out.
+
+Pure: no I/O, no printing, no exit codes. A regression is a result, not an exception.
+The verdict rules (tolerance tiers, the noise rule, the label rules, the environment check) are
+documented in docs/gate.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from traceml_ci.gate import fmt
+from traceml_ci.gate.metrics import (
+    BY_NAME,
+    METRICS,
+    UNKNOWN_LABELS,
+    Kind,
+    Metric,
+    good_labels,
+)
+from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
+from traceml_ci.summary.model import PHASES
+
+#: Version of the JSON report (``--format json``).
+REPORT_VERSION = "1.0"
+
+#: A phase share that rose beyond tolerance is only a warning when the step got faster and that
+#: phase's own median ms grew by at most this much (percent): its share rose because the *other*
+#: phases got faster, not because it got slower.
+SHARE_ONLY_MAX_MS_GROWTH_PCT = 10.0
+
+
+class Status(str, Enum):
+    """The outcome of one metric."""
+
+    OK = "ok"
+    IMPROVED = "improved"
+    WARN = "warn"
+    REGRESSED = "regressed"
+    NEW = "new"  # only head has a value
+    MISSING = "missing"  # only base has a value
+
+
+class Verdict(str, Enum):
+    """The outcome of a whole comparison. The CLI maps it to an exit code."""
+
+    PASS = "pass"
+    WARN = "warn"
+    REGRESSION = "regression"
+    INCOMPARABLE = "incomparable"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """The rule a row was judged by, as shown in reports."""
+
+    rule: Rule
+    kind: Kind
+    unit: str
+    higher_is_worse: bool = True
+
+    def __str__(self) -> str:
+        r = self.rule
+        if self.kind is Kind.LABEL:
+            text = "any change" if r.direction is Direction.ANY else "no worse label"
+            return text if r.fail else f"{text} (warn only)"
+        sign = "±" if r.direction is Direction.ANY else ("+" if self.higher_is_worse else "−")
+        fail = self._tier(r.abs, r.rel, sign)
+        warn = self._tier(r.warn_abs, r.warn_rel, sign)
+        if fail and warn:
+            text = f"{fail} (warn {warn})"
+        else:
+            text = fail or (f"warn {warn}" if warn else "")
+        return text if r.fail or not text else f"{text}, warn only"
+
+    def _tier(self, a: float | None, rel: float | None, sign: str) -> str:
+        unit = "pp" if self.kind is Kind.PCT else self.unit
+        parts = []
+        if rel is not None:
+            parts.append(f"{sign}{rel:g}%")
+        if a is not None:
+            parts.append(f"{sign}{a:g} {unit}" if not parts else f"{a:g} {unit}")
+        return " & ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.rule.to_dict(), "text": str(self)}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric compared.
+
+    ``delta``: percentage points for ``*_pct``; percent of base for times, memory and rates;
+    MB per 1k steps for the growth slope; None for labels or when base is 0.
+    ``tolerance``: None for informational rows, which never gate.
+    ``noise``: how far the change had to go to clear the noise (noise_factor × combined IQR),
+    in the metric's own unit; None when the summaries report no spread for it.
+    """
+
+    name: str
+    base: float | str | None
+    head: float | str | None
+    delta: float | None
+    tolerance: Tolerance | None
+    status: Status
+    unit: str = ""
+    delta_unit: str = ""
+    noise: float | None = None
+    note: str = ""
+
+    @property
+    def gating(self) -> bool:
+        return self.tolerance is not None
+
+    @property
+    def changed(self) -> bool:
+        """Whether the row is worth showing unfolded: anything but a quiet ok."""
+        return self.status is not Status.OK or bool(self.note)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "base": self.base,
+            "head": self.head,
+            "delta": self.delta,
+            "delta_unit": self.delta_unit,
+            "unit": self.unit,
+            "tolerance": self.tolerance.to_dict() if self.tolerance else None,
+            "noise": self.noise,
+            "status": self.status.value,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A head summary against its base: one row per metric, the verdict and why."""
+
+    verdict: Verdict
+    rows: list[Row]
+    reasons: list[str]
+    base_run: str = ""
+    head_run: str = ""
+    skipped: list[str] = field(default_factory=list)
+    rules_source: str = "defaults"
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": REPORT_VERSION,
+            "kind": "comparison",
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "base_run": self.base_run,
+            "head_run": self.head_run,
+            "rules": self.rules_source,
+            "skipped": list(self.skipped),
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+@dataclass(frozen=True)
+class SetComparison:
+    """Baseline sets compared key by key (e.g. one summary per test id)."""
+
+    verdict: Verdict
+    items: dict[str, Comparison]
+    added: list[str]
+    removed: list[str]
+    reasons: list[str]
+    rules_source: str = "defaults"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": REPORT_VERSION,
+            "kind": "set",
+            "verdict": self.verdict.value,
+            "reasons": list(self.reasons),
+            "rules": self.rules_source,
+            "added": list(self.added),
+            "removed": list(self.removed),
+            "items": {k: {**c.to_dict(), "kind": "comparison"} for k, c in self.items.items()},
+        }
+
+
+# --- environment ---------------------------------------------------------------------------
+
+
+def _env(summary: Mapping[str, Any]) -> Mapping[str, Any]:
+    env = summary.get("env")
+    return env if isinstance(env, Mapping) else {}
+
+
+def _torch_major(version: Any) -> str | None:
+    if not isinstance(version, str) or not version:
+        return None
+    head = version.split(".", 1)[0]
+    return head if head.isdigit() else None
+
+
+def env_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """What makes absolute times and memory of two runs incomparable: device type, GPU model,
+    torch major version. A field unknown on either side is not a difference."""
+    b, h = _env(base), _env(head)
+    out: list[str] = []
+    bt, ht = b.get("device_type"), h.get("device_type")
+    if isinstance(bt, str) and isinstance(ht, str) and bt != ht:
+        out.append(f"device type {bt} → {ht}")
+    elif bt == ht and bt not in (None, "cpu"):
+        bn, hn = b.get("device_name"), h.get("device_name")
+        if isinstance(bn, str) and isinstance(hn, str) and bn != hn:
+            out.append(f"device {bn} → {hn}")
+    bm, hm = _torch_major(b.get("torch")), _torch_major(h.get("torch"))
+    if bm and hm and bm != hm:
+        out.append(f"torch major version {bm} → {hm}")
+    return out
+
+
+# --- judging one metric --------------------------------------------------------------------
+
+
+def _beyond(tier_abs: float | None, tier_rel: float | None, d_abs: float, d_rel: float) -> bool:
+    """Whether a change is past every threshold a tier gives (none given: never)."""
+    if tier_abs is None and tier_rel is None:
+        return False
+    return (tier_abs is None or d_abs > tier_abs) and (tier_rel is None or d_rel > tier_rel)
+
+
+def _noise_threshold(metric: Metric, base: Mapping[str, Any], head: Mapping[str, Any],
+                     factor: float) -> float | None:
+    spreads = [s for s in (metric.noise(base), metric.noise(head)) if s is not None]
+    if not spreads or factor <= 0:
+        return None
+    return factor * math.hypot(*spreads)
+
+
+def _relative(d: float, b: float) -> float:
+    """``d`` in percent of ``b``; from a base of 0, any change is infinitely large."""
+    if b != 0:
+        return d / abs(b) * 100.0
+    return 0.0 if d == 0 else math.copysign(math.inf, d)
+
+
+def _judge_number(metric: Metric, rule: Rule, b: float, h: float,
+                  noise: float | None) -> tuple[Status, float | None, str]:
+    d = h - b
+    d_rel = _relative(d, b)
+    delta: float | None = (None if b == 0 and d != 0 else d_rel) if metric.relative else d
+    if delta is not None and not math.isfinite(delta):
+        delta = None
+    if not (rule.has_fail_tier or rule.has_warn_tier):
+        return Status.OK, delta, ""
+    worse_sign = 1.0 if metric.higher_is_worse else -1.0
+    if rule.direction is Direction.ANY:
+        amount_abs, amount_rel = abs(d), abs(d_rel)
+    else:
+        amount_abs, amount_rel = d * worse_sign, d_rel * worse_sign
+    clears_noise = noise is None or abs(d) > noise
+    noise_note = f"within noise (±{noise:.3g} {_unit(metric)})" if noise is not None else ""
+    if _beyond(rule.abs, rule.rel, amount_abs, amount_rel):
+        if not clears_noise:
+            return Status.WARN, delta, f"beyond tolerance but {noise_note}"
+        if not rule.fail:
+            return Status.WARN, delta, "beyond tolerance (rule: warn only)"
+        return Status.REGRESSED, delta, ""
+    if _beyond(rule.warn_abs, rule.warn_rel, amount_abs, amount_rel):
+        return (Status.WARN, delta, "") if clears_noise else (Status.OK, delta, noise_note)
+    if rule.direction is Direction.WORSE:
+        better_abs, better_rel = -amount_abs, -amount_rel
+        if rule.has_warn_tier:
+            improved = _beyond(rule.warn_abs, rule.warn_rel, better_abs, better_rel)
+        else:
+            improved = _beyond(rule.abs, rule.rel, better_abs, better_rel)
+        if improved and clears_noise:
+            return Status.IMPROVED, delta, ""
+    return Status.OK, delta, ""
+
+
+def _unit(metric: Metric) -> str:
+    return "pp" if metric.kind is Kind.PCT else metric.unit
+
+
+def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, str]:
+    if b == h:
+        return Status.OK, ""
+    if b in UNKNOWN_LABELS or h in UNKNOWN_LABELS:
+        return Status.WARN, "too little data on one side to judge the label"
+    good = good_labels(metric)
+    if rule.direction is Direction.WORSE:
+        if h in good and b not in good:
+            return Status.IMPROVED, ""
+        if h in good and b in good:
+            return Status.WARN, "changed between healthy labels"
+    if not rule.fail:
+        return Status.WARN, "diagnosis changed (rule: warn only)"
+    return Status.REGRESSED, "diagnosis changed"
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+
+def _run_name(summary: Mapping[str, Any]) -> str:
+    run = summary.get("run")
+    name = run.get("name") if isinstance(run, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _run_status(summary: Mapping[str, Any]) -> str | None:
+    run = summary.get("run")
+    status = run.get("status") if isinstance(run, Mapping) else None
+    return status if isinstance(status, str) else None
+
+
+def _has_noise(summary: Mapping[str, Any]) -> bool:
+    st = summary.get("step_time")
+    return isinstance(st, Mapping) and isinstance(st.get("noise"), Mapping)
+
+
+def _mapping_notes(side: str, summary: Mapping[str, Any]) -> list[str]:
+    mapped = summary.get("mapped_from")
+    if not isinstance(mapped, Mapping):
+        return []
+    tool = mapped.get("tool", "another tool")
+    version = mapped.get("schema_version", "?")
+    unmapped = mapped.get("unmapped") or []
+    text = f"{side} was mapped from {tool} (schema {version})"
+    if unmapped:
+        text += "; not mapped: " + ", ".join(str(u) for u in unmapped)
+    return [text]
+
+
+def _describe(row: Row) -> str:
+    """One line for the reasons: what regressed, by how much, against which tolerance."""
+    change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
+    d = fmt.delta(row.delta, row.delta_unit)
+    detail = "; ".join(x for x in (d, f"tolerance {row.tolerance}" if row.tolerance else "") if x)
+    return f"{row.name}: {change}" + (f" ({detail})" if detail else "")
+
+
+def compare(
+    base: Mapping[str, Any],
+    head: Mapping[str, Any],
+    rules: Rules = DEFAULT_RULES,
+    *,
+    allow_env_mismatch: bool = False,
+) -> Comparison:
+    """Compare two summary dicts (already validated, or mapped from traceml-ai) metric by metric.
+
+    A metric regresses only when its change is beyond its fail tolerance *and* beyond the noise
+    both summaries report (``rules.noise_factor`` × combined IQR across windows of steps).
+    """
+    reasons: list[str] = []
+    skipped: list[str] = []
+    reasons += _mapping_notes("base", base) + _mapping_notes("head", head)
+    diffs = env_differences(base, head)
+    skip_env = bool(diffs) and not allow_env_mismatch
+    if diffs and skip_env:
+        reasons.append(
+            "environments differ (" + "; ".join(diffs) + "): absolute times and memory are "
+            "skipped, phase shares still compared (--allow-env-mismatch compares all)"
+        )
+    elif diffs:
+        reasons.append("environments differ (" + "; ".join(diffs) + "); compared anyway")
+    missing_noise = [s for s, doc in (("base", base), ("head", head)) if not _has_noise(doc)]
+    if missing_noise and rules.noise_factor > 0:
+        reasons.append(
+            f"no noise estimate in {' and '.join(missing_noise)} (too few steps, or not recorded)"
+            ": the noise rule uses what the other side reports, else tolerances alone"
+        )
+
+    rows: list[Row] = []
+    for metric in METRICS:
+        rule = rules.rule_for(metric.name)
+        if rule.skip:
+            continue
+        b, h = metric.value(base), metric.value(head)
+        if b is None and h is None:
+            continue
+        if metric.env_dependent and skip_env:
+            skipped.append(metric.name)
+            continue
+        gating = metric.kind is Kind.LABEL or rule.has_fail_tier or rule.has_warn_tier
+        tol = Tolerance(rule, metric.kind, metric.unit, metric.higher_is_worse) if gating else None
+        delta_unit = "" if metric.kind is Kind.LABEL else (
+            "%" if metric.relative else _unit(metric)
+        )
+        common = dict(unit=metric.unit, delta_unit=delta_unit)
+        if b is None:
+            rows.append(Row(metric.name, b, h, None, tol, Status.NEW, **common))
+            continue
+        if h is None:
+            status = Status.MISSING if gating else Status.OK
+            rows.append(Row(metric.name, b, h, None, tol, status, **common,
+                            note="no value in head"))
+            continue
+        if metric.kind is Kind.LABEL:
+            status, note = _judge_label(metric, rule, b, h)
+            rows.append(Row(metric.name, b, h, None, tol, status, **common, note=note))
+            continue
+        noise = _noise_threshold(metric, base, head, rules.noise_factor)
+        status, delta, note = _judge_number(metric, rule, b, h, noise)
+        rows.append(Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note))
+
+    rows = _share_context(rows, base, head, skip_env)
+    rows = _label_jitter_exemption(rows)
+
+    head_status = _run_status(head)
+    run_warn = head_status not in (None, "completed")
+    if run_warn:
+        reasons.append(f"head run {head_status}: its figures may cover only part of the run")
+    verdict = _verdict(rows, run_warn)
+    if verdict is Verdict.INCOMPARABLE:
+        reasons.append("nothing left to compare: no gated metric has a value on both sides")
+    for row in rows:
+        if row.status is Status.REGRESSED:
+            reasons.append(_describe(row))
+    return Comparison(
+        verdict=verdict, rows=rows, reasons=reasons, base_run=_run_name(base),
+        head_run=_run_name(head), skipped=skipped, rules_source=rules.source,
+    )
+
+
+def _share_context(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any],
+                   skip_env: bool) -> list[Row]:
+    """Shares add up to 100, so one phase's change moves the others. Judge a phase's share by
+    its own milliseconds where the runs are comparable:
+
+    - a share that rose beyond tolerance while the step got faster and the phase's own median
+      ms grew by at most SHARE_ONLY_MAX_MS_GROWTH_PCT is a warning, not a regression (the
+      other phases got faster);
+    - a share that fell is *improved* only if the phase's own ms fell by more than that much;
+      otherwise it fell because other phases grew, and the row is ok with a note.
+    """
+    step = BY_NAME["step_time.step_ms.median"]
+    b_step, h_step = step.value(base), step.value(head)
+    out = []
+    for row in rows:
+        phase = row.name.removeprefix("step_time.").removesuffix("_pct")
+        if phase not in PHASES or row.status not in (Status.REGRESSED, Status.IMPROVED):
+            out.append(row)
+            continue
+        ms = BY_NAME[f"step_time.phase_ms.{phase}"]
+        b_ms, h_ms = ms.value(base), ms.value(head)
+        growth = None
+        if not skip_env and b_ms and h_ms is not None:
+            growth = (h_ms - b_ms) / b_ms * 100.0
+        if row.status is Status.IMPROVED:
+            if growth is None or growth > -SHARE_ONLY_MAX_MS_GROWTH_PCT:
+                own = "" if growth is None else f" ({phase} itself {growth:+.0f}% ms)"
+                row = _with(row, Status.OK, f"share fell as other phases grew{own}")
+        elif (
+            growth is not None and growth <= SHARE_ONLY_MAX_MS_GROWTH_PCT
+            and b_step is not None and h_step is not None and h_step < b_step
+            and (row.delta or 0) > 0
+        ):
+            row = _with(row, Status.WARN, (
+                f"share rose because other phases got faster ({phase} itself {growth:+.0f}% ms;"
+                f" step {fmt.number(b_step)} → {fmt.number(h_step)} ms)"
+            ))
+        out.append(row)
+    return out
+
+
+def _label_jitter_exemption(rows: list[Row]) -> list[Row]:
+    """The step-time label is a function of the shares: if it flipped while no share moved
+    beyond its warn tier, the run sits on a threshold, and the flip is only a warning."""
+    pct_rows = [r for r in rows if r.name.startswith("step_time.") and r.name.endswith("_pct")
+                and r.gating]
+    if not pct_rows or any(r.status in (Status.WARN, Status.REGRESSED) for r in pct_rows):
+        return rows
+    if any(r.status in (Status.NEW, Status.MISSING) for r in pct_rows):
+        return rows
+    return [
+        _with(r, Status.WARN, "label crossed a diagnosis threshold while no phase share moved "
+              "beyond its warn tolerance")
+        if r.name == "step_time.diagnosis" and r.status is Status.REGRESSED else r
+        for r in rows
+    ]
+
+
+def _with(row: Row, status: Status, note: str) -> Row:
+    return Row(row.name, row.base, row.head, row.delta, row.tolerance, status, row.unit,
+               row.delta_unit, row.noise, note)
+
+
+def _verdict(rows: list[Row], run_warn: bool = False) -> Verdict:
+    judged = [r for r in rows if r.gating and r.status not in (Status.NEW, Status.MISSING)]
+    if not judged:
+        return Verdict.INCOMPARABLE
+    if any(r.status is Status.REGRESSED for r in rows):
+        return Verdict.REGRESSION
+    if run_warn or any(r.status in (Status.WARN, Status.MISSING) for r in rows):
+        return Verdict.WARN
+    return Verdict.PASS
+
+
+def compare_sets(
+    base: Mapping[str, Mapping[str, Any]],
+    head: Mapping[str, Mapping[str, Any]],
+    rules: Rules = DEFAULT_RULES,
+    *,
+    allow_env_mismatch: bool = False,
+) -> SetComparison:
+    """Compare baseline sets key by key. Keys only in head are *added* (no baseline yet: fine);
+    keys only in base are *removed* (a warning). Any regressed key makes a regression."""
+    common = [k for k in base if k in head]
+    added = [k for k in head if k not in base]
+    removed = [k for k in base if k not in head]
+    items = {
+        k: compare(base[k], head[k], rules, allow_env_mismatch=allow_env_mismatch)
+        for k in common
+    }
+    reasons: list[str] = []
+    verdicts = [c.verdict for c in items.values()]
+    regressed = [k for k, c in items.items() if c.verdict is Verdict.REGRESSION]
+    if regressed:
+        verdict = Verdict.REGRESSION
+        reasons.append(f"{len(regressed)} of {len(items)} regressed: " + ", ".join(regressed))
+    elif not items or all(v is Verdict.INCOMPARABLE for v in verdicts):
+        verdict = Verdict.INCOMPARABLE
+        reasons.append("no key in common" if not items else "no key could be compared")
+    elif removed or any(v in (Verdict.WARN, Verdict.INCOMPARABLE) for v in verdicts):
+        verdict = Verdict.WARN
+    else:
+        verdict = Verdict.PASS
+    incomparable = [k for k, c in items.items() if c.verdict is Verdict.INCOMPARABLE]
+    if incomparable and verdict is not Verdict.INCOMPARABLE:
+        reasons.append("not comparable: " + ", ".join(incomparable))
+    if added:
+        reasons.append(f"{len(added)} added (no baseline yet): " + ", ".join(added))
+    if removed:
+        reasons.append(f"{len(removed)} removed (in base, not in head): " + ", ".join(removed))
+    return SetComparison(verdict, items, added, removed, reasons, rules.source)

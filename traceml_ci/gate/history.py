@@ -1,0 +1,214 @@
+"""Many summaries over time: a pandas DataFrame per series, each metric's trend, and the run at
+which it moved (the split of the series with the largest shift of medians, when that shift is
+beyond the metric's fail tolerance).
+
+pandas is imported inside the functions that need it; nothing else in the gate imports this.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traceml_ci.errors import InputError
+from traceml_ci.gate import fmt
+from traceml_ci.gate.metrics import METRICS, Kind, Metric
+from traceml_ci.gate.rules import DEFAULT_RULES, Rules
+
+SPARK = "▁▂▃▄▅▆▇█"
+#: The metrics a history shows: every gated one with a number or a label.
+HISTORY_METRICS: tuple[Metric, ...] = tuple(
+    m for m in METRICS
+    if m.kind is Kind.LABEL or m.name in (
+        "step_time.step_ms.median", "step_time.throughput.samples_per_s",
+        "step_memory.peak_allocated_mb", "step_memory.peak_reserved_mb",
+        "step_memory.peak_rss_mb",
+    ) or (m.kind is Kind.PCT and m.name.startswith("step_time."))
+)
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One summary in a history: which series it belongs to, its label and start time."""
+
+    series: str
+    label: str
+    started_at: str
+    path: str
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Move:
+    """Where a metric moved: the first run after the split, and the medians either side."""
+
+    at: str
+    before: float | str
+    after: float | str
+    delta: float | None  # pp for *_pct, percent for relative metrics, None for labels
+
+
+def _label_for(path: Path) -> str:
+    if path.stem == "final_summary":
+        return path.parent.name or path.stem
+    return path.stem
+
+
+def collect(paths: Iterable[str | os.PathLike[str]]) -> list[RunPoint]:
+    """Load summaries from files and folders (folders: every ``*.json`` below them that is a
+    summary or a baseline set; other JSON there is skipped). Sorted by series, then run start.
+    A file named explicitly must be readable and valid: InputError otherwise."""
+    from traceml_ci.gate.inputs import InputKind, read_input
+
+    points: list[RunPoint] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*.json") if p.is_file())
+            explicit = False
+        elif path.exists():
+            files, explicit = [path], True
+        else:
+            raise InputError(str(path), "no such file or folder")
+        for file in files:
+            try:
+                loaded = read_input(file)
+            except InputError:
+                if explicit:
+                    raise
+                continue
+            label = _label_for(file)
+            for key, summary in loaded.summaries.items():
+                run = summary.get("run") or {}
+                series = key if loaded.kind is InputKind.SET else str(run.get("name") or "")
+                points.append(RunPoint(series, label, str(run.get("started_at") or ""),
+                                       str(file), summary))
+    if not points:
+        raise InputError(None, "no summaries found in " + ", ".join(map(str, paths)))
+    points.sort(key=lambda p: (p.series, p.started_at, p.path))
+    return points
+
+
+def frame(points: Sequence[RunPoint]) -> Any:
+    """A pandas DataFrame: one row per run (series, run, started_at, path), one column per
+    metric of :data:`HISTORY_METRICS`."""
+    import pandas as pd
+
+    rows = []
+    for p in points:
+        row: dict[str, Any] = {"series": p.series, "run": p.label, "started_at": p.started_at,
+                               "path": p.path}
+        for m in HISTORY_METRICS:
+            row[m.name] = m.value(p.summary)
+        rows.append(row)
+    columns = ["series", "run", "started_at", "path", *(m.name for m in HISTORY_METRICS)]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def find_move(values: Sequence[Any], runs: Sequence[str], metric: Metric,
+              rules: Rules = DEFAULT_RULES) -> Move | None:
+    """The split with the largest shift of medians, if that shift is beyond the metric's fail
+    tolerance (either direction); for labels, the last run whose label differs from the one
+    before it."""
+    pairs = [(v, r) for v, r in zip(values, runs, strict=True) if v is not None and v == v]
+    if len(pairs) < 2:
+        return None
+    if metric.kind is Kind.LABEL:
+        for i in range(len(pairs) - 1, 0, -1):
+            if pairs[i][0] != pairs[i - 1][0]:
+                return Move(pairs[i][1], pairs[i - 1][0], pairs[i][0], None)
+        return None
+    rule = rules.rule_for(metric.name)
+    if not rule.has_fail_tier:
+        return None
+    vals = [float(v) for v, _ in pairs]
+    best: tuple[float, int, float, float] | None = None
+    for k in range(1, len(vals)):
+        before, after = statistics.median(vals[:k]), statistics.median(vals[k:])
+        shift = abs(after - before)
+        if best is None or shift > best[0]:
+            best = (shift, k, before, after)
+    assert best is not None
+    _, k, before, after = best
+    d = after - before
+    rel = d / abs(before) * 100.0 if before else (0.0 if d == 0 else float("inf"))
+    beyond = (rule.abs is None or abs(d) > rule.abs) and (rule.rel is None or abs(rel) > rule.rel)
+    if not beyond:
+        return None
+    delta = (rel if rel != float("inf") else None) if metric.relative else d
+    return Move(pairs[k][1], before, after, delta)
+
+
+def sparkline(values: Sequence[Any]) -> str:
+    """One block character per value, scaled between the series' min and max ('·' for none)."""
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and v == v]
+    if not nums:
+        return ""
+    lo, hi = min(nums), max(nums)
+    out = []
+    for v in values:
+        if not isinstance(v, (int, float)) or v != v:
+            out.append("·")
+        elif hi == lo:
+            out.append(SPARK[0])
+        else:
+            out.append(SPARK[round((float(v) - lo) / (hi - lo) * (len(SPARK) - 1))])
+    return "".join(out)
+
+
+def render_history(points: Sequence[RunPoint], rules: Rules = DEFAULT_RULES, *,
+                   output: str = "markdown") -> str:
+    """``output``: "markdown" (a trend table per series) or "csv" (one row per run)."""
+    df = frame(points)
+    if output == "csv":
+        return str(df.to_csv(index=False))
+    return _markdown(df, rules)
+
+
+def _markdown(df: Any, rules: Rules) -> str:
+    from tabulate import tabulate
+
+    from traceml_ci.gate.render import md_escape
+
+    out: list[str] = []
+    for series, group in df.groupby("series", sort=True):
+        runs = list(group["run"])
+        title = md_escape(series or "(unnamed run)")
+        span = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+        first, last = group["started_at"].iloc[0], group["started_at"].iloc[-1]
+        if first and last:
+            span += f", {md_escape(first)} → {md_escape(last)}"
+        out += [f"### {title}", "", span, ""]
+        table = []
+        for m in HISTORY_METRICS:
+            values = [None if _missing(v) else v for v in group[m.name]]
+            if all(v is None for v in values):
+                continue
+            present = [v for v in values if v is not None]
+            move = find_move(values, runs, m, rules)
+            if move is None:
+                moved = "—"
+            else:
+                change = f"{fmt_value(move.before, m)} → {fmt_value(move.after, m)}"
+                d = fmt.delta(move.delta, "" if m.kind is Kind.LABEL else
+                              ("%" if m.relative else "pp" if m.kind is Kind.PCT else m.unit))
+                moved = f"{md_escape(move.at)}: {md_escape(change)}" + (f" ({d})" if d else "")
+            table.append([
+                m.name, md_escape(fmt_value(present[0], m)), md_escape(fmt_value(present[-1], m)),
+                "" if m.kind is Kind.LABEL else sparkline(values), moved,
+            ])
+        out += [tabulate(table, headers=["metric", "first", "last", "trend", "moved at"],
+                         tablefmt="github", disable_numparse=True), ""]
+    return "\n".join(out)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def fmt_value(v: Any, m: Metric) -> str:
+    return fmt.value(v, m.unit)

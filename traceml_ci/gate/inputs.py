@@ -1,0 +1,169 @@
+"""What ``diff`` reads: a summary, a baseline set of summaries, or a traceml-ai summary.
+
+Every way an input can be unusable raises ``InputError(path, problem)`` with one line that names
+the problem. Validation takes the fast path (fastschema) and asks jsonschema only to word an
+error, so a valid pair of summaries is diffed without paying for ``import jsonschema``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from traceml_ci.errors import InputError
+from traceml_ci.fsutil import atomic_write_text
+from traceml_ci.summary.io import read_json
+
+#: Version of the baseline-set file format ``{"schema_version", "tool", "summaries": {...}}``.
+BASELINE_SET_VERSION = "1.0"
+SET_KEY = "summaries"
+
+
+class InputKind(str, Enum):
+    SUMMARY = "summary"
+    SET = "set"
+    TRACEML_AI = "traceml-ai"
+
+
+@dataclass(frozen=True)
+class LoadedInput:
+    """One input file: what it was, and its summaries by key."""
+
+    path: str
+    kind: InputKind
+    summaries: dict[str, dict[str, Any]]
+
+
+def summary_problem(doc: Any) -> str | None:
+    """The first problem of a traceml-ci summary document, or None when it is valid."""
+    from traceml_ci.gate.fastschema import Unsupported, checker_for
+    from traceml_ci.summary.schema import SUMMARY_SCHEMA, semantic_problems, summary_problems
+
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, got {_json_type(doc)}"
+    semantic = semantic_problems(doc)
+    version = [p for p in semantic if p.path == "$.schema_version"]
+    if version:
+        return str(version[0])
+    try:
+        fast = checker_for(SUMMARY_SCHEMA).problems(doc)
+    except Unsupported:
+        fast = None
+    if fast == []:
+        return str(semantic[0]) if semantic else None
+    problems = summary_problems(doc)  # jsonschema: slower, but words errors like `validate`
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"{problems[0]}{more}"
+    if fast:
+        return f"{fast[0][0]}: {fast[0][1]}"
+    return None
+
+
+def _json_type(x: Any) -> str:
+    if isinstance(x, list):
+        return "a JSON array"
+    if isinstance(x, str):
+        return "a JSON string"
+    if isinstance(x, bool):
+        return "a JSON boolean"
+    if x is None:
+        return "JSON null"
+    return "a JSON number"
+
+
+def _one_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any], bool]:
+    """Validate (or map) one summary; returns it and whether it was mapped from traceml-ai."""
+    from traceml_ci.gate import traceml_ai
+
+    prefix = f"{where}: " if where else ""
+    if isinstance(doc, dict) and traceml_ai.is_traceml_ai(doc):
+        try:
+            mapped = traceml_ai.map_summary(doc, path)
+        except InputError as exc:
+            raise InputError(path, prefix + exc.problem) from None
+        problem = summary_problem(mapped)
+        if problem:
+            raise InputError(path, f"{prefix}could not map the traceml-ai summary: {problem}")
+        return mapped, True
+    problem = summary_problem(doc)
+    if problem:
+        raise InputError(path, f"{prefix}invalid summary: {problem}")
+    return doc, False
+
+
+def _key_for(summary: Mapping[str, Any], path: Path) -> str:
+    run = summary.get("run")
+    name = run.get("name") if isinstance(run, Mapping) else None
+    return name if isinstance(name, str) and name else path.stem
+
+
+def _set_summaries(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+    from traceml_ci.summary.schema import major
+
+    version = doc.get("schema_version")
+    if not isinstance(version, str) or major(version) is None:
+        raise InputError(path, "baseline set: schema_version must be a string like "
+                         f"{BASELINE_SET_VERSION!r}")
+    theirs, ours = major(version), major(BASELINE_SET_VERSION)
+    if theirs is not None and ours is not None and theirs > ours:
+        raise InputError(path, f"baseline set schema version {version} is newer than this "
+                         f"traceml-ci reads ({BASELINE_SET_VERSION}); upgrade traceml-ci")
+    summaries = doc.get(SET_KEY)
+    if not isinstance(summaries, dict):
+        raise InputError(path, f"baseline set: {SET_KEY!r} must be an object of summaries by key")
+    out: dict[str, dict[str, Any]] = {}
+    for key, summary in summaries.items():
+        out[key], _ = _one_summary(summary, path, f"summaries[{json.dumps(key)}]")
+    return out
+
+
+def read_input(path: str | os.PathLike[str]) -> LoadedInput:
+    """Read one input file, whatever its kind; InputError(path, problem) if it is unusable."""
+    p = Path(path)
+    doc = read_json(p)
+    if not isinstance(doc, dict):
+        raise InputError(str(p), f"expected a JSON object (a summary or a baseline set), "
+                         f"got {_json_type(doc)}")
+    if SET_KEY in doc and "step_time" not in doc:
+        return LoadedInput(str(p), InputKind.SET, _set_summaries(doc, str(p)))
+    summary, mapped = _one_summary(doc, str(p))
+    kind = InputKind.TRACEML_AI if mapped else InputKind.SUMMARY
+    return LoadedInput(str(p), kind, {_key_for(summary, p): summary})
+
+
+def load_input(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Summaries by key: a single summary as ``{run name or file stem: summary}``, a baseline
+    set as its ``summaries``, a traceml-ai summary mapped to ours (``mapped_from`` says what
+    could not be mapped). Raises InputError(path, problem) for every bad input."""
+    return read_input(path).summaries
+
+
+def read_baseline_set(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The summaries of a baseline set file; InputError if the file is not a valid set."""
+    p = Path(path)
+    doc = read_json(p)
+    if not isinstance(doc, dict) or SET_KEY not in doc:
+        raise InputError(str(p), f"not a baseline set (expected an object with {SET_KEY!r})")
+    return _set_summaries(doc, str(p))
+
+
+def write_baseline_set(path: str | os.PathLike[str], summaries: Mapping[str, dict[str, Any]]
+                       ) -> None:
+    """Write summaries as a baseline set, keys sorted, atomically (temp file + os.replace)."""
+    from traceml_ci._version import __version__
+
+    for key, summary in summaries.items():
+        if not isinstance(key, str) or not isinstance(summary, Mapping):
+            raise TypeError("a baseline set maps str keys to summary dicts")
+    doc = {
+        "schema_version": BASELINE_SET_VERSION,
+        "tool": {"name": "traceml-ci", "version": __version__},
+        SET_KEY: {k: dict(summaries[k]) for k in sorted(summaries)},
+    }
+    atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")

@@ -1,0 +1,142 @@
+"""The metrics the gate compares: their names, units, which way is worse, and where they live.
+
+Names are dotted paths into final_summary.json (``step_time.dataloader_pct``); tolerance rules
+match them with glob patterns. This module is the gate's only reader of summary key names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from traceml_ci.summary.model import PHASES
+
+
+class Kind(str, Enum):
+    """How a metric's change is measured and shown."""
+
+    PCT = "pct"  # a share of the step, in percent: delta in percentage points (pp)
+    TIME = "time"  # milliseconds: delta relative, in percent
+    MEMORY = "memory"  # MiB: delta relative, in percent
+    RATE = "rate"  # per second: delta relative, in percent
+    SLOPE = "slope"  # MB per 1k steps, may be negative: delta absolute
+    LABEL = "label"  # a diagnosis label: changed or not
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One comparable figure of a summary.
+
+    ``path``: keys into the summary dict. ``higher_is_worse``: the direction of a regression for
+    rules with ``direction = "worse"``. ``env_dependent``: absolute times and memory, only
+    comparable between runs on the same kind of machine. ``noise_path``: where the summary
+    records this metric's spread across windows of steps (an IQR, in the metric's unit).
+    """
+
+    name: str
+    kind: Kind
+    path: tuple[str, ...]
+    unit: str
+    higher_is_worse: bool = True
+    env_dependent: bool = False
+    noise_path: tuple[str, ...] | None = None
+
+    @property
+    def relative(self) -> bool:
+        """Whether the headline delta is relative (percent of base) rather than absolute."""
+        return self.kind in (Kind.TIME, Kind.MEMORY, Kind.RATE)
+
+    def value(self, summary: Mapping[str, Any]) -> Any:
+        """This metric's value in ``summary``: a finite float, a label string, or None."""
+        node: Any = summary
+        for key in self.path:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(key)
+        if self.kind is Kind.LABEL:
+            return node if isinstance(node, str) else None
+        return _finite(node)
+
+    def noise(self, summary: Mapping[str, Any]) -> float | None:
+        """The IQR across windows of steps that ``summary`` reports for this metric, if any."""
+        if self.noise_path is None:
+            return None
+        node: Any = summary
+        for key in self.noise_path:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(key)
+        value = _finite(node)
+        return None if value is None or value < 0 else value
+
+
+def _finite(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _catalogue() -> tuple[Metric, ...]:
+    out: list[Metric] = [Metric("step_time.diagnosis", Kind.LABEL, ("step_time", "diagnosis"), "")]
+    for phase in PHASES:
+        out.append(
+            Metric(
+                f"step_time.{phase}_pct", Kind.PCT, ("step_time", f"{phase}_pct"), "%",
+                noise_path=("step_time", "noise", "pct", phase, "iqr"),
+            )
+        )
+    out.append(
+        Metric(
+            "step_time.step_ms.median", Kind.TIME, ("step_time", "step_ms", "median"), "ms",
+            env_dependent=True, noise_path=("step_time", "noise", "step_ms", "iqr"),
+        )
+    )
+    out.append(
+        Metric("step_time.step_ms.p90", Kind.TIME, ("step_time", "step_ms", "p90"), "ms",
+               env_dependent=True)
+    )
+    for phase in PHASES:
+        out.append(
+            Metric(f"step_time.phase_ms.{phase}", Kind.TIME, ("step_time", "phase_ms", phase),
+                   "ms", env_dependent=True)
+        )
+    out.append(
+        Metric("step_time.throughput.samples_per_s", Kind.RATE,
+               ("step_time", "throughput", "samples_per_s"), "samples/s",
+               higher_is_worse=False, env_dependent=True)
+    )
+    out.append(Metric("step_memory.diagnosis", Kind.LABEL, ("step_memory", "diagnosis"), ""))
+    for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb"):
+        out.append(
+            Metric(f"step_memory.{key}", Kind.MEMORY, ("step_memory", key), "MB",
+                   env_dependent=True)
+        )
+    out.append(
+        Metric("step_memory.growth_mb_per_1k_steps", Kind.SLOPE,
+               ("step_memory", "growth_mb_per_1k_steps"), "MB/1k steps", env_dependent=True)
+    )
+    out.append(
+        Metric("gpu.util_mean_pct", Kind.PCT, ("gpu", "util_mean_pct"), "%",
+               higher_is_worse=False, env_dependent=True)
+    )
+    return tuple(out)
+
+
+#: Every metric the gate knows, in display order.
+METRICS: tuple[Metric, ...] = _catalogue()
+METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
+BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+
+#: Step-time labels that are the healthy outcome: moving *to* one of them is an improvement.
+GOOD_STEP_TIME_LABELS = frozenset({"BALANCED", "COMPUTE_BOUND"})
+GOOD_MEMORY_LABELS = frozenset({"BALANCED"})
+#: Labels that say "too little data to tell": a change to or from them is a warning, not a verdict.
+UNKNOWN_LABELS = frozenset({"INSUFFICIENT_DATA", "NO_DATA"})
+
+
+def good_labels(metric: Metric) -> frozenset[str]:
+    return GOOD_STEP_TIME_LABELS if metric.path[0] == "step_time" else GOOD_MEMORY_LABELS

@@ -1,0 +1,297 @@
+"""Renderers: a Comparison or SetComparison in, a string out (markdown, terminal text, JSON).
+
+Pure functions; width and colour are parameters. tabulate and rich are imported inside the
+renderer that needs them. Everything taken from input (run names, keys, labels, notes) goes
+through :func:`md_escape` before it reaches markdown.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from traceml_ci.gate import fmt
+from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
+from traceml_ci.summary.model import PHASES
+
+#: First line of every markdown report, so a bot can find its PR comment and update it.
+MARKER = "<!-- traceml-ci:report -->"
+#: GitHub refuses comments over 65,536 characters; stay under it with room for a footer.
+MAX_MARKDOWN_CHARS = 60_000
+BAR_WIDTH = 40
+#: One fill character per phase, in PHASES order, for the stacked bars.
+BAR_CHARS = {"dataloader": "█", "forward": "▓", "backward": "▒", "optimizer": "░", "other": "·"}
+
+VERDICT_ICON = {
+    Verdict.PASS: "✅", Verdict.WARN: "⚠️", Verdict.REGRESSION: "❌", Verdict.INCOMPARABLE: "⚪",
+}
+STATUS_ICON = {
+    Status.OK: "", Status.IMPROVED: "🟢", Status.WARN: "🟡", Status.REGRESSED: "🔴",
+    Status.NEW: "🆕", Status.MISSING: "⚪",
+}
+STATUS_STYLE = {
+    Status.OK: "dim", Status.IMPROVED: "green", Status.WARN: "yellow",
+    Status.REGRESSED: "bold red", Status.NEW: "cyan", Status.MISSING: "magenta",
+}
+VERDICT_STYLE = {
+    Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.REGRESSION: "bold red",
+    Verdict.INCOMPARABLE: "bold magenta",
+}
+
+_MD_ESCAPES = {
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "@": "&#64;",
+    "[": "&#91;", "]": "&#93;", "\\": "&#92;", "*": "&#42;",
+}
+
+
+def md_escape(text: Any) -> str:
+    """Make input text inert in GitHub markdown: no table breaks, HTML, code spans, links,
+    mentions or ``*`` emphasis; newlines and other control characters become spaces.
+    (``_`` is left alone: GitHub never reads it as emphasis inside a word like ``step_ms``.)"""
+    s = "".join(" " if (ord(ch) < 32 or ch in "\u2028\u2029\x7f") else ch for ch in str(text))
+    return "".join(_MD_ESCAPES.get(ch, ch) for ch in s)
+
+
+# --- shared pieces -------------------------------------------------------------------------
+
+
+def _headline(c: Comparison | SetComparison) -> str:
+    """The one-line verdict, plain text (escaped by the caller where needed)."""
+    if isinstance(c, SetComparison):
+        n = len(c.items)
+        bad = sum(1 for x in c.items.values() if x.verdict is Verdict.REGRESSION)
+        warn = sum(1 for x in c.items.values() if x.verdict is Verdict.WARN)
+        parts = [f"{n} compared"]
+        if bad:
+            parts.append(f"{bad} regressed")
+        if warn:
+            parts.append(f"{warn} warned")
+        if c.added:
+            parts.append(f"{len(c.added)} added")
+        if c.removed:
+            parts.append(f"{len(c.removed)} removed")
+        return f"{c.verdict.value}: " + ", ".join(parts)
+    counts = {s: sum(1 for r in c.rows if r.status is s) for s in Status}
+    if c.verdict is Verdict.INCOMPARABLE:
+        return "incomparable: nothing left to compare"
+    if c.verdict is Verdict.REGRESSION:
+        tail = f"{counts[Status.REGRESSED]} metric(s) beyond tolerance and noise"
+    elif c.verdict is Verdict.WARN:
+        tail = f"{counts[Status.WARN] + counts[Status.MISSING]} metric(s) to look at"
+    else:
+        tail = "no metric beyond tolerance"
+    if counts[Status.IMPROVED]:
+        tail += f", {counts[Status.IMPROVED]} improved"
+    return f"{c.verdict.value}: {tail}"
+
+
+def _delta(row: Row) -> str:
+    if isinstance(row.base, str) or isinstance(row.head, str):
+        return "changed" if row.base != row.head and None not in (row.base, row.head) else ""
+    return fmt.delta(row.delta, row.delta_unit)
+
+
+def _split(c: Comparison, side: str) -> dict[str, float] | None:
+    values = {}
+    for phase in PHASES:
+        row = c.row(f"step_time.{phase}_pct")
+        v = getattr(row, side) if row else None
+        if not isinstance(v, float):
+            return None
+        values[phase] = max(v, 0.0)
+    return values
+
+
+def split_bar(pcts: dict[str, float], width: int = BAR_WIDTH) -> str:
+    """A stacked bar of exactly ``width`` characters, one fill character per phase; widths by
+    largest remainder so they always add up."""
+    total = sum(pcts.values()) or 1.0
+    exact = {k: v / total * width for k, v in pcts.items()}
+    cells = {k: int(x) for k, x in exact.items()}
+    order = sorted(exact, key=lambda k: exact[k] - cells[k], reverse=True)
+    for k in order[: width - sum(cells.values())]:
+        cells[k] += 1
+    return "".join(BAR_CHARS[k] * cells[k] for k in PHASES if k in cells)
+
+
+def _bars(c: Comparison, width: int) -> list[str] | None:
+    base, head = _split(c, "base"), _split(c, "head")
+    if base is None and head is None:
+        return None
+    lines = []
+    for side, split in (("base", base), ("head", head)):
+        if split is not None:
+            lines.append(f"{side}  {split_bar(split, width)}")
+    lines.append("      " + "  ".join(f"{BAR_CHARS[p]} {p}" for p in PHASES))
+    return lines
+
+
+# --- markdown ------------------------------------------------------------------------------
+
+
+def _md_rows(rows: list[Row]) -> str:
+    from tabulate import tabulate
+
+    table = [
+        [
+            md_escape(r.name),
+            md_escape(fmt.value(r.base, r.unit)),
+            md_escape(fmt.value(r.head, r.unit)),
+            md_escape(_delta(r)),
+            md_escape(str(r.tolerance)) if r.tolerance else "—",
+            (f"{STATUS_ICON[r.status]} {r.status.value}".strip()
+             + (f" — {md_escape(r.note)}" if r.note else "")),
+        ]
+        for r in rows
+    ]
+    return tabulate(
+        table, headers=["metric", "base", "head", "Δ", "tolerance", "status"],
+        tablefmt="github", disable_numparse=True,
+    )
+
+
+def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> list[str]:
+    out: list[str] = []
+    if heading:
+        out += [heading, ""]
+    if c.base_run or c.head_run:
+        base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
+        out += [f"base *{base}* → head *{head}*", ""]
+    if c.reasons:
+        out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
+    shown = [r for r in c.rows if r.changed]
+    folded = [r for r in c.rows if not r.changed]
+    if shown:
+        out += [_md_rows(shown), ""]
+    bars = _bars(c, width)
+    if bars:
+        out += ["Where the step time goes:", "", "```text", *bars, "```", ""]
+    if folded:
+        label = f"{len(folded)} unchanged metric{'s' if len(folded) != 1 else ''}"
+        out += [f"<details><summary>{label}</summary>", "", _md_rows(folded), "", "</details>",
+                ""]
+    return out
+
+
+def render_markdown(c: Comparison | SetComparison, *, width: int = BAR_WIDTH,
+                    max_chars: int = MAX_MARKDOWN_CHARS) -> str:
+    """GitHub-flavoured markdown for a PR comment. First line: ``<!-- traceml-ci:report -->``;
+    then the one-line verdict, the changed rows, the phase split as before/after bars, and the
+    unchanged rows folded under ``<details>``. ``width``: bar width in characters."""
+    head = f"**{VERDICT_ICON[c.verdict]} traceml-ci {md_escape(_headline(c))}**"
+    out = [MARKER, head, ""]
+    if isinstance(c, Comparison):
+        out += _md_comparison(c, width)
+    else:
+        out += _md_set(c, width, max_chars)
+    out.append(f"<sub>rules: {md_escape(c.rules_source)}</sub>")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
+    from tabulate import tabulate
+
+    out: list[str] = []
+    if c.reasons:
+        out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
+    if c.items:
+        table = []
+        for key, item in c.items.items():
+            changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
+                                                            Status.MISSING, Status.IMPROVED)]
+            what = ", ".join(
+                f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
+            ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
+            table.append([md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}",
+                          what or "—"])
+        out += [tabulate(table, headers=["key", "verdict", "changed"], tablefmt="github",
+                         disable_numparse=True), ""]
+    used = sum(len(x) + 1 for x in out)
+    for key, item in c.items.items():
+        if item.verdict is Verdict.PASS:
+            continue
+        section = _md_comparison(
+            item, width, heading=f"#### {VERDICT_ICON[item.verdict]} {md_escape(key)}"
+        )
+        size = sum(len(x) + 1 for x in section)
+        if used + size > max_chars:
+            out += ["*(further details left out to fit a comment; use --format json)*", ""]
+            break
+        out += section
+        used += size
+    return out
+
+
+# --- text (rich) ---------------------------------------------------------------------------
+
+
+def _rich_table(rows: list[Row]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    for name, justify in (("metric", "left"), ("base", "right"), ("head", "right"),
+                          ("Δ", "right"), ("tolerance", "left"), ("status", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        status = Text(r.status.value, style=STATUS_STYLE[r.status])
+        if r.note:
+            status.append(f" — {r.note}", style="dim")
+        table.add_row(
+            Text(r.name), Text(fmt.value(r.base, r.unit)), Text(fmt.value(r.head, r.unit)),
+            Text(_delta(r)), Text(str(r.tolerance) if r.tolerance else "—"), status,
+            style="dim" if r.status is Status.OK else None,
+        )
+    return table
+
+
+def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> list[Any]:
+    from rich.text import Text
+
+    parts: list[Any] = []
+    if title:
+        parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
+    if c.base_run or c.head_run:
+        parts.append(Text(f"base {c.base_run or '?'} → head {c.head_run or '?'}", style="dim"))
+    for reason in c.reasons:
+        parts.append(Text(f"• {reason}"))
+    if c.rows:
+        parts.append(_rich_table(c.rows))
+    bars = _bars(c, max(10, min(BAR_WIDTH, width - 8)))
+    if bars:
+        parts.append(Text("\n".join(bars), style="cyan"))
+    return parts
+
+
+def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool = False) -> str:
+    """Terminal text through rich: ``width`` in columns; ``colour`` adds ANSI styles."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.text import Text
+
+    buf = StringIO()
+    console = Console(file=buf, width=width, color_system="standard" if colour else None,
+                      force_terminal=colour, no_color=not colour, highlight=False,
+                      emoji=False, soft_wrap=False)
+    console.print(Text(f"traceml-ci {_headline(c)}", style=VERDICT_STYLE[c.verdict]))
+    if isinstance(c, Comparison):
+        for part in _rich_comparison(c, width):
+            console.print(part)
+    else:
+        for reason in c.reasons:
+            console.print(Text(f"• {reason}"))
+        for key, item in c.items.items():
+            console.print()
+            for part in _rich_comparison(item, width, title=f"{key}: {item.verdict.value}"):
+                console.print(part)
+    console.print(Text(f"rules: {c.rules_source}", style="dim"))
+    return buf.getvalue()
+
+
+# --- json ----------------------------------------------------------------------------------
+
+
+def render_json(c: Comparison | SetComparison, *, indent: int | None = 2) -> str:
+    """The comparison as JSON, for machines (``schema_version`` versions the report shape)."""
+    return json.dumps(c.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"

@@ -1,0 +1,280 @@
+"""Tolerance rules: per-metric warn and fail tiers, matched by glob pattern, read from TOML.
+
+A rules document (a ``--tolerances`` TOML file, or ``[tool.traceml-ci]`` in pyproject.toml)::
+
+    noise_factor = 2.0
+    [tolerances]
+    "step_time.*_pct" = {abs = 2.0}
+    "step_time.step_ms.median" = {rel = 15, warn_rel = 8}
+    "step_memory.peak_rss_mb" = {skip = true}
+
+The defaults come first; then each pattern, in file order, overrides the fields it sets on
+every metric it matches. docs/gate.md is the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from enum import Enum
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from traceml_ci.errors import InputError
+from traceml_ci.gate.metrics import METRIC_NAMES
+
+RULES_SCHEMA = "rules.schema.json"
+#: A rules file is a few lines; refuse to parse anything this large.
+MAX_RULES_BYTES = 1024 * 1024
+#: The pyproject.toml table the gate reads (other traceml-ci parts may own other keys in it).
+PYPROJECT_TABLE = "traceml-ci"
+#: Keys of a rules document that belong to the gate.
+RULES_KEYS = ("noise_factor", "tolerances")
+#: Default ``noise_factor``: a change must exceed this many combined IQRs to count.
+DEFAULT_NOISE_FACTOR = 2.0
+
+
+class Direction(str, Enum):
+    """Which changes count against a metric."""
+
+    WORSE = "worse"  # only a change in the bad direction (slower, bigger, a worse label)
+    ANY = "any"  # a change either way
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The tolerance of one metric. Thresholds are *exceeded* only when the change is beyond every
+    one given in a tier (like ``math.isclose``: ``abs`` is a floor under ``rel``).
+
+    ``abs``/``warn_abs`` are in the metric's unit (percentage points for ``*_pct``, ms for times,
+    MB for memory); ``rel``/``warn_rel`` in percent of the base value. A rule with no threshold
+    at all makes an informational row that never gates (labels are gated by ``direction``).
+    """
+
+    abs: float | None = None
+    rel: float | None = None
+    warn_abs: float | None = None
+    warn_rel: float | None = None
+    direction: Direction = Direction.WORSE
+    fail: bool = True
+    skip: bool = False
+
+    @property
+    def has_fail_tier(self) -> bool:
+        return self.abs is not None or self.rel is not None
+
+    @property
+    def has_warn_tier(self) -> bool:
+        return self.warn_abs is not None or self.warn_rel is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["direction"] = self.direction.value
+        return {k: v for k, v in out.items() if v is not None}
+
+
+_RULE_FIELDS = frozenset(f.name for f in fields(Rule))
+
+#: The defaults, tuned for noisy shared CPU runners (docs/gate.md explains each one).
+DEFAULT_TOLERANCES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("step_time.diagnosis", {"direction": "worse"}),
+    ("step_time.*_pct", {"abs": 5.0, "warn_abs": 3.0, "direction": "worse"}),
+    ("step_time.step_ms.median", {"rel": 25.0, "warn_rel": 10.0, "direction": "worse"}),
+    ("step_memory.diagnosis", {"direction": "worse"}),
+    (
+        "step_memory.peak_*_mb",
+        {"rel": 10.0, "abs": 16.0, "warn_rel": 5.0, "warn_abs": 8.0, "direction": "worse"},
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Tolerance patterns, in order (defaults first), and the noise factor.
+
+    ``source`` says where they came from, for reports ("defaults", a file name).
+    """
+
+    tolerances: tuple[tuple[str, Mapping[str, Any]], ...] = DEFAULT_TOLERANCES
+    noise_factor: float = DEFAULT_NOISE_FACTOR
+    source: str = "defaults"
+    _cache: dict[str, Rule] = field(default_factory=dict, repr=False, compare=False)
+
+    def rule_for(self, metric: str) -> Rule:
+        """The merged rule of one metric name."""
+        rule = self._cache.get(metric)
+        if rule is None:
+            rule = Rule()
+            for pattern, overrides in self.tolerances:
+                if fnmatchcase(metric, pattern):
+                    rule = replace(rule, **_coerce(overrides))
+            self._cache[metric] = rule
+        return rule
+
+    def with_tolerances(
+        self,
+        tolerances: Mapping[str, Mapping[str, Any]],
+        *,
+        noise_factor: float | None = None,
+        source: str | None = None,
+    ) -> Rules:
+        """These rules with more patterns on top (validated like a rules file)."""
+        doc: dict[str, Any] = {"tolerances": {k: dict(v) for k, v in tolerances.items()}}
+        if noise_factor is not None:
+            doc["noise_factor"] = noise_factor
+        problem = rules_problem(doc)
+        if problem:
+            raise InputError(source, f"invalid rules: {problem}")
+        return Rules(
+            tolerances=self.tolerances + tuple((k, dict(v)) for k, v in tolerances.items()),
+            noise_factor=self.noise_factor if noise_factor is None else float(noise_factor),
+            source=source or self.source,
+        )
+
+
+def _coerce(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(overrides)
+    if "direction" in out:
+        out["direction"] = Direction(out["direction"])
+    for key in ("abs", "rel", "warn_abs", "warn_rel"):
+        if key in out:
+            out[key] = float(out[key])
+    return out
+
+
+DEFAULT_RULES = Rules()
+
+
+def rules_problem(doc: Any) -> str | None:
+    """The first problem of a rules document, as 'JSON-PATH: reason'; None when valid."""
+    from traceml_ci.gate.fastschema import checker_for
+
+    if not isinstance(doc, Mapping):
+        return f"$: expected a table, got {type(doc).__name__}"
+    problems = checker_for(RULES_SCHEMA).problems(dict(doc))
+    if problems:
+        path, message = problems[0]
+        if message.startswith("unknown key") and path == "$":
+            message += f" (allowed: {', '.join(RULES_KEYS)})"
+        elif message.startswith("unknown key"):
+            message += f" (allowed: {', '.join(sorted(_RULE_FIELDS))})"
+        return f"{path}: {message}"
+    nf = doc.get("noise_factor")
+    if nf is not None and not math.isfinite(nf):
+        return f"$.noise_factor: {nf} is not a finite number"
+    for pattern, rule in (doc.get("tolerances") or {}).items():
+        where = f"$.tolerances[{json.dumps(pattern)}]"
+        for key in ("abs", "rel", "warn_abs", "warn_rel"):
+            value = rule.get(key)
+            if value is not None and not math.isfinite(value):
+                return f"{where}.{key}: {value} is not a finite number"
+        if not any(fnmatchcase(name, pattern) for name in METRIC_NAMES):
+            return f"{where}: pattern matches no metric (metrics: {', '.join(METRIC_NAMES)})"
+        for unit in ("abs", "rel"):
+            warn, fail = rule.get(f"warn_{unit}"), rule.get(unit)
+            if warn is not None and fail is not None and warn > fail:
+                return (
+                    f"{where}: warn_{unit} {warn:g} is above {unit} {fail:g}; "
+                    "the warn tier must be the smaller"
+                )
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise InputError(
+                str(path), "reading TOML on Python 3.10 needs the 'tomli' package"
+            ) from None
+    try:
+        size = path.stat().st_size
+        if size > MAX_RULES_BYTES:
+            raise InputError(str(path), f"file is {size / 1e6:.1f} MB; a rules file is not")
+        text = path.read_bytes().decode("utf-8")
+    except InputError:
+        raise
+    except IsADirectoryError:
+        raise InputError(str(path), "is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(str(path), "not UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), f"not valid TOML: {' '.join(str(exc).split())}") from None
+
+
+def _from_doc(doc: Mapping[str, Any], source: str, path: str) -> Rules:
+    problem = rules_problem(doc)
+    if problem:
+        raise InputError(path, f"invalid rules: {problem}")
+    tolerances = tuple((k, dict(v)) for k, v in (doc.get("tolerances") or {}).items())
+    nf = doc.get("noise_factor")
+    return Rules(
+        tolerances=DEFAULT_TOLERANCES + tolerances,
+        noise_factor=DEFAULT_NOISE_FACTOR if nf is None else float(nf),
+        source=source,
+    )
+
+
+def _tool_table(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    tool = doc.get("tool")
+    if isinstance(tool, Mapping) and isinstance(tool.get(PYPROJECT_TABLE), Mapping):
+        return tool[PYPROJECT_TABLE]
+    return None
+
+
+def load_rules(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    pyproject: str | os.PathLike[str] | None = None,
+) -> Rules:
+    """Rules from a TOML file (``--tolerances``), else from ``[tool.traceml-ci]`` of a
+    pyproject.toml, else the defaults. Raises InputError naming the file for any problem.
+
+    A rules file holds ``noise_factor`` and ``[tolerances]`` at its top level and nothing else;
+    a file with a ``[tool.traceml-ci]`` table (a pyproject.toml) is read like ``pyproject``.
+    In pyproject.toml only the gate's keys are read: others belong to other traceml-ci parts.
+    """
+    if path is not None:
+        p = Path(path)
+        doc = _read_toml(p)
+        table = _tool_table(doc)
+        if table is not None:
+            sub = {k: table[k] for k in RULES_KEYS if k in table}
+            return _from_doc(sub, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
+        return _from_doc(doc, str(p), str(p))
+    if pyproject is not None:
+        p = Path(pyproject)
+        table = _tool_table(_read_toml(p))
+        if table is None:
+            return DEFAULT_RULES
+        sub = {k: table[k] for k in RULES_KEYS if k in table}
+        if not sub:
+            return DEFAULT_RULES
+        return _from_doc(sub, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
+    return DEFAULT_RULES
+
+
+def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest pyproject.toml at or above ``start`` (default: the working directory)."""
+    here = Path(start) if start is not None else Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def describe(rules: Rules, names: Iterable[str] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
+    """The merged rule of each metric name, as plain dicts (for docs and ``--json``)."""
+    return {name: rules.rule_for(name).to_dict() for name in names}
