@@ -221,6 +221,7 @@ class RootForwardHooks:
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
         self.roots: dict[int, Any] = {}
+        self.timed: list[Any] = []
         self._depth = 0
         self._handles: list[Any] = []
         self._global: list[Any] = []
@@ -260,7 +261,9 @@ class RootForwardHooks:
         def post(mod: Any, args: Any, out: Any) -> None:
             rec.phase_end(FWD)
 
-        for mod in self.roots.values():
+        # Loss functions are modules too; a model is a root with parameters.
+        self.timed = [m for m in self.roots.values() if next(m.parameters(), None) is not None]
+        for mod in self.timed:
             self._handles.append(mod.register_forward_pre_hook(pre))
             self._handles.append(mod.register_forward_hook(post, always_call=True))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
@@ -62,22 +63,38 @@ class StepStore:
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
 
     def drain(self, wait: bool = False) -> None:
-        """Resolve queued steps whose last event has completed; ``wait`` blocks on the oldest."""
-        pending, clock = self.pending, self.clock
+        """Resolve queued steps whose events have all completed; ``wait`` blocks on the oldest."""
+        pending = self.pending
         while pending:
-            exit_ = pending[0][1]
-            if not clock.ready(exit_):
-                if not wait:
-                    return
-                clock.wait(exit_)
-                wait = False  # one wait resolves everything recorded before it
-                continue
+            if not self._ready(pending[0], wait):
+                return
+            wait = False  # waiting once frees what was recorded before it
             self._resolve(pending.popleft())
 
     def drain_all(self) -> None:
-        while self.pending:
+        """At finish: one wait on the newest step frees all older ones on the same stream."""
+        if self.pending:
             self.clock.wait(self.pending[-1][1])
-            self.drain()
+        while self.pending:
+            self._ready(self.pending[0], wait=True)
+            self._resolve(self.pending.popleft())
+
+    def _ready(self, item: tuple, wait: bool) -> bool:
+        """True when every event of the step has completed. The exit event is checked first:
+        on one stream it completes last, so a pending step costs a single query()."""
+        clock = self.clock
+        enter, exit_, marks, outside, _ = item
+        if not clock.ready(exit_):
+            if not wait:
+                return False
+            clock.wait(exit_)
+        # Phases may have been recorded on other streams (``with torch.cuda.stream(s)``).
+        for ev in _events(enter, marks, outside):
+            if not clock.ready(ev):
+                if not wait:
+                    return False
+                clock.wait(ev)
+        return True
 
     def _resolve(self, item: tuple) -> None:
         enter, exit_, marks, outside, mem = item
@@ -99,12 +116,18 @@ class StepStore:
         self.columns.append((max(step, 0.0), ph[0], ph[1], ph[2], ph[3], mem[0], mem[1]))
 
     def _release(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
-        seen: dict[int, Any] = {id(enter): enter, id(exit_): exit_}
-        for _, t0, t1 in marks:
-            seen[id(t0)] = t0
-            seen[id(t1)] = t1
-        for _, t0, t1 in outside:
-            seen[id(t0)] = t0
-            seen[id(t1)] = t1
+        # Boundaries can be shared (a phase starting at the step's enter mark): release once.
+        seen = {id(ev): ev for ev in _events(enter, marks, outside)}
+        seen[id(exit_)] = exit_
         for ev in seen.values():
             self.clock.release(ev)
+
+
+def _events(enter: Any, marks: list, outside: list) -> Iterator[Any]:
+    yield enter
+    for _, t0, t1 in marks:
+        yield t0
+        yield t1
+    for _, t0, t1 in outside:
+        yield t0
+        yield t1

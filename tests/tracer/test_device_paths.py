@@ -1,0 +1,188 @@
+"""The CUDA code paths, driven with fakes: lazy event resolution, memory peaks, NVML sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from tests.tracer.fakes import (
+    FakeCudaMemory,
+    FakeDevice,
+    FakeEventLog,
+    fake_torch_for_memory,
+)
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
+from traceml_ci.tracer import session
+from traceml_ci.tracer.clocks import DeviceEventClock
+from traceml_ci.tracer.memory import MB, CudaMemory
+from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
+from traceml_ci.tracer.steps import MAX_PENDING_STEPS, StepStore
+
+
+def _one_step(rec: Recorder) -> None:
+    rec.phase_begin(DL)
+    rec.phase_end(DL)
+    rec.step_begin()
+    for p in (FWD, BWD, OPT):
+        rec.phase_begin(p)
+        rec.phase_end(p)
+    rec.step_end()
+
+
+def test_events_resolve_lazily_with_query_and_never_synchronize_per_step() -> None:
+    log = FakeEventLog(lag_records=30)  # ~3 steps behind
+    clock = DeviceEventClock(log.factory)
+    store = StepStore(clock, warmup_steps=0, rss=None)
+    rec = Recorder(clock.mark, store)
+    for _ in range(20):
+        _one_step(rec)
+    assert log.syncs == 0  # the host never waited for the device
+    assert store.steps_total == 20
+    assert 0 < len(store.pending) < 20  # recent steps still in flight
+    assert store.resolved == 20 - len(store.pending)
+    store.drain_all()
+    assert store.resolved == 20 and not store.pending
+    assert log.syncs <= 1  # one wait at finish resolves everything before it
+    # Events are recycled: far fewer created than the 10 recorded per step.
+    assert log.created < 10 * 20 / 2
+    assert store.columns.n == 20
+
+
+def test_a_device_far_behind_is_waited_for_rather_than_queued_forever() -> None:
+    log = FakeEventLog(lag_records=10**9)  # never completes on its own
+    clock = DeviceEventClock(log.factory)
+    store = StepStore(clock, warmup_steps=0, rss=None)
+    rec = Recorder(clock.mark, store)
+    for _ in range(MAX_PENDING_STEPS * 3):
+        _one_step(rec)
+    assert len(store.pending) <= MAX_PENDING_STEPS + 1
+    assert log.syncs >= 1
+
+
+def test_shared_boundary_events_are_never_released_twice() -> None:
+    log = FakeEventLog(lag_records=0)
+    clock = DeviceEventClock(log.factory)
+    store = StepStore(clock, warmup_steps=0, rss=None)
+    rec = Recorder(clock.mark, store, implicit=True)  # zero-change: steps share boundaries
+    for _ in range(6):
+        for p in (DL, FWD, BWD, OPT):
+            rec.phase_begin(p)
+            rec.phase_end(p)
+    rec.flush()
+    store.drain_all()
+    pool = clock._pool
+    assert len(pool) == len({id(e) for e in pool})
+
+
+def test_cuda_memory_reads_peaks_from_the_allocator_and_resets_them() -> None:
+    stats = {
+        "allocated_bytes": {"all": {"peak": 512 * 2**20}},
+        "reserved_bytes": {"all": {"peak": 768 * 2**20}},
+        "num_alloc_retries": 3,
+        "num_ooms": 1,
+    }
+    fake_torch, calls = fake_torch_for_memory(stats)
+    mem = CudaMemory(fake_torch, 0)
+    assert calls.reset == 1  # peaks start clean
+    assert mem.read_and_reset() == (512.0, 768.0)
+    assert calls.reset == 2
+    assert mem.counters() == (3, 1)
+    assert mem.total_mb() == 16 * 1024.0
+    assert MB == 2**20
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Make the tracer believe the model lives on cuda:0, with fake events and allocator."""
+    log = FakeEventLog(lag_records=25)
+    memory = FakeCudaMemory(allocated_mb=1000.0, reserved_mb=3000.0)
+    monkeypatch.setattr(session, "device_event_factory", lambda device: log.factory)
+    monkeypatch.setattr(session, "CudaMemory", lambda torch_mod, index: memory)
+    monkeypatch.setattr(session, "_model_device", lambda models: FakeDevice("cuda", 0))
+    monkeypatch.setattr(session.Tracer, "_start_gpu_sampler", lambda self, t, i: None)
+    return log, memory
+
+
+def test_device_run_end_to_end_fills_memory_fields_and_clock(fresh_tracer, fake_cuda) -> None:
+    log, memory = fake_cuda
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(1.0, 1.0)
+    optimizer = BusySGD(model.parameters(), 0.5)
+    train(busy_loader(20, 1.0), model, optimizer, traceml.trace_step, 20)
+    assert log.syncs == 0
+    doc = finish_and_load(tracer)
+    st, mem = doc["step_time"], doc["step_memory"]
+    assert st["clock"] == "device_event"
+    assert st["steps_total"] == 20 and st["steps_analyzed"] == 18
+    assert 0.8 <= st["phase_ms"]["forward"] < 1.0 * 1.6
+    assert mem["device"] == "cuda:0"
+    assert mem["peak_allocated_mb"] == 1000.0 and mem["peak_reserved_mb"] == 3000.0
+    assert mem["alloc_retries"] == 2 and mem["ooms"] == 0
+    assert mem["growth_basis"] == "allocated"
+    # 2 GB cached but unallocated, 3x the allocation: fragmentation.
+    assert mem["diagnosis"] == "FRAGMENTATION"
+    assert memory.reads == 20
+
+
+def test_device_memory_growth_is_diagnosed(fresh_tracer, fake_cuda) -> None:
+    _, memory = fake_cuda
+    memory.reserved_mb = memory.allocated_mb = 500.0
+    memory.growth_mb = 10.0  # +10 MB every step
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(0.1, 0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(busy_loader(40, 0.1), model, optimizer, traceml.trace_step, 40)
+    mem = finish_and_load(tracer)["step_memory"]
+    assert mem["diagnosis"] == "MEMORY_GROWTH"
+    assert mem["growth_mb_per_1k_steps"] == pytest.approx(10_000.0, rel=0.01)
+
+
+def test_gpu_util_sampler_with_a_fake_nvml() -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from traceml_ci.tracer.gpu_util import GpuUtilSampler
+
+    readings = iter([50.0, 70.0, 90.0, 100.0] * 100)
+    got_three = threading.Event()
+    count = {"n": 0}
+
+    def util(handle):
+        count["n"] += 1
+        if count["n"] >= 3:
+            got_three.set()
+        return SimpleNamespace(gpu=next(readings))
+
+    nvml = SimpleNamespace(
+        nvmlDeviceGetUtilizationRates=util,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=2 * 2**30),
+    )
+    sampler = GpuUtilSampler(handle=object(), nvml=nvml, interval_s=0.001)
+    sampler._thread.start()
+    assert got_three.wait(5.0)
+    summary = sampler.stop()
+    assert summary.samples >= 3
+    assert 50.0 <= summary.util_mean_pct <= 100.0
+    assert summary.mem_used_peak_mb == 2048.0
+
+
+def test_no_nvidia_gpu_means_no_sampler_and_no_noise(capfd) -> None:
+    from traceml_ci.tracer.gpu_util import GpuUtilSampler
+
+    assert GpuUtilSampler.start_for(0) is None  # no driver here (or no pynvml): silently None
+    assert capfd.readouterr().err == ""
+
+
+def test_cpu_run_has_null_device_memory_fields(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(0.1, 0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(busy_loader(12, 0.1), model, optimizer, traceml.trace_step, 12)
+    doc = finish_and_load(tracer)
+    mem = doc["step_memory"]
+    assert mem["peak_allocated_mb"] is None and mem["peak_reserved_mb"] is None
+    assert mem["peak_rss_mb"] > 10
+    assert doc["gpu"]["util_mean_pct"] is None and doc["gpu"]["samples"] == 0
+    assert doc["step_time"]["clock"] == "host"

@@ -1,0 +1,180 @@
+"""Manual mode, zero-change mode, warmup, init() precedence, and degrading on internal errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import dataloader as dl_mod
+
+import traceml_ci as traceml
+from tests.conftest import busy
+from tests.tracer.conftest import finish_and_load, pct
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
+from traceml_ci.tracer import api
+
+
+def test_manual_mode_patches_nothing_and_marks_phases_by_hand(fresh_tracer) -> None:
+    original_backward = torch.autograd.backward
+    original_next = dl_mod._BaseDataLoaderIter.__next__
+    tracer = fresh_tracer(mode="manual", warmup_steps=1)
+    assert torch.autograd.backward is original_backward
+    assert dl_mod._BaseDataLoaderIter.__next__ is original_next
+    model = BusyModel(2.0, 0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in traceml.wrap_dataloader(busy_loader(12, 3.0)):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            with traceml.phase("forward"):
+                loss = ((model(x) - y) ** 2).mean()
+            with traceml.phase("backward"):
+                loss.backward()
+            with traceml.phase("optimizer"):
+                optimizer.step()
+    assert "forward" not in model.__dict__  # manual: the model is never wrapped
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["steps_total"] == 12
+    assert 2.8 <= doc["step_time"]["phase_ms"]["dataloader"] < 3.0 * 1.6
+    assert 1.8 <= doc["step_time"]["phase_ms"]["forward"] < 2.0 * 1.6
+    assert doc["step_time"]["throughput"]["batch_size"] == 4
+
+
+def test_phase_rejects_unknown_names(fresh_tracer) -> None:
+    fresh_tracer(mode="manual")
+    with pytest.raises(ValueError, match="phase must be one of"):
+        traceml.phase("loss")
+
+
+def test_zero_change_mode_delimits_steps_by_optimizer_steps(fresh_tracer) -> None:
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
+    model = BusyModel(2.0, 2.0)
+    optimizer = BusySGD(model.parameters(), 1.0)
+    criterion = torch.nn.MSELoss()  # a parameter-free module: not a "model" root
+    n = 0
+    for x, y in busy_loader(16, 3.0):
+        optimizer.zero_grad()
+        criterion(model(x), y).backward()
+        optimizer.step()
+        n += 1
+    doc = finish_and_load(tracer)
+    st = doc["step_time"]
+    assert doc["run"]["mode"] == "zero-change"
+    assert st["steps_total"] == n == 16
+    assert st["steps_analyzed"] == 14
+    phase_ms = st["phase_ms"]
+    assert 2.8 <= phase_ms["dataloader"] < 3.0 * 1.6
+    assert 1.8 <= phase_ms["forward"] < 2.0 * 1.6
+    assert 1.8 <= phase_ms["backward"] < 2.0 * 1.6
+    assert 0.8 <= phase_ms["optimizer"] < 1.0 * 1.6
+    assert tracer.roots.timed == [model]  # the loss module has no parameters: not a model
+
+
+def test_zero_change_gradient_accumulation_is_one_step_per_optimizer_step(fresh_tracer) -> None:
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
+    model = BusyModel(0.5, 0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i, (x, y) in enumerate(busy_loader(24, 0.5)):
+        ((model(x) - y) ** 2).mean().backward()
+        if i % 3 == 2:
+            optimizer.step()
+            optimizer.zero_grad()
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["steps_total"] == 8
+
+
+def test_trace_step_takes_over_from_zero_change_mode(fresh_tracer) -> None:
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
+    model = BusyModel(0.5, 0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(busy_loader(10, 0.5), model, optimizer, traceml.trace_step, 10)
+    doc = finish_and_load(tracer)
+    assert doc["run"]["mode"] == "auto"
+    assert doc["step_time"]["steps_total"] == 10
+
+
+def test_warmup_steps_are_counted_but_not_analysed(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=7)
+    model = BusyModel(0.2, 0.2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(busy_loader(20, 0.2), model, optimizer, traceml.trace_step, 20)
+    st = finish_and_load(tracer)["step_time"]
+    assert (st["steps_total"], st["warmup_steps"], st["steps_analyzed"]) == (20, 7, 13)
+
+
+def test_too_few_steps_is_insufficient_data_with_null_percentages(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    model = BusyModel(0.1, 0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    train(busy_loader(4, 0.1), model, optimizer, traceml.trace_step, 4)
+    st = finish_and_load(tracer)["step_time"]
+    assert st["diagnosis"] == "INSUFFICIENT_DATA"
+    assert st["steps_analyzed"] == 0
+    assert st["dataloader_pct"] is None and st["noise"] is None
+
+
+def test_init_twice_reconfigures_but_respects_launcher_locks(tmp_path, fresh_tracer) -> None:
+    from traceml_ci.tracer.config import TracerConfig
+
+    tracer = api.start(
+        TracerConfig(out_dir=tmp_path / "cli-out", warmup_steps=3, locked=frozenset({"out_dir"})),
+        at_exit=False,
+    )
+    same = traceml.init(mode="auto", out_dir=tmp_path / "script-out", run_name="mine", warmup_steps=1)
+    assert same is tracer
+    assert tracer.config.out_dir == tmp_path / "cli-out"  # locked by the launcher
+    assert tracer.config.run_name == "mine"
+    assert tracer.store.warmup_steps == 1
+    api.stop()
+
+
+def test_out_dir_defaults_to_env_var(tmp_path, monkeypatch, torch_single_thread) -> None:
+    monkeypatch.setenv("TRACEML_CI_OUT", str(tmp_path / "from-env"))
+    api.stop()
+    tracer = traceml.init(mode="manual")
+    try:
+        with traceml.trace_step():
+            pass
+        path = traceml.finish()
+        assert path == tmp_path / "from-env" / "final_summary.json"
+        assert path.is_file()
+    finally:
+        api.stop()
+        tracer.patches.uninstall()
+
+
+def test_internal_error_warns_once_stops_tracing_and_training_goes_on(
+    fresh_tracer, capfd
+) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(0.1, 0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    calls = {"n": 0}
+    real_mark = tracer.rec.mark
+
+    def flaky_mark():
+        calls["n"] += 1
+        if calls["n"] > 20:
+            raise RuntimeError("clock broke")
+        return real_mark()
+
+    tracer.rec.mark = flaky_mark
+    before = [p.detach().clone() for p in model.parameters()]
+    steps = train(busy_loader(15, 0.1), model, optimizer, traceml.trace_step, 15)
+    assert steps == 15  # the loop never saw an exception
+    assert any((a != b).any() for a, b in zip(before, model.parameters()))
+    err = capfd.readouterr().err
+    assert err.count("traceml-ci: warning: tracing stopped") == 1
+    assert not tracer.enabled
+    assert torch.autograd.backward.__name__ == "backward"
+    assert not hasattr(torch.autograd.backward, "__wrapped__")
+    assert "forward" not in model.__dict__
+    assert tracer.finish() is not None  # what was recorded before the failure is kept
+
+
+def test_busy_other_phase_is_overhead(fresh_tracer) -> None:
+    tracer = fresh_tracer(mode="manual", warmup_steps=0)
+    for _ in range(12):
+        with traceml.trace_step():
+            busy(1.0)
+    doc = finish_and_load(tracer)
+    assert pct(doc, "other") == 100.0
+    assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"
