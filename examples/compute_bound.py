@@ -1,6 +1,6 @@
 """A compute-bound CPU training job: a small CNN on in-memory images.
 
-    traceml-ci run examples/compute_bound.py          # -> COMPUTE_BOUND
+traceml-ci run examples/compute_bound.py          # -> COMPUTE_BOUND
 """
 
 from __future__ import annotations
@@ -16,10 +16,16 @@ import traceml_ci as traceml
 
 def make_model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(64, 10),
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
     )
 
 

@@ -1,7 +1,7 @@
 """An input-bound CPU training job: the dataset is slow, the model is tiny.
 
-    traceml-ci run examples/input_bound.py            # -> INPUT_BOUND
-    python examples/input_bound.py --sample-ms 0      # a fast dataset instead
+traceml-ci run examples/input_bound.py            # -> INPUT_BOUND
+python examples/input_bound.py --sample-ms 0      # a fast dataset instead
 """
 
 from __future__ import annotations
@@ -46,8 +46,11 @@ def main() -> None:
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     criterion = nn.CrossEntropyLoss()
-    loader = DataLoader(SlowDataset(args.steps * args.batch_size, args.sample_ms),
-                        batch_size=args.batch_size, shuffle=True)
+    loader = DataLoader(
+        SlowDataset(args.steps * args.batch_size, args.sample_ms),
+        batch_size=args.batch_size,
+        shuffle=True,
+    )
 
     traceml.init(mode="auto")
     for step, (x, y) in enumerate(loader):

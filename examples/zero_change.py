@@ -1,6 +1,6 @@
 """A plain training script that never mentions traceml-ci.
 
-    traceml-ci run examples/zero_change.py   # steps are delimited by optimizer.step()
+traceml-ci run examples/zero_change.py   # steps are delimited by optimizer.step()
 """
 
 import torch

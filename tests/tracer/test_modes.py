@@ -118,7 +118,9 @@ def test_init_twice_reconfigures_but_respects_launcher_locks(tmp_path, fresh_tra
         TracerConfig(out_dir=tmp_path / "cli-out", warmup_steps=3, locked=frozenset({"out_dir"})),
         at_exit=False,
     )
-    same = traceml.init(mode="auto", out_dir=tmp_path / "script-out", run_name="mine", warmup_steps=1)
+    same = traceml.init(
+        mode="auto", out_dir=tmp_path / "script-out", run_name="mine", warmup_steps=1
+    )
     assert same is tracer
     assert tracer.config.out_dir == tmp_path / "cli-out"  # locked by the launcher
     assert tracer.config.run_name == "mine"
@@ -141,9 +143,7 @@ def test_out_dir_defaults_to_env_var(tmp_path, monkeypatch, torch_single_thread)
         tracer.patches.uninstall()
 
 
-def test_internal_error_warns_once_stops_tracing_and_training_goes_on(
-    fresh_tracer, capfd
-) -> None:
+def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_tracer, capfd) -> None:
     tracer = fresh_tracer(warmup_steps=0)
     model = BusyModel(0.1, 0.1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

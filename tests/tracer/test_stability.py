@@ -1,0 +1,33 @@
+"""The same job run 10 times gets the same step-time diagnosis at least 9 times."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
+
+
+@pytest.mark.parametrize(
+    ("costs", "expected"),
+    [
+        ((3.0, 0.5, 0.5, 0.2), "INPUT_BOUND"),
+        ((0.1, 1.5, 2.0, 0.2), "COMPUTE_BOUND"),
+        ((0.2, 0.4, 0.4, 2.0), "OPTIMIZER_BOUND"),
+    ],
+)
+def test_diagnosis_is_stable_over_ten_runs(fresh_tracer, costs, expected) -> None:
+    dl_ms, fwd_ms, bwd_ms, opt_ms = costs
+    labels = Counter()
+    for _ in range(10):
+        tracer = fresh_tracer(warmup_steps=3)
+        model = BusyModel(fwd_ms, bwd_ms)
+        optimizer = BusySGD(model.parameters(), opt_ms) if opt_ms else None
+        optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01)
+        train(busy_loader(25, dl_ms), model, optimizer, traceml.trace_step, 25)
+        labels[finish_and_load(tracer)["step_time"]["diagnosis"]] += 1
+    assert labels[expected] >= 9, labels
