@@ -28,7 +28,7 @@ def test_windows_cover_everything_in_order() -> None:
     assert stats.windows(9, 10, 5) == []
     w = stats.windows(53, 10, 5)
     assert len(w) == 10 and w[0][0] == 0 and w[-1][1] == 53
-    assert all(a[1] == b[0] for a, b in zip(w, w[1:]))
+    assert all(a[1] == b[0] for a, b in zip(w, w[1:], strict=False))
 
 
 def test_theil_sen_ignores_a_spike() -> None:

@@ -160,7 +160,7 @@ def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_trac
     before = [p.detach().clone() for p in model.parameters()]
     steps = train(busy_loader(15, 0.1), model, optimizer, traceml.trace_step, 15)
     assert steps == 15  # the loop never saw an exception
-    assert any((a != b).any() for a, b in zip(before, model.parameters()))
+    assert any((a != b).any() for a, b in zip(before, model.parameters(), strict=True))
     err = capfd.readouterr().err
     assert err.count("traceml-ci: warning: tracing stopped") == 1
     assert not tracer.enabled
