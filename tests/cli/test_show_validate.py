@@ -1,0 +1,93 @@
+"""`traceml-ci show`, `validate`, `--version` and `--help`, in-process."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.summary.builders import summary_doc
+from traceml_ci._version import __version__
+from traceml_ci.cli.main import build_parser, main
+
+
+@pytest.fixture
+def summary_file(tmp_path):
+    doc = summary_doc({"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4})
+    path = tmp_path / "final_summary.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_show_prints_split_memory_and_next_step(summary_file, capsys) -> None:
+    assert main(["show", str(summary_file), "--width", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "INPUT_BOUND" in out and "dataloader" in out and "47.0%" in out
+    assert "num_workers" in out  # where to look next
+    assert "peak RSS" in out
+
+
+def test_show_bad_file_is_one_line_exit_2(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    assert main(["show", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "expected a JSON object" in err[0]
+
+
+def test_validate_ok_and_errors_with_paths(summary_file, tmp_path, capsys) -> None:
+    assert main(["validate", str(summary_file)]) == 0
+    assert "valid" in capsys.readouterr().out
+    doc = json.loads(summary_file.read_text())
+    doc["step_time"]["forward_pct"] = "31"
+    del doc["run"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert main(["validate", str(summary_file), str(bad), str(empty)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert f"{bad}: $: 'run' is a required property" in err
+    assert any(line.startswith(f"{bad}: $.step_time.forward_pct: ") for line in err)
+    assert f"{empty}: file is empty" in err
+    assert not any("Traceback" in line for line in err)
+
+
+def test_tracemlai_summary_is_not_ours(capsys) -> None:
+    from tests.conftest import FIXTURES
+
+    path = FIXTURES / "traceml-ai-0.5.0" / "input_bound.json"
+    assert main(["validate", str(path)]) == 2
+    assert "$.schema_version: 1.9 is not of type 'string'" in capsys.readouterr().err
+
+
+def test_version_and_help() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "traceml_ci", "--version"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == f"traceml-ci {__version__}"
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"run", "show", "validate"} <= set(sub.choices)
+    for command in sub.choices:
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == 0
+
+
+def test_no_command_prints_help_and_exits_2(capsys) -> None:
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_summary_and_cli_layers_do_not_import_torch() -> None:
+    code = (
+        "import sys, traceml_ci.summary.io, traceml_ci.summary.build, traceml_ci.cli.main\n"
+        "traceml_ci.cli.main.build_parser()\n"
+        "bad = [m for m in ('torch', 'pandas') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
