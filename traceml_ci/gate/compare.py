@@ -138,7 +138,10 @@ class Row:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A head summary against its base: one row per metric, the verdict and why."""
+    """A head summary against its base: one row per metric, the verdict and why.
+
+    ``reasons``: the context (``notes``), then one line per regressed row.
+    """
 
     verdict: Verdict
     rows: list[Row]
@@ -147,6 +150,8 @@ class Comparison:
     head_run: str = ""
     skipped: list[str] = field(default_factory=list)
     rules_source: str = "defaults"
+    #: The reasons that are not about one row (environment, mapping, noise, run status).
+    notes: list[str] = field(default_factory=list)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -417,11 +422,10 @@ def compare(
     verdict = _verdict(rows, run_warn)
     if verdict is Verdict.INCOMPARABLE:
         reasons.append("nothing left to compare: no gated metric has a value on both sides")
-    for row in rows:
-        if row.status is Status.REGRESSED:
-            reasons.append(_describe(row))
+    notes = list(reasons)
+    reasons += [_describe(row) for row in rows if row.status is Status.REGRESSED]
     return Comparison(
-        verdict=verdict, rows=rows, reasons=reasons, base_run=_run_name(base),
+        verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(base),
         head_run=_run_name(head), skipped=skipped, rules_source=rules.source,
     )
 
@@ -500,6 +504,16 @@ def _verdict(rows: list[Row], run_warn: bool = False) -> Verdict:
     return Verdict.PASS
 
 
+#: Reasons list at most this many keys, then "(+N more)".
+MAX_KEYS_LISTED = 10
+
+
+def _keys(keys: list[str]) -> str:
+    shown = ", ".join(keys[:MAX_KEYS_LISTED])
+    return shown + (f" (+{len(keys) - MAX_KEYS_LISTED} more)" if len(keys) > MAX_KEYS_LISTED
+                    else "")
+
+
 def compare_sets(
     base: Mapping[str, Mapping[str, Any]],
     head: Mapping[str, Mapping[str, Any]],
@@ -521,7 +535,7 @@ def compare_sets(
     regressed = [k for k, c in items.items() if c.verdict is Verdict.REGRESSION]
     if regressed:
         verdict = Verdict.REGRESSION
-        reasons.append(f"{len(regressed)} of {len(items)} regressed: " + ", ".join(regressed))
+        reasons.append(f"{len(regressed)} of {len(items)} regressed: " + _keys(regressed))
     elif not items or all(v is Verdict.INCOMPARABLE for v in verdicts):
         verdict = Verdict.INCOMPARABLE
         reasons.append("no key in common" if not items else "no key could be compared")
@@ -531,9 +545,9 @@ def compare_sets(
         verdict = Verdict.PASS
     incomparable = [k for k, c in items.items() if c.verdict is Verdict.INCOMPARABLE]
     if incomparable and verdict is not Verdict.INCOMPARABLE:
-        reasons.append("not comparable: " + ", ".join(incomparable))
+        reasons.append("not comparable: " + _keys(incomparable))
     if added:
-        reasons.append(f"{len(added)} added (no baseline yet): " + ", ".join(added))
+        reasons.append(f"{len(added)} added (no baseline yet): " + _keys(added))
     if removed:
-        reasons.append(f"{len(removed)} removed (in base, not in head): " + ", ".join(removed))
+        reasons.append(f"{len(removed)} removed (in base, not in head): " + _keys(removed))
     return SetComparison(verdict, items, added, removed, reasons, rules.source)

@@ -189,7 +189,9 @@ class Checker:
                 if key not in x:
                     yield _path(at), f"{key!r} is a required property"
             if "minProperties" in s and len(x) < s["minProperties"]:
-                yield _path(at), f"expected at least {s['minProperties']} properties"
+                n = s["minProperties"]
+                yield _path(at), ("must not be empty" if n == 1
+                                  else f"expected at least {n} properties")
             props = s.get("properties", {})
             for key, value in x.items():
                 if key in props:

@@ -42,5 +42,6 @@ def delta(d: float | None, unit: str) -> str:
     if d == 0:
         return f"0 {unit}" if unit != "%" else "0%"
     sign = "+" if d > 0 else "−"
-    text = number(abs(d))
+    ad = abs(d)
+    text = f"{ad:,.0f}" if ad >= 100 else f"{ad:.1f}" if ad >= 1 else f"{ad:.2f}"
     return f"{sign}{text}%" if unit == "%" else f"{sign}{text} {unit}"

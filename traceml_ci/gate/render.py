@@ -157,8 +157,8 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
     if c.base_run or c.head_run:
         base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
-    if c.reasons:
-        out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
+    if c.notes:  # the rows themselves say what regressed
+        out += [f"- {md_escape(r)}" for r in c.notes] + [""]
     shown = [r for r in c.rows if r.changed]
     folded = [r for r in c.rows if not r.changed]
     if shown:
@@ -188,28 +188,53 @@ def render_markdown(c: Comparison | SetComparison, *, width: int = BAR_WIDTH,
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
+_VERDICT_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 2,
+                  Verdict.PASS: 3}
+
+
+def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str, int]:
+    """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut."""
     from tabulate import tabulate
 
+    rows, used = [], 0
+    for key, item in items:
+        changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
+                                                        Status.MISSING, Status.IMPROVED)]
+        what = ", ".join(
+            f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
+        ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
+        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}",
+               what or "—"]
+        used += sum(len(x) + 3 for x in row) + 2
+        if used > budget and rows:
+            break
+        rows.append(row)
+    table = tabulate(rows, headers=["key", "verdict", "changed"], tablefmt="github",
+                     disable_numparse=True)
+    return table, len(items) - len(rows)
+
+
+def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
     out: list[str] = []
     if c.reasons:
         out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
-    if c.items:
-        table = []
-        for key, item in c.items.items():
-            changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
-                                                            Status.MISSING, Status.IMPROVED)]
-            what = ", ".join(
-                f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
-            ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
-            table.append([md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}",
-                          what or "—"])
-        out += [tabulate(table, headers=["key", "verdict", "changed"], tablefmt="github",
-                         disable_numparse=True), ""]
+    ranked = sorted(c.items.items(), key=lambda kv: _VERDICT_ORDER[kv[1].verdict])
+    flagged = [(k, v) for k, v in ranked if v.verdict is not Verdict.PASS]
+    passed = [(k, v) for k, v in ranked if v.verdict is Verdict.PASS]
+    budget = max_chars // 2
+    if flagged:
+        table, cut = _md_key_table(flagged, budget)
+        out += [table, ""]
+        if cut:
+            out += [f"*…and {cut} more not shown (use --format json)*", ""]
+    if passed:
+        table, cut = _md_key_table(passed, budget // 2)
+        out += [f"<details><summary>{len(passed)} passed</summary>", "", table, ""]
+        if cut:
+            out += [f"*…and {cut} more not shown*", ""]
+        out += ["</details>", ""]
     used = sum(len(x) + 1 for x in out)
-    for key, item in c.items.items():
-        if item.verdict is Verdict.PASS:
-            continue
+    for key, item in flagged:
         section = _md_comparison(
             item, width, heading=f"#### {VERDICT_ICON[item.verdict]} {md_escape(key)}"
         )
@@ -230,9 +255,11 @@ def _rich_table(rows: list[Row]) -> Any:
     from rich.text import Text
 
     table = Table(show_edge=False, pad_edge=False, expand=False)
-    for name, justify in (("metric", "left"), ("base", "right"), ("head", "right"),
-                          ("Δ", "right"), ("tolerance", "left"), ("status", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("metric", no_wrap=True, min_width=max((len(r.name) for r in rows), default=6))
+    for name, justify in (("base", "right"), ("head", "right"), ("Δ", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    table.add_column("tolerance")
+    table.add_column("status")
     for r in rows:
         status = Text(r.status.value, style=STATUS_STYLE[r.status])
         if r.note:

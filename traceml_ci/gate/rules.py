@@ -35,7 +35,7 @@ PYPROJECT_TABLE = "traceml-ci"
 #: Keys of a rules document that belong to the gate.
 RULES_KEYS = ("noise_factor", "tolerances")
 #: Default ``noise_factor``: a change must exceed this many combined IQRs to count.
-DEFAULT_NOISE_FACTOR = 2.0
+DEFAULT_NOISE_FACTOR = 1.0
 
 
 class Direction(str, Enum):

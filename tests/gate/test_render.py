@@ -1,0 +1,168 @@
+"""Renderers: markdown golden files, escaping of input, terminal text, JSON.
+
+Golden files live in tests/gate/golden/. After an intended change to the markdown, regenerate
+them and review the diff:
+
+    TRACEML_CI_REGEN_GOLDEN=1 .venv/bin/pytest tests/gate/test_render.py
+    git diff tests/gate/golden/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.gate.summaries import GOLDEN, TRACEML_AI, make, real, shift
+from traceml_ci.gate import (
+    compare,
+    compare_sets,
+    load_input,
+    render_json,
+    render_markdown,
+    render_text,
+)
+from traceml_ci.gate.render import MARKER, md_escape, split_bar
+
+REGEN = os.environ.get("TRACEML_CI_REGEN_GOLDEN") == "1"
+
+
+def check_golden(name: str, text: str) -> None:
+    __tracebackhide__ = True
+    path = GOLDEN / name
+    if REGEN or not path.exists():
+        path.write_text(text, encoding="utf-8")
+        if not REGEN:
+            pytest.fail(f"{path} did not exist and was written; review it and rerun")
+        return
+    expected = path.read_text(encoding="utf-8")
+    if text != expected:
+        pytest.fail(
+            f"{name} differs from the golden file. If the change is intended, run\n"
+            f"  TRACEML_CI_REGEN_GOLDEN=1 pytest {__file__}\nand review `git diff {path}`.\n\n"
+            f"--- expected\n{expected}\n--- got\n{text}"
+        )
+
+
+def _regression():
+    base = make(name="main")
+    head = make(shift(dataloader=4.0, forward=0.5), rss_mb=340.0, name="pr-42")
+    return compare(base, head)
+
+
+def _set():
+    base = {"tests/test_train.py::test_step[small]": make(name="a"),
+            "tests/test_train.py::test_step[large]": make(name="b"),
+            "tests/test_train.py::test_removed": make(name="c")}
+    head = {"tests/test_train.py::test_step[small]": make(name="a"),
+            "tests/test_train.py::test_step[large]": make(shift(other=6.0), name="b"),
+            "tests/test_train.py::test_new": make(name="d")}
+    return compare_sets(base, head)
+
+
+CASES = {
+    "pass.md": lambda: compare(real("input_bound_a"), real("input_bound_b")),
+    "regression.md": _regression,
+    "set.md": _set,
+    "traceml_ai.md": lambda: compare(
+        *load_input(TRACEML_AI / "compute_bound.json").values(),
+        *load_input(TRACEML_AI / "input_bound.json").values(),
+    ),
+    "env_mismatch.md": lambda: compare(
+        make(device_type="cuda", device_name="NVIDIA A100-SXM4-80GB"),
+        make(shift(backward=3.0), device_type="cuda", device_name="NVIDIA H100 80GB HBM3"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_markdown_golden(name):
+    check_golden(name, render_markdown(CASES[name]()))
+
+
+def test_markdown_layout_verdict_first_then_table_bars_and_folded_rows():
+    md = render_markdown(_regression())
+    lines = md.splitlines()
+    assert lines[0] == MARKER
+    assert lines[1].startswith("**❌ traceml-ci regression: ")
+    changed, folded = md.split("<details>")
+    assert "| step_time.dataloader_pct" in changed
+    assert "🔴 regressed" in changed
+    assert "| step_time.phase_ms.forward" in folded  # unchanged rows live under <details>
+    assert "```text\nbase  " in changed and "\nhead  " in changed
+    assert folded.count("</details>") == 1
+
+
+def test_crafted_input_cannot_break_or_inject_into_the_markdown():
+    evil = "x|y</details><script>alert(1)</script>`code`\n# heading @team [a](http://e.vil)"
+    base, head = make(name=evil), make(shift(dataloader=4.0), name=evil)
+    head["run"]["status"] = "crashed"
+    s = compare_sets({evil: base}, {evil: head, evil + "2": make()})
+    md = render_markdown(s)
+    for bad in ("<script>", "</details><", "`code`", "|y", "@team", "[a](", "\n# heading"):
+        assert bad not in md
+    # every table row still has exactly six (or three) unescaped cell separators
+    for line in md.splitlines():
+        if line.startswith("|"):
+            assert line.count("|") in (4, 7), line
+    assert md.count("<details>") == md.count("</details>")
+
+
+def test_md_escape():
+    assert md_escape("a|b") == "a&#124;b"
+    assert md_escape("<b>&") == "&lt;b&gt;&amp;"
+    assert md_escape("l1\nl2\r\tx") == "l1 l2  x"
+    assert md_escape("`x` @me [l] *e*") == "&#96;x&#96; &#64;me &#91;l&#93; &#42;e&#42;"
+    assert md_escape("step_time.dataloader_pct") == "step_time.dataloader_pct"
+
+
+def test_split_bar_always_fills_the_width():
+    for width in (10, 40, 57):
+        bar = split_bar({"dataloader": 33.3, "forward": 33.3, "backward": 33.4,
+                         "optimizer": 0.0, "other": 0.0}, width)
+        assert len(bar) == width
+    assert split_bar({"dataloader": 50.0, "forward": 50.0, "backward": 0, "optimizer": 0,
+                      "other": 0}, 10) == "█████▓▓▓▓▓"
+
+
+def test_markdown_of_a_huge_set_stays_under_the_comment_limit():
+    base = {f"t::{i}": make() for i in range(400)}
+    head = {f"t::{i}": make(shift(dataloader=4.0)) for i in range(400)}
+    md = render_markdown(compare_sets(base, head), max_chars=20_000)
+    assert len(md) < 20_000
+    assert "further details left out" in md
+
+
+def test_text_is_plain_without_colour_and_fits_the_width():
+    text = render_text(_regression(), width=100, colour=False)
+    assert "\x1b[" not in text
+    assert text.splitlines()[0].startswith("traceml-ci regression: ")
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "step_time.dataloader_pct" in text
+    coloured = render_text(_regression(), width=100, colour=True)
+    assert "\x1b[" in coloured
+
+
+def test_text_of_a_set_names_each_key():
+    text = render_text(_set(), width=120)
+    assert "tests/test_train.py::test_step[large]: regression" in text
+    assert "1 added (no baseline yet): tests/test_train.py::test_new" in text
+
+
+def test_json_is_the_comparison():
+    doc = json.loads(render_json(_regression()))
+    assert doc["kind"] == "comparison" and doc["verdict"] == "regression"
+    assert doc["base_run"] == "main" and doc["head_run"] == "pr-42"
+    s = json.loads(render_json(_set()))
+    assert s["kind"] == "set"
+    assert s["added"] == ["tests/test_train.py::test_new"]
+    assert s["items"]["tests/test_train.py::test_step[large]"]["verdict"] == "regression"
+
+
+def test_golden_files_have_the_marker_and_no_trailing_spaces():
+    for path in GOLDEN.glob("*.md"):
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith(MARKER + "\n")
+        assert not re.search(r"[ \t]+$", text, re.M), path.name
