@@ -1,0 +1,71 @@
+"""The baseline file: load it once (a bad file is a usage error), merge this run's summaries in.
+
+Writes are atomic (temp file + ``os.replace``), so a reader never sees half a file. Merging is
+read-modify-write, so it also takes an exclusive lock (POSIX ``flock`` on a file in the temp
+folder, never beside the baseline): two sessions updating one baseline keep both their entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pytest_plugin.options import SetupError
+
+Summaries = dict[str, dict[str, Any]]
+
+
+class BaselineError(SetupError):
+    """The baseline file cannot be used; the message names the file. Exit code 4 in pytest."""
+
+
+def load_baseline(path: Path) -> Summaries:
+    """The baseline's summaries by key; ``{}`` when the file does not exist yet."""
+    from traceml_ci.errors import InputError
+    from traceml_ci.gate import read_baseline_set
+
+    if not path.exists():
+        return {}
+    try:
+        return read_baseline_set(path)
+    except InputError as exc:
+        raise BaselineError(f"traceml: unusable baseline file {exc}") from None
+
+
+def save_set(path: Path, summaries: Mapping[str, dict[str, Any]]) -> None:
+    """Write ``summaries`` as a baseline set, replacing the file atomically."""
+    from traceml_ci.gate import write_baseline_set
+
+    write_baseline_set(path, summaries)
+
+
+def merge_into(path: Path, summaries: Mapping[str, dict[str, Any]]) -> int:
+    """Add or replace ``summaries`` in the baseline set at ``path`` (created if missing), under
+    an exclusive lock; other entries are kept. Returns the number of entries in the file."""
+    with _locked(path):
+        merged = load_baseline(path)
+        merged.update(summaries)
+        save_set(path, merged)
+    return len(merged)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the atomic replace still holds
+        yield
+        return
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
+    lock = Path(tempfile.gettempdir()) / f"traceml-ci-{digest}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -1,0 +1,114 @@
+"""The ``traceml`` fixture: the running test's tracer, its summary, and ``run_script``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_plugin.gating import gate_summaries
+from pytest_plugin.state import KeyClash, TracemlState
+
+#: item.stash slot of the MarkedRun of a marked test (set by the front door).
+RUN_KEY = pytest.StashKey[Any]()
+#: item.stash slot of the keys this test has gated summaries under.
+USED_KEYS = pytest.StashKey[set]()
+
+
+class TraceML:
+    """What a test sees as ``traceml``.
+
+    ``tracer``: the live tracer of a ``@pytest.mark.traceml`` test (None elsewhere).
+    ``summary``: the last summary this test produced (``finish()`` or ``run_script``).
+    """
+
+    def __init__(self, item: pytest.Item, state: TracemlState) -> None:
+        self._item = item
+        self._state = state
+        self.summary: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> str:
+        """The test's baseline key: the marker's ``key=``, else its node id."""
+        run = self._item.stash.get(RUN_KEY, None)
+        return run.key if run is not None else self._item.nodeid
+
+    @property
+    def tracer(self) -> Any:
+        run = self._item.stash.get(RUN_KEY, None)
+        return run.tracer if run is not None else None
+
+    def finish(self) -> dict[str, Any]:
+        """Finish the test's tracer now and return its summary document, for extra asserts.
+        The plugin gates this same summary when the test returns."""
+        __tracebackhide__ = True
+        run = self._item.stash.get(RUN_KEY, None)
+        if run is None:
+            pytest.fail("traceml.finish() needs a test marked @pytest.mark.traceml",
+                        pytrace=False)
+        self.summary = run.finish_now()
+        return self.summary
+
+    def run_script(
+        self,
+        script: str | os.PathLike[str],
+        *args: Any,
+        key: str | None = None,
+        warmup_steps: int | None = None,
+        timeout_s: float | None = 600.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``script args`` under ``traceml-ci run`` in a subprocess (``--traceml-repeats``
+        times), gate the median summary under ``key`` (default: the test's node id) and return
+        it. A relative ``script`` is looked up next to the test file, then in the working
+        directory. ``timeout_s``: per run, in seconds."""
+        __tracebackhide__ = True
+        from pytest_plugin.scripts import ScriptFailed, traced_script
+
+        state, item = self._state, self._item
+        path = self._resolve(Path(script))
+        if key is None:
+            if item.stash.get(RUN_KEY, None) is not None:
+                pytest.fail("traceml.run_script() in a @pytest.mark.traceml test needs its own "
+                            "key= (the test's key gates the test's own tracer)", pytrace=False)
+            key = item.nodeid
+        used = item.stash.setdefault(USED_KEYS, set())
+        if key in used:
+            pytest.fail(f"traceml: this test already gated a summary under {key!r}; "
+                        "pass run_script(..., key=...)", pytrace=False)
+        try:
+            state.claim(key, item.nodeid)
+        except KeyClash as exc:
+            pytest.fail(str(exc), pytrace=False)
+        used.add(key)
+        out = state.out_dir(item.nodeid)
+        docs = []
+        for i in range(state.options.repeats):
+            try:
+                docs.append(traced_script(
+                    path, [str(a) for a in args], out_dir=out / f"run-{i}", run_name=key,
+                    warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
+                    cwd=Path(cwd) if cwd is not None else None,
+                ))
+            except ScriptFailed as exc:
+                pytest.fail(str(exc), pytrace=False)
+        result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs)
+        self.summary = result.summary
+        return result.summary or docs[-1]
+
+    def _resolve(self, script: Path) -> Path:
+        __tracebackhide__ = True
+        if script.is_absolute():
+            candidates = [script]
+        else:
+            candidates = [Path(self._item.path).parent / script, Path.cwd() / script]
+        for c in candidates:
+            if c.is_file():
+                return c
+        pytest.fail(f"traceml.run_script(): no such script {script} (looked in "
+                    + ", ".join(str(c.parent) for c in candidates) + ")", pytrace=False)
+        raise AssertionError("unreachable")  # pragma: no cover

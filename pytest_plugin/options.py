@@ -1,0 +1,133 @@
+"""The plugin's settings: command-line options with ini / pyproject fallbacks, read once.
+
+Standard library only: pytest imports this at start-up in every session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "--traceml-baseline",
+        "traceml_baseline",
+        "path",
+        "baseline set (JSON) to gate @pytest.mark.traceml tests on; never modified unless "
+        "--traceml-update-baseline is given",
+    ),
+    (
+        "--traceml-update-baseline",
+        "traceml_update_baseline",
+        "flag",
+        "write or merge this run's summaries into the --traceml-baseline file (accepts changes)",
+    ),
+    ("--traceml-save", "traceml_save", "path", "write this run's summaries as a baseline set"),
+    (
+        "--traceml-report",
+        "traceml_report",
+        "path",
+        "write the comparison as markdown (the same as `traceml-ci diff --format markdown`)",
+    ),
+    (
+        "--traceml-tolerances",
+        "traceml_tolerances",
+        "path",
+        "tolerance rules (TOML); default: [tool.traceml-ci] in pyproject.toml, else built-in",
+    ),
+    (
+        "--traceml-require-baseline",
+        "traceml_require_baseline",
+        "flag",
+        "fail a traced test that has no baseline entry instead of passing with a note",
+    ),
+    (
+        "--traceml-repeats",
+        "traceml_repeats",
+        "int",
+        "run each traced test N times and gate on the median run (noisy runners); default 1",
+    ),
+)
+
+
+class SetupError(Exception):
+    """A setting, or a file a setting names, is unusable. The front door turns it into
+    pytest.UsageError (exit code 4)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    baseline: Path | None = None
+    update_baseline: bool = False
+    save: Path | None = None
+    report: Path | None = None
+    tolerances: Path | None = None
+    require_baseline: bool = False
+    repeats: int = 1
+    #: pyproject.toml next to the ini file / rootdir, for [tool.traceml-ci] rules.
+    pyproject: Path | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything was asked of the plugin beyond tracing marked tests."""
+        return any(
+            (self.baseline, self.update_baseline, self.save, self.report, self.tolerances,
+             self.require_baseline, self.repeats != 1)
+        )
+
+    @property
+    def gating(self) -> bool:
+        return self.baseline is not None
+
+
+def add_options(parser: Any) -> None:
+    """Register every option and its ini twin (pytest's ``pytest_addoption``)."""
+    group = parser.getgroup("traceml", "traceml-ci: gate traced training tests on a baseline")
+    for flag, ini, kind, help_text in OPTIONS:
+        if kind == "flag":
+            group.addoption(flag, action="store_true", default=None, dest=ini, help=help_text)
+            parser.addini(ini, help_text, type="bool", default=False)
+        else:
+            meta = "N" if kind == "int" else "PATH"
+            group.addoption(flag, action="store", default=None, dest=ini, metavar=meta,
+                            help=help_text)
+            parser.addini(ini, help_text, type="string", default="")
+
+
+def read_options(config: Any) -> Options:
+    """Command line first, then ini. Relative paths: from the invocation folder on the command
+    line, from the ini file's folder in ini. Raises SetupError."""
+    invocation = Path(config.invocation_params.dir)
+    ini_dir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+    values: dict[str, Any] = {}
+    for flag, ini, kind, _ in OPTIONS:
+        given = config.getoption(ini)
+        base = invocation
+        if given is None:
+            given = config.getini(ini)
+            base = ini_dir
+            if given == "":
+                given = None
+        name = ini.removeprefix("traceml_")
+        if given is None:
+            continue
+        if kind == "flag":
+            values[name] = bool(given)
+        elif kind == "int":
+            try:
+                values[name] = int(given)
+            except (TypeError, ValueError):
+                raise SetupError(f"{flag} must be an integer, not {given!r}") from None
+        else:
+            values[name] = base / Path(str(given)).expanduser()
+    repeats = values.get("repeats", 1)
+    if repeats < 1:
+        raise SetupError(f"--traceml-repeats must be at least 1, not {repeats}")
+    if values.get("update_baseline") and values.get("baseline") is None:
+        raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
+    if values.get("require_baseline") and values.get("baseline") is None:
+        raise SetupError("--traceml-require-baseline needs --traceml-baseline=PATH")
+    pyproject = ini_dir / "pyproject.toml"
+    return Options(**values, pyproject=pyproject if pyproject.is_file() else None)

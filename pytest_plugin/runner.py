@@ -1,0 +1,140 @@
+"""A test marked ``@pytest.mark.traceml``: a fresh tracer around each repeat of the test body,
+then the summaries gated. The front door drives it from ``pytest_runtest_call``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_plugin.gating import gate_summaries
+from pytest_plugin.state import KeyClash, TracemlState
+from pytest_plugin.summaries import read_summary
+
+MARKER = "traceml"
+MODES = ("auto", "manual")
+
+
+@dataclass(frozen=True)
+class MarkerArgs:
+    """``@pytest.mark.traceml(warmup_steps=5, max_steps=None, key=None, mode="auto")``."""
+
+    warmup_steps: int | None = None
+    max_steps: int | None = None
+    key: str | None = None
+    mode: str = "auto"
+
+
+def marker_args(marker: Any) -> MarkerArgs:
+    """Check the marker's arguments; a mistake fails the test with one clear line."""
+    __tracebackhide__ = True
+    where = "@pytest.mark.traceml"
+    if marker.args:
+        pytest.fail(f"{where} takes keyword arguments only (warmup_steps, max_steps, key, mode)",
+                    pytrace=False)
+    known = {"warmup_steps", "max_steps", "key", "mode"}
+    unknown = sorted(set(marker.kwargs) - known)
+    if unknown:
+        pytest.fail(f"{where}: unknown argument(s) {', '.join(unknown)}; "
+                    f"expected some of {', '.join(sorted(known))}", pytrace=False)
+    kw = dict(marker.kwargs)
+    for name, least in (("warmup_steps", 0), ("max_steps", 1)):
+        value = kw.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < least):
+            pytest.fail(f"{where}: {name} must be an integer >= {least}, not {value!r}",
+                        pytrace=False)
+    key = kw.get("key")
+    if key is not None and (not isinstance(key, str) or not key):
+        pytest.fail(f"{where}: key must be a non-empty string, not {key!r}", pytrace=False)
+    mode = kw.get("mode", "auto")
+    if mode not in MODES:
+        pytest.fail(f"{where}: mode must be one of {MODES}, not {mode!r}", pytrace=False)
+    return MarkerArgs(kw.get("warmup_steps"), kw.get("max_steps"), key, mode)
+
+
+class MarkedRun:
+    """The tracer(s) of one marked test. ``tracer`` is the live one while the body runs."""
+
+    def __init__(self, item: pytest.Item, args: MarkerArgs, state: TracemlState) -> None:
+        self.item = item
+        self.args = args
+        self.state = state
+        self.key = args.key or item.nodeid
+        self.repeats = state.options.repeats
+        self.docs: list[dict[str, Any]] = []
+        self.tracer: Any = None
+        self._out: Path | None = None
+
+    @classmethod
+    def begin(cls, item: pytest.Item, marker: Any, state: TracemlState) -> MarkedRun:
+        __tracebackhide__ = True
+        run = cls(item, marker_args(marker), state)
+        try:
+            state.claim(run.key, item.nodeid)
+        except KeyClash as exc:
+            pytest.fail(str(exc), pytrace=False)
+        return run
+
+    def _config(self, index: int) -> Any:
+        from traceml_ci.tracer.config import TracerConfig
+
+        if self._out is None:
+            self._out = self.state.out_dir(self.item.nodeid)
+        a = self.args
+        locked = {"out_dir", "run_name"}
+        if a.warmup_steps is not None:
+            locked.add("warmup_steps")
+        options: dict[str, Any] = dict(
+            mode=a.mode,
+            out_dir=self._out / f"repeat-{index}" if self.repeats > 1 else self._out,
+            run_name=self.key,
+            max_steps=a.max_steps,
+            locked=frozenset(locked),
+        )
+        if a.warmup_steps is not None:
+            options["warmup_steps"] = a.warmup_steps
+        return TracerConfig(**options)
+
+    @contextmanager
+    def repeat(self) -> Iterator[Any]:
+        """A fresh tracer around one run of the test body; its summary is kept if it passes."""
+        __tracebackhide__ = True
+        from traceml_ci.tracer import api
+
+        tracer = api.start(self._config(len(self.docs)), at_exit=False)
+        self.tracer = tracer
+        passed = False
+        try:
+            yield tracer
+            passed = True
+        finally:
+            try:
+                path = tracer.finish(None if passed else "crashed")
+            finally:
+                api.stop()
+                self.tracer = None
+        if path is None:
+            pytest.fail("traceml: the tracer could not write its summary (see the warning on "
+                        "stderr)", pytrace=False)
+        self.docs.append(read_summary(path))
+
+    def finish_now(self) -> dict[str, Any]:
+        """Finish the live tracer early (the ``traceml`` fixture's ``finish()``); returns its
+        summary document. The repeat then keeps this summary."""
+        __tracebackhide__ = True
+        tracer = self.tracer
+        if tracer is None:
+            pytest.fail("traceml.finish(): no tracer is running", pytrace=False)
+        path = tracer.finish()
+        if path is None:
+            pytest.fail("traceml: the tracer could not write its summary", pytrace=False)
+        return read_summary(path)
+
+    def gate(self) -> None:
+        __tracebackhide__ = True
+        gate_summaries(self.state, nodeid=self.item.nodeid, key=self.key, docs=self.docs)

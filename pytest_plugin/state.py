@@ -1,0 +1,169 @@
+"""One pytest session's traceml state: settings, baseline, rules, and every gated result.
+
+Under pytest-xdist each worker gates its own tests and sends its results to the controller
+(``payload`` / ``merge_payload``); only the controller (or a plain session) writes files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pytest_plugin.baseline import Summaries, load_baseline, merge_into, save_set
+from pytest_plugin.options import Options, SetupError
+from pytest_plugin.results import GateResult, Outcome
+
+#: The key of this plugin's entry in xdist's ``workeroutput``.
+WORKER_OUTPUT_KEY = "traceml_results"
+
+
+class KeyClash(Exception):
+    """Two gated summaries in one session claim the same baseline key."""
+
+
+class TracemlState:
+    def __init__(self, options: Options, *, is_worker: bool = False) -> None:
+        self.options = options
+        self.is_worker = is_worker
+        self.baseline: Summaries = {}
+        self.rules: Any = None
+        self.results: dict[str, GateResult] = {}
+        #: Lines for the terminal summary about files written, and problems writing them.
+        self.notes: list[str] = []
+        self.errors: list[str] = []
+        self._tmp_factory: Any = None
+        self._loaded = False
+
+    # -- setup -------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read the baseline and the tolerance rules once. Raises SetupError naming the file."""
+        opts = self.options
+        if self._loaded or not (opts.gating or opts.report or opts.tolerances):
+            return
+        from traceml_ci.errors import InputError
+        from traceml_ci.gate import load_rules
+
+        if opts.baseline is not None:
+            self.baseline = load_baseline(opts.baseline)
+        try:
+            self.rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
+        except InputError as exc:
+            raise SetupError(f"traceml: unusable tolerance rules: {exc}") from None
+        self._loaded = True
+
+    def use_tmp_factory(self, get_factory: Callable[[], Any]) -> None:
+        """``get_factory()``: pytest's TempPathFactory (set up after plugins configure)."""
+        self._tmp_factory = get_factory
+
+    def header(self) -> str | None:
+        """The line under pytest's session header, when a baseline or rules are in play."""
+        if not self._loaded:
+            return None
+        opts = self.options
+        parts = []
+        if opts.baseline is not None:
+            state = f"{len(self.baseline)} entries" if opts.baseline.exists() else "no file yet"
+            update = ", updating" if opts.update_baseline else ""
+            parts.append(f"baseline {opts.baseline} ({state}{update})")
+        parts.append(f"rules: {getattr(self.rules, 'source', 'defaults')}")
+        if opts.repeats > 1:
+            parts.append(f"median of {opts.repeats} runs")
+        return "traceml: " + ", ".join(parts)
+
+    def out_dir(self, nodeid: str) -> Path:
+        """A fresh folder for one test's summaries (under pytest's basetemp when available)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.rsplit("::", 1)[-1])[:40] or "test"
+        factory = self._tmp_factory() if self._tmp_factory is not None else None
+        if factory is not None:
+            return Path(factory.mktemp(f"traceml-{name}", numbered=True))
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix=f"traceml-{name}-"))
+
+    # -- results -----------------------------------------------------------------------------
+    def claim(self, key: str, nodeid: str) -> None:
+        """Check that ``key`` is not already the key of another test's summary."""
+        prior = self.results.get(key)
+        if prior is not None and prior.nodeid != nodeid:
+            raise KeyClash(
+                f"traceml: baseline key {key!r} is already used by {prior.nodeid}; give this "
+                "summary its own key (@pytest.mark.traceml(key=...) or run_script(key=...))"
+            )
+
+    def record(self, result: GateResult) -> None:
+        self.results[result.key] = result
+
+    def payload(self) -> str:
+        return json.dumps([r.to_dict() for r in self.results.values()], allow_nan=False)
+
+    def merge_payload(self, payload: str) -> None:
+        for d in json.loads(payload):
+            result = GateResult.from_dict(d)
+            prior = self.results.get(result.key)
+            if prior is not None and prior.nodeid != result.nodeid:
+                self.errors.append(
+                    f"baseline key {result.key!r} used by both {prior.nodeid} and "
+                    f"{result.nodeid}; the second one is kept"
+                )
+            self.record(result)
+
+    @property
+    def heads(self) -> Summaries:
+        """This session's valid summaries by key."""
+        return {k: r.summary for k, r in self.results.items() if r.summary is not None}
+
+    # -- end of session (controller only) -----------------------------------------------------
+    def write_files(self) -> None:
+        """--traceml-update-baseline, --traceml-save, --traceml-report. Problems are collected
+        in ``errors`` (the session then exits with a usage error), never raised."""
+        opts, heads = self.options, self.heads
+        if opts.update_baseline and opts.baseline is not None and heads:
+            self._write(opts.baseline, lambda p: self._merge(p, heads))
+        if opts.save is not None:
+            self._write(opts.save, lambda p: self._save(p, heads))
+        if opts.report is not None and self.results:
+            self._write(opts.report, self._report)
+
+    def _write(self, path: Path, write: Any) -> None:
+        from traceml_ci.errors import TracemlError
+
+        try:
+            write(path)
+        except (OSError, TracemlError, SetupError) as exc:
+            self.errors.append(f"could not write {path}: {exc}")
+
+    def _merge(self, path: Path, heads: Summaries) -> None:
+        total = merge_into(path, heads)
+        self.notes.append(f"baseline updated: {path} ({len(heads)} written, {total} in all)")
+
+    def _save(self, path: Path, heads: Summaries) -> None:
+        save_set(path, heads)
+        self.notes.append(f"summaries saved: {path} ({len(heads)})")
+
+    def _report(self, path: Path) -> None:
+        from traceml_ci.fsutil import atomic_write_text
+
+        atomic_write_text(path, self.report_markdown())
+        self.notes.append(f"report written: {path}")
+
+    def report_markdown(self) -> str:
+        """This session's summaries against their baseline entries, in the gate's markdown.
+        Only keys that ran are compared: a deselected test is not reported as removed."""
+        from traceml_ci.gate import DEFAULT_RULES, compare_sets, render_markdown
+
+        heads = self.heads
+        base = {k: self.baseline[k] for k in heads if k in self.baseline}
+        return render_markdown(compare_sets(base, heads, self.rules or DEFAULT_RULES))
+
+    @property
+    def failed(self) -> list[GateResult]:
+        return [r for r in self.results.values() if r.outcome.fails]
+
+    def outcome_counts(self) -> dict[Outcome, int]:
+        counts: dict[Outcome, int] = {}
+        for r in self.results.values():
+            counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        return counts
