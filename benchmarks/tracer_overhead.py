@@ -1,0 +1,118 @@
+"""Tracer overhead, in-process A/B: the same training step with tracing on and off, in
+alternating blocks of steps, so drift and noise hit both sides alike.
+
+"off" is the user's plain loop with nothing installed; "on" is the README loop (auto mode:
+DataLoader, backward and optimizer patched, forward wrapped per step, trace_step around it).
+Reports the median per-step time of each side, the microseconds added and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import traceml_ci as traceml  # noqa: E402
+from traceml_ci.tracer import api  # noqa: E402
+from traceml_ci.tracer.config import TracerConfig  # noqa: E402
+
+
+def make_job(kind: str) -> tuple[nn.Module, Any, Any]:
+    torch.manual_seed(0)
+    if kind == "tiny":  # a ~0.5 ms MLP step
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+        data = torch.utils.data.TensorDataset(torch.randn(100_000, 32), torch.randn(100_000, 1))
+        batch = 32
+    else:  # a ~15 ms step
+        model = nn.Sequential(
+            nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 1)
+        )
+        data = torch.utils.data.TensorDataset(torch.randn(20_000, 512), torch.randn(20_000, 1))
+        batch = 256
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=False)
+    return model, optimizer, loader
+
+
+def endless(loader: Any):
+    while True:
+        yield from loader
+
+
+def plain_block(model, optimizer, batches, n: int) -> float:
+    start = time.perf_counter_ns()
+    for _ in range(n):
+        x, y = next(batches)
+        optimizer.zero_grad(set_to_none=True)
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+    return (time.perf_counter_ns() - start) / n / 1000.0
+
+
+def traced_block(model, optimizer, batches, n: int) -> float:
+    trace_step = traceml.trace_step
+    start = time.perf_counter_ns()
+    for _ in range(n):
+        x, y = next(batches)
+        with trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+    return (time.perf_counter_ns() - start) / n / 1000.0
+
+
+def run(kind: str, blocks: int, block_steps: int, out: Path) -> tuple[float, float]:
+    model, optimizer, loader = make_job(kind)
+    batches = endless(loader)
+    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
+    tracer.patches.uninstall()
+    plain_block(model, optimizer, batches, block_steps)  # warm caches on both paths
+    tracer.patches.install()
+    traced_block(model, optimizer, batches, block_steps)
+    on: list[float] = []
+    off: list[float] = []
+    for b in range(blocks):
+        order = ("on", "off") if b % 2 == 0 else ("off", "on")
+        for side in order:
+            if side == "on":
+                tracer.patches.install()
+                on.append(traced_block(model, optimizer, batches, block_steps))
+            else:
+                tracer.patches.uninstall()
+                off.append(plain_block(model, optimizer, batches, block_steps))
+    tracer.patches.install()
+    tracer.finish()
+    api.stop()
+    return statistics.median(on), statistics.median(off)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument("--tiny-steps", type=int, default=400)
+    parser.add_argument("--big-steps", type=int, default=20)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, steps in (("tiny", args.tiny_steps), ("big", args.big_steps)):
+            on, off = run(kind, args.blocks, steps, Path(tmp) / kind)
+            print(
+                f"{kind:>4} step: off {off:9.1f} us  on {on:9.1f} us  "
+                f"added {on - off:+7.2f} us/step  ratio {on / off:.4f}"
+                f"  ({args.blocks} blocks of {steps} steps each side)"
+            )
+
+
+if __name__ == "__main__":
+    main()
