@@ -147,9 +147,10 @@ def main() -> None:
                 got = st[f"{phase}_pct"]
                 worst = max(worst, abs(got - truth))
                 worst_busy = max(worst_busy, abs(got - busy_truth[phase]))
+                busy_pct = busy_truth[phase]
                 print(
                     f"  {phase:<10} {got:6.2f}%  stopwatch {truth:6.2f}% ({got - truth:+.2f} pp)"
-                    f"  busy-wait only {busy_truth[phase]:6.2f}% ({got - busy_truth[phase]:+.2f} pp)"
+                    f"  busy-wait only {busy_pct:6.2f}% ({got - busy_pct:+.2f} pp)"
                 )
             print(f"  {'other':<10} {st['other_pct']:6.2f}%  (loss, zero_grad, loop glue)")
     print(f"max |error| vs stopwatch: {worst:.2f} pp (target <= 1.0)")

@@ -30,10 +30,7 @@ def main() -> None:
     parser.add_argument("script", nargs="?", default=str(REPO / "examples" / "zero_change.py"))
     args = parser.parse_args()
     cli = str(Path(sys.executable).with_name("traceml-ci"))
-    if not os.path.exists(cli):
-        cli_cmd = [sys.executable, "-m", "traceml_ci"]
-    else:
-        cli_cmd = [cli]
+    cli_cmd = [cli] if os.path.exists(cli) else [sys.executable, "-m", "traceml_ci"]
     plain, traced = [], []
     with tempfile.TemporaryDirectory() as tmp:
         wall([sys.executable, args.script], tmp)  # warm the page cache for both sides
