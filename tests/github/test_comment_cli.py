@@ -153,10 +153,84 @@ def test_very_long_body_is_trimmed_with_a_note(gh_env: FakeGitHub, tmp_path, cap
 
 def test_expect_head_sha_guards_the_pr_number(gh_env: FakeGitHub, body: Path, capsys) -> None:
     args = ("--body", str(body), "--pr", str(PR), "--expect-head-sha")
-    code, _, err = comment(capsys, *args, "b" * 40)
-    assert code == 5 and "not commenting" in err
+    code, out, _ = comment(capsys, *args, "b" * 40)
+    assert code == 0 and "not commenting" in out
     assert gh_env.bodies(REPO, PR) == []
     assert comment(capsys, *args, "a" * 40)[0] == 0
+    assert len(gh_env.bodies(REPO, PR)) == 1
+
+
+def write_meta(path: Path, **fields: object) -> Path:
+    meta = {"kind": "traceml-ci/comment-meta", "pr": PR, "marker": "gpu", "mode": "upsert"}
+    path.write_text(json.dumps({**meta, **fields}))
+    return path
+
+
+def workflow_run_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head_sha: str) -> None:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"workflow_run": {"head_sha": head_sha, "pull_requests": []}}))
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "workflow_run")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+
+
+def test_meta_from_an_artifact_in_a_workflow_run_job(gh_env, body, tmp_path, monkeypatch, capsys):
+    meta = write_meta(tmp_path / "comment.json")
+    workflow_run_event(tmp_path, monkeypatch, "a" * 40)
+    code, out, err = comment(capsys, "--body", str(body), "--meta", str(meta))
+    assert code == 0, err
+    [posted] = gh_env.bodies(REPO, PR)
+    assert posted.startswith(marker_for("gpu"))
+    assert gh_env.requests[0].path == f"/repos/{REPO}/pulls/{PR}"
+
+
+def test_meta_naming_another_pr_is_not_trusted(gh_env, body, tmp_path, monkeypatch, capsys):
+    gh_env.add_pr(REPO, 8, head_sha="c" * 40)  # someone else's pull request
+    meta = write_meta(tmp_path / "comment.json", pr=8)
+    workflow_run_event(tmp_path, monkeypatch, "a" * 40)
+    code, out, _ = comment(capsys, "--body", str(body), "--meta", str(meta))
+    assert code == 0 and "not commenting" in out
+    assert gh_env.bodies(REPO, 8) == []
+
+
+def test_meta_mode_skip_does_nothing(gh_env, body, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN")  # not even needed
+    meta = write_meta(tmp_path / "comment.json", mode="skip")
+    code, out, _ = comment(capsys, "--body", str(body), "--meta", str(meta))
+    assert code == 0 and "skipped" in out
+    assert gh_env.requests == []
+
+
+def test_body_token_is_masked(gh_env: FakeGitHub, tmp_path: Path, capsys) -> None:
+    leaky = tmp_path / "leaky.md"
+    leaky.write_text(f"{REPORT}\nenv dump: GITHUB_TOKEN={TOKEN}\n")
+    assert comment(capsys, "--body", str(leaky), "--pr", str(PR))[0] == 0
+    [posted] = gh_env.bodies(REPO, PR)
+    assert TOKEN not in posted and "GITHUB_TOKEN=***" in posted
+
+
+@pytest.mark.parametrize(
+    ("meta", "problem"),
+    [
+        ('{"kind": "other"}', "not a traceml-ci/comment-meta file"),
+        ("[1", "not JSON"),
+        ('{"kind": "traceml-ci/comment-meta", "pr": -3, "marker": "x", "mode": "upsert"}', "pr -3"),
+        ('{"kind": "traceml-ci/comment-meta", "pr": 7, "marker": "x", "mode": "post"}', "mode"),
+    ],
+)
+def test_bad_meta_is_exit_2(gh_env, body, tmp_path, capsys, meta, problem) -> None:
+    path = tmp_path / "comment.json"
+    path.write_text(meta)
+    code, _, err = comment(capsys, "--body", str(body), "--meta", str(path))
+    assert code == 2 and problem in err and err.count("\n") == 1
+
+
+def test_symlinked_artifact_files_are_refused(gh_env, body, tmp_path, capsys) -> None:
+    meta = write_meta(tmp_path / "comment.json")
+    link = tmp_path / "link.md"
+    link.symlink_to(body)
+    code, _, err = comment(capsys, "--body", str(link), "--meta", str(meta))
+    assert code == 2 and "symbolic link" in err
+    assert gh_env.requests == []
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import sys
+from typing import Any
 
 from traceml_ci.errors import InputError, UsageError
+
+META_KIND = "traceml-ci/comment-meta"
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -35,9 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=("upsert", "update"),
-        default="upsert",
-        help="upsert: create the comment if missing (default); update: only edit an existing one",
+        choices=("upsert", "update", "skip"),
+        help="upsert: create the comment if missing (default); update: only edit an existing "
+        "one; skip: do nothing",
+    )
+    p.add_argument(
+        "--meta",
+        metavar="FILE",
+        help="comment.json written by `traceml-ci action-gate`: defaults for --pr, --marker and "
+        "--mode (in a workflow_run job the PR's head must then match the run's head_sha)",
     )
     p.add_argument(
         "--expect-head-sha",
@@ -60,13 +71,38 @@ def _read_body(path: str) -> str:
         raise InputError(path, "the comment body is not UTF-8 text") from None
 
 
+def _read_meta(path: str) -> dict[str, Any]:
+    """The gate step's metadata; it may come from an untrusted run's artifact, so check it."""
+    if os.path.islink(path):
+        raise InputError(path, "is a symbolic link; refusing it")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, f"not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != META_KIND:
+        raise InputError(path, f"not a {META_KIND} file")
+    pr, marker, mode = data.get("pr"), data.get("marker"), data.get("mode")
+    if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0):
+        raise InputError(path, f"pr {pr!r} is not a pull request number")
+    if not isinstance(marker, str) or mode not in ("upsert", "update", "skip"):
+        raise InputError(path, "needs a string marker and mode upsert, update or skip")
+    return data
+
+
 def run(args: argparse.Namespace) -> int:
-    from traceml_ci.errors import ApiError
     from traceml_ci.github.client import GitHubClient
     from traceml_ci.github.context import GitHubContext
     from traceml_ci.github.sticky import Mode, compose_body, marker_for, upsert_comment
 
     ctx = GitHubContext.from_environ()
+    meta = _read_meta(args.meta) if args.meta else {}
+    mode = args.mode or meta.get("mode") or "upsert"
+    if mode == "skip":
+        print("traceml-ci: comment skipped (mode skip)")
+        return 0
     if not ctx.token:
         raise UsageError(
             "GITHUB_TOKEN is not set: pass a token with pull-requests: write in the environment"
@@ -78,26 +114,34 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
     if args.pr is not None and args.pr <= 0:
         raise UsageError(f"--pr {args.pr} is not a pull request number")
-    number = args.pr if args.pr is not None else ctx.pull_request_number()
+    number = args.pr if args.pr is not None else meta.get("pr") or ctx.pull_request_number()
     if number is None:
         raise UsageError(
             f"no pull request number: pass --pr N (event {ctx.event_name or 'unknown'} names none)"
         )
+    if args.meta and os.path.islink(args.body):
+        raise InputError(args.body, "is a symbolic link; refusing it")
     report = _read_body(args.body)
     if not report.strip():
         raise InputError(args.body, "the comment body is empty")
-    marker = marker_for(args.marker or ctx.job or "default")
+    marker = marker_for(args.marker or meta.get("marker") or ctx.job or "default")
+    expect = args.expect_head_sha
+    if not expect and ctx.event_name == "workflow_run" and args.pr is None and meta:
+        # The PR number came from an artifact a pull request's code could write: trust it only
+        # if that PR's head is the commit this workflow_run is about.
+        expect = (ctx.event.get("workflow_run") or {}).get("head_sha")
 
     client = GitHubClient(token=ctx.token, api_url=ctx.api_url)
-    if args.expect_head_sha:
+    if expect:
         head = client.pull_request_head_sha(repo, number)
-        if head != args.expect_head_sha:
-            raise ApiError(
-                f"{repo}#{number}: head is {head[:12]}, not {args.expect_head_sha[:12]}; "
-                "not commenting (a newer push, or a PR number that does not match the run)"
+        if head != expect:
+            print(
+                f"traceml-ci: not commenting: the head of {repo}#{number} is {head[:12]}, not "
+                f"{str(expect)[:12]} (a newer push, or a PR number that does not match the run)"
             )
-    body = compose_body(report, marker)
-    result = upsert_comment(client, repo, number, body, marker, Mode(args.mode))
+            return 0
+    body = compose_body(report.replace(ctx.token, "***"), marker)
+    result = upsert_comment(client, repo, number, body, marker, Mode(mode))
     where = result.comment.html_url if result.comment and result.comment.html_url else ""
     ident = f" {result.comment.id}" if result.comment else ""
     print(f"traceml-ci: comment{ident} {result.outcome.value} on {repo}#{number} {where}".rstrip())

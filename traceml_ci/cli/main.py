@@ -18,7 +18,15 @@ from traceml_ci._version import __version__
 from traceml_ci.errors import TracemlError
 
 #: Subcommand modules, in --help order.
-SUBCOMMANDS: tuple[str, ...] = ("run", "show", "validate", "diff", "history", "comment")
+SUBCOMMANDS: tuple[str, ...] = (
+    "run",
+    "show",
+    "validate",
+    "diff",
+    "history",
+    "comment",
+    "action_gate",
+)
 
 EXIT_OK = 0
 EXIT_USAGE = 2

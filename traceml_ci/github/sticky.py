@@ -39,10 +39,14 @@ class Result:
     comment: IssueComment | None
 
 
+def marker_id(job_id: str) -> str:
+    """``job_id`` with anything but letters, digits and ``._/:@+=-`` made ``_`` (never ``-->``)."""
+    return _UNSAFE_ID.sub("_", job_id.strip()).strip("_")[:100] or "default"
+
+
 def marker_for(job_id: str) -> str:
     """The hidden first line that identifies one job's comment, e.g. ``job=gpu/tests``."""
-    safe = _UNSAFE_ID.sub("_", job_id.strip()).strip("_") or "default"
-    return f"<!-- traceml-ci:report job={safe} -->"
+    return f"<!-- traceml-ci:report job={marker_id(job_id)} -->"
 
 
 def gh_len(text: str) -> int:

@@ -1,0 +1,192 @@
+"""``traceml-ci action-gate`` in-process, with pytest stood in for (it writes real summaries)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.github.baselines import slowed_baseline
+from tests.github.composite import parse_outputs
+from tests.github.conftest import PR, REPO
+from traceml_ci.cli.main import SUBCOMMANDS, main
+
+DATA = Path(__file__).parent / "data"
+SUMMARIES = DATA / "summaries.json"  # a real set written by the plugin for a tiny CPU loop
+
+pytestmark = pytest.mark.skipif("diff" not in SUBCOMMANDS, reason="needs `traceml-ci diff`")
+
+
+class FakePytest:
+    """Replaces the pytest subprocess: records its command, writes the head summaries."""
+
+    def __init__(self, exit_code: int = 0, writes: bool = True) -> None:
+        self.exit_code = exit_code
+        self.writes = writes
+        self.cmd: list[str] = []
+
+    def __call__(self, cmd: list[str]) -> int:
+        self.cmd = cmd
+        save = next(a.split("=", 1)[1] for a in cmd if a.startswith("--traceml-save="))
+        if self.writes:
+            shutil.copy(SUMMARIES, save)
+        return self.exit_code
+
+
+@pytest.fixture
+def gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., dict[str, Any]]:
+    """Run action-gate in a fake job; returns its outputs, summary, stdout and the fake."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("GITHUB_TOKEN", "RUNNER_TEMP", "GITHUB_EVENT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    monkeypatch.setenv("GITHUB_JOB", "smoke")
+    monkeypatch.setenv("GITHUB_REPOSITORY", REPO)
+
+    def run(
+        *args: str, event: tuple[str, dict] | None = None, fake: FakePytest | None = None
+    ) -> dict[str, Any]:
+        fake = fake or FakePytest()
+        monkeypatch.setattr("traceml_ci.cli.action_gate.subprocess.call", fake)
+        if event:
+            (tmp_path / "event.json").write_text(json.dumps(event[1]))
+            monkeypatch.setenv("GITHUB_EVENT_NAME", event[0])
+            monkeypatch.setenv("GITHUB_EVENT_PATH", str(tmp_path / "event.json"))
+        else:
+            monkeypatch.setenv("GITHUB_EVENT_NAME", "push")
+        (tmp_path / "output").write_text("")
+        code = main(["action-gate", "--out", str(tmp_path / "out"), *args])
+        out, err = capsys.readouterr()
+        outputs = parse_outputs((tmp_path / "output").read_text())
+        summary = (tmp_path / "summary.md").read_text() if code == 0 else ""
+        return {"code": code, "outputs": outputs, "summary": summary, "stdout": out,
+                "stderr": err, "fake": fake}  # fmt: skip
+
+    return run
+
+
+def write_slow_baseline(tmp_path: Path) -> str:
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(slowed_baseline(SUMMARIES)))
+    return str(path)
+
+
+def pr_event(fork: bool = False) -> tuple[str, dict]:
+    head = "someone/widgets" if fork else REPO
+    return "pull_request", {
+        "number": PR,
+        "pull_request": {
+            "number": PR,
+            "head": {"sha": "c" * 40, "repo": {"full_name": head}},
+            "base": {"sha": "d" * 40, "repo": {"full_name": REPO}},
+        },
+    }
+
+
+def test_same_summaries_pass_and_update_only(gate, tmp_path: Path) -> None:
+    shutil.copy(SUMMARIES, tmp_path / "baseline.json")
+    r = gate("--baseline", "baseline.json", event=pr_event())
+    assert r["code"] == 0
+    assert r["outputs"]["verdict"] == "pass"
+    assert r["outputs"]["failed"] == "false"
+    # on-regression, no regression: only refresh a comment an earlier run may have left
+    assert r["outputs"]["comment-mode"] == "update"
+    assert "--traceml-baseline=baseline.json" in r["fake"].cmd
+    meta = json.loads(Path(r["outputs"]["meta-path"]).read_text())
+    assert meta == {"kind": "traceml-ci/comment-meta", "pr": PR, "marker": "smoke",
+                    "mode": "update", "head_sha": "c" * 40, "verdict": "pass"}  # fmt: skip
+    assert Path(r["outputs"]["comparison-path"]).is_file()
+    assert "verdict **pass**" in r["summary"]
+
+
+def test_regression_without_failing_on_it(gate, tmp_path: Path) -> None:
+    baseline = write_slow_baseline(tmp_path)
+    r = gate("--baseline", baseline, "--fail-on-regression", "false", "--comment", "always")
+    assert r["outputs"]["verdict"] == "regression"
+    assert r["outputs"]["failed"] == "false"
+    assert r["outputs"]["comment-mode"] == "skip"  # a push: no pull request to comment on
+    # without fail-on-regression the plugin does not gate; the report comes from `diff`
+    assert not any(a.startswith("--traceml-baseline") for a in r["fake"].cmd)
+    report = Path(r["outputs"]["report-path"]).read_text()
+    assert report.startswith("<!-- traceml-ci:report -->") and "regress" in report.lower()
+    assert "::warning title=traceml-ci::performance regression" in r["stdout"]
+    assert "step_ms" in r["summary"] and "<!-- traceml-ci:report" not in r["summary"]
+
+
+def test_regression_fails_and_comments(gate, tmp_path: Path) -> None:
+    baseline = write_slow_baseline(tmp_path)
+    r = gate("--baseline", baseline, "--tolerances", "", event=pr_event(),
+             fake=FakePytest(exit_code=1))  # fmt: skip
+    assert r["outputs"]["verdict"] == "regression"
+    assert r["outputs"]["failed"] == "true"
+    assert r["outputs"]["reason"].startswith("performance regression")
+    assert r["outputs"]["comment-mode"] == "upsert"
+    assert "::error title=traceml-ci::performance regression" in r["stdout"]
+
+
+def test_fork_pull_request_leaves_the_comment_to_workflow_run(gate, tmp_path: Path) -> None:
+    baseline = write_slow_baseline(tmp_path)
+    r = gate("--baseline", baseline, "--comment-id", "gpu/a100", event=pr_event(fork=True))
+    assert r["outputs"]["comment-mode"] == "skip"
+    assert "fork" in r["stdout"] and "::notice" in r["stdout"]
+    meta = json.loads(Path(r["outputs"]["meta-path"]).read_text())
+    assert (meta["pr"], meta["mode"], meta["marker"]) == (PR, "upsert", "gpu/a100")
+    assert r["outputs"]["artifact-name"] == "traceml-ci-gpu-a100"
+
+
+def test_first_run_without_baseline(gate) -> None:
+    r = gate("--baseline", "perf/missing.json", "--comment", "always", event=pr_event())
+    assert r["outputs"]["verdict"] == "no-baseline"
+    assert r["outputs"]["failed"] == "false"
+    assert r["outputs"]["comment-mode"] == "upsert"
+    assert "--traceml-update-baseline" in Path(r["outputs"]["report-path"]).read_text()
+
+
+@pytest.mark.parametrize(
+    ("fake", "verdict", "reason"),
+    [
+        (FakePytest(exit_code=4, writes=False), "error", "pytest failed (exit 4)"),
+        (FakePytest(exit_code=5, writes=False), "error", "pytest collected no tests"),
+        (FakePytest(exit_code=1), "pass", "pytest failed (exit 1)"),
+    ],
+)
+def test_failed_pytest_fails_the_job(gate, tmp_path: Path, fake, verdict, reason) -> None:
+    shutil.copy(SUMMARIES, tmp_path / "baseline.json")
+    r = gate("--baseline", "baseline.json", fake=fake)
+    assert r["code"] == 0
+    assert (r["outputs"]["verdict"], r["outputs"]["failed"]) == (verdict, "true")
+    assert r["outputs"]["reason"].startswith(reason)
+    assert Path(r["outputs"]["report-path"]).read_text().startswith("<!-- traceml-ci:report -->")
+
+
+def test_unreadable_baseline_is_an_error_verdict(gate, tmp_path: Path) -> None:
+    (tmp_path / "baseline.json").write_text("{not json")
+    r = gate("--baseline", "baseline.json", "--fail-on-regression", "false")
+    assert (r["outputs"]["verdict"], r["outputs"]["failed"]) == ("error", "true")
+    assert "baseline.json" in r["stderr"]  # diff's own one-line error names the file
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--pytest-args", "tests -k 'unclosed"], "--pytest-args"),
+        (["--tolerances", "nope.toml"], "no such file"),
+    ],
+)
+def test_bad_arguments_are_exit_2(gate, args, problem) -> None:
+    r = gate(*args)
+    assert r["code"] == 2 and problem in r["stderr"] and r["stderr"].count("\n") == 1
+    assert r["fake"].cmd == []  # pytest never started
+
+
+def test_fail_on_regression_must_be_a_boolean(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["action-gate", "--fail-on-regression", "maybe"])
+    assert exc.value.code == 2 and "expected true or false" in capsys.readouterr().err
