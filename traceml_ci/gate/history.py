@@ -1,6 +1,6 @@
 """Many summaries over time: a pandas DataFrame per series, each metric's trend, and the run at
-which it moved (the split of the series with the largest shift of medians, when that shift is
-beyond the metric's fail tolerance).
+which it moved (the best single-step split of the series, when its shift of medians is beyond
+the metric's fail tolerance).
 
 pandas is imported inside the functions that need it; nothing else in the gate imports this.
 """
@@ -111,9 +111,9 @@ def frame(points: Sequence[RunPoint]) -> Any:
 
 def find_move(values: Sequence[Any], runs: Sequence[str], metric: Metric,
               rules: Rules = DEFAULT_RULES) -> Move | None:
-    """The split with the largest shift of medians, if that shift is beyond the metric's fail
-    tolerance (either direction); for labels, the last run whose label differs from the one
-    before it."""
+    """The best single-step split of the series (least absolute deviation from the medians
+    either side), if its shift of medians is beyond the metric's fail tolerance (either
+    direction); for labels, the last run whose label differs from the one before it."""
     pairs = [(v, r) for v, r in zip(values, runs, strict=True) if v is not None and v == v]
     if len(pairs) < 2:
         return None
@@ -129,9 +129,10 @@ def find_move(values: Sequence[Any], runs: Sequence[str], metric: Metric,
     best: tuple[float, int, float, float] | None = None
     for k in range(1, len(vals)):
         before, after = statistics.median(vals[:k]), statistics.median(vals[k:])
-        shift = abs(after - before)
-        if best is None or shift > best[0]:
-            best = (shift, k, before, after)
+        # L1 cost of a single step at k: the split that best explains the series
+        cost = sum(abs(v - before) for v in vals[:k]) + sum(abs(v - after) for v in vals[k:])
+        if best is None or cost < best[0]:
+            best = (cost, k, before, after)
     assert best is not None
     _, k, before, after = best
     d = after - before
