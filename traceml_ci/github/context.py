@@ -84,7 +84,7 @@ class GitHubContext:
             number = (event.get("pull_request") or {}).get("number") or event.get("number")
         elif self.event_name == "issue_comment":
             issue = event.get("issue") or {}
-            number = issue.get("number") if issue.get("pull_request") else None
+            number = issue.get("number") if "pull_request" in issue else None
         elif self.event_name == "workflow_run":
             # Empty for pull requests from forks: the fork-safe pattern carries the number itself.
             prs = (event.get("workflow_run") or {}).get("pull_requests") or []

@@ -1,0 +1,120 @@
+"""GitHubClient against the fake server: pagination, retries, refusals, what errors say."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.github.conftest import PR, REPO, TOKEN
+from tests.github.fake_github import FakeGitHub
+from traceml_ci.errors import ApiError
+from traceml_ci.github.client import GitHubClient
+
+
+@pytest.fixture
+def slept() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def client(github: FakeGitHub, slept: list[float]) -> GitHubClient:
+    return GitHubClient(token=TOKEN, api_url=github.url + "/", sleep=slept.append)
+
+
+def test_lists_every_page_in_order(github: FakeGitHub, client: GitHubClient) -> None:
+    github.page_size = 3
+    ids = [github.add_comment(REPO, PR, f"c{i}") for i in range(8)]
+    assert [c.id for c in client.iter_issue_comments(REPO, PR)] == ids
+    assert len(github.requests) == 3
+
+
+def test_listing_stops_when_the_caller_does(github: FakeGitHub, client: GitHubClient) -> None:
+    github.page_size = 2
+    for i in range(6):
+        github.add_comment(REPO, PR, f"c{i}")
+    assert next(iter(client.iter_issue_comments(REPO, PR))).body == "c0"
+    assert len(github.requests) == 1
+
+
+def test_create_and_update(github: FakeGitHub, client: GitHubClient) -> None:
+    made = client.create_issue_comment(REPO, PR, "hello")
+    assert made.user == "github-actions[bot]" and made.html_url
+    edited = client.update_issue_comment(REPO, made.id, "bye")
+    assert (edited.id, edited.body) == (made.id, "bye")
+    assert github.requests[-1].body == {"body": "bye"}
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+def test_server_errors_are_retried_once(github, client, slept, status) -> None:
+    github.fail_next("POST", status)
+    client.create_issue_comment(REPO, PR, "x")
+    assert len(github.bodies(REPO, PR)) == 1 and slept == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "headers", "wait"),
+    [
+        (403, "You have exceeded a secondary rate limit.", {}, 60.0),
+        (403, "slow down", {"Retry-After": "7"}, 7.0),
+        (429, "Too Many Requests", {"Retry-After": "9999"}, 120.0),  # capped
+    ],
+)
+def test_secondary_rate_limits_are_retried_once(
+    github, client, slept, status, message, headers, wait
+) -> None:
+    github.fail_next("GET", status, message, headers)
+    assert list(client.iter_issue_comments(REPO, PR)) == []
+    assert slept == [wait]
+
+
+def test_a_second_rate_limit_is_an_error(github, client, slept) -> None:
+    for _ in range(2):
+        github.fail_next("GET", 429, "Too Many Requests", {"Retry-After": "1"})
+    with pytest.raises(ApiError, match="still rate-limited after one retry"):
+        list(client.iter_issue_comments(REPO, PR))
+
+
+def test_primary_rate_limit_is_not_retried(github, client, slept) -> None:
+    github.fail_next("GET", 403, "API rate limit exceeded",
+                     {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "0"})  # fmt: skip
+    with pytest.raises(ApiError, match="rate limit exhausted until 00:00:00 UTC"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert slept == []
+
+
+def test_errors_say_what_failed(github: FakeGitHub, client: GitHubClient) -> None:
+    with pytest.raises(ApiError, match=r"octo/nope#3: not found \(404 Not Found\)"):
+        list(client.iter_issue_comments("octo/nope", 3))
+    github.fail_next("PATCH", 422, "Validation Failed")
+    with pytest.raises(ApiError, match=r"updating comment 5 in octo/widgets: failed \(422"):
+        client.update_issue_comment(REPO, 5, "x")
+
+
+def test_redirects_are_not_followed(github: FakeGitHub, client: GitHubClient) -> None:
+    github.fail_next("GET", 301, "Moved Permanently", {"Location": "https://elsewhere.example/"})
+    with pytest.raises(ApiError, match="redirected .301. to https://elsewhere.example/"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert len(github.requests) == 1
+
+
+def test_next_page_off_the_api_host_is_refused(github: FakeGitHub, client: GitHubClient) -> None:
+    github.page_size = 1
+    github.add_comment(REPO, PR, "a")
+    github.add_comment(REPO, PR, "b")
+    github.next_link_host = "http://attacker.example"
+    with pytest.raises(ApiError, match="next page points off"):
+        list(client.iter_issue_comments(REPO, PR))
+
+
+def test_unreachable_api(slept: list[float]) -> None:
+    client = GitHubClient(token=TOKEN, api_url="http://127.0.0.1:9", sleep=slept.append)
+    with pytest.raises(ApiError, match="cannot reach http://127.0.0.1:9") as exc:
+        client.create_issue_comment(REPO, PR, "x")
+    assert TOKEN not in str(exc.value)
+
+
+def test_token_is_not_in_repr_nor_in_echoed_errors(github: FakeGitHub, client) -> None:
+    assert TOKEN not in repr(client)
+    github.fail_next("POST", 400, f"bad header Bearer {TOKEN}")
+    with pytest.raises(ApiError) as exc:
+        client.create_issue_comment(REPO, PR, "x")
+    assert TOKEN not in str(exc.value) and "Bearer ***" in str(exc.value)
