@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from traceml_ci.cli.comment import META_KIND
 from traceml_ci.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traceml_ci.github.context import GitHubContext
     from traceml_ci.github.gate_step import Verdict
 
 REPORT_NAME = "report.md"
@@ -66,15 +68,15 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.github.context import GitHubContext
     from traceml_ci.github.gate_step import (
         CommentPolicy,
-        Verdict,
         comment_here,
         decide_failure,
         intended_comment,
     )
-    from traceml_ci.github.runner import annotation, append_step_summary, write_outputs
-    from traceml_ci.github.sticky import REPORT_MARKER, marker_id
+    from traceml_ci.github.runner import annotation, write_outputs
+    from traceml_ci.github.sticky import marker_id
 
     ctx = GitHubContext.from_environ()
+    ctx.event  # noqa: B018 - an unreadable event file is a usage error before pytest, not after
     try:
         pytest_args = shlex.split(args.pytest_args)
     except ValueError as exc:
@@ -82,88 +84,113 @@ def run(args: argparse.Namespace) -> int:
     if args.tolerances and not Path(args.tolerances).is_file():
         raise UsageError(f"--tolerances {args.tolerances}: no such file")
     job_id = marker_id(args.comment_id or ctx.job or "default")
-    out = _out_dir(args.out, job_id)
-    report, summaries = out / REPORT_NAME, out / SUMMARIES_NAME
-    comparison, meta = out / COMPARISON_NAME, out / META_NAME
+    files = _Files(_out_dir(args.out, job_id))
     baseline = Path(args.baseline) if args.baseline else None
-    has_baseline = baseline is not None and baseline.is_file()
 
-    cmd = [sys.executable, "-m", "pytest", *pytest_args]
-    cmd += [f"--traceml-report={report}", f"--traceml-save={summaries}"]
-    if baseline is not None and args.fail_on_regression:
-        # Without it, a regression cannot fail a test: the verdict comes from the diff below.
-        cmd.append(f"--traceml-baseline={baseline}")
-    if args.tolerances:
-        cmd.append(f"--traceml-tolerances={args.tolerances}")
-    print(f"traceml-ci: {shlex.join(cmd)}", flush=True)
-    pytest_exit = subprocess.call(cmd)
-
-    if not summaries.is_file():
-        verdict = Verdict.ERROR
-        print(f"traceml-ci: pytest wrote no head summaries ({summaries})", file=sys.stderr)
-    elif not has_baseline:
-        verdict = Verdict.NO_BASELINE
-    else:
-        verdict = _diff_verdict(baseline, summaries, args.tolerances, comparison)
-        if not args.fail_on_regression or not report.is_file():
-            _diff(baseline, summaries, args.tolerances, report, "markdown")
-    if not report.is_file():
-        report.write_text(_fallback_report(verdict, baseline, pytest_exit), encoding="utf-8")
-    elif verdict is Verdict.NO_BASELINE:
-        text = report.read_text(encoding="utf-8")
-        if "--traceml-update-baseline" not in text:
-            report.write_text(text.rstrip("\n") + "\n\n" + _no_baseline_note(baseline) + "\n")
-
+    pytest_exit = _run_pytest(pytest_args, files, baseline, args)
+    verdict = _judge(files, baseline, args.tolerances, args.fail_on_regression, pytest_exit)
     failure = decide_failure(verdict, pytest_exit, args.fail_on_regression)
     intended = intended_comment(CommentPolicy(args.comment), verdict)
     mode, note = comment_here(intended, ctx)
-    pr = ctx.pull_request_number() if ctx.is_pull_request else None
-    meta.write_text(
-        json.dumps(
-            {
-                "kind": META_KIND,
-                "pr": pr,
-                "marker": job_id,
-                "mode": intended.value if pr else "skip",
-                "head_sha": ctx.pull_request_head_sha(),
-                "verdict": verdict.value,
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
+    pr = ctx.pull_request_number()
+    _write_meta(files.meta, pr, job_id, intended.value if pr else "skip", ctx, verdict)
 
     for line in _annotations(verdict, failure.reason, baseline, args.fail_on_regression, note):
         print(annotation(*line), flush=True)
     if ctx.step_summary_path:
-        body = report.read_text(encoding="utf-8")
-        if body.startswith(REPORT_MARKER):
-            body = body[len(REPORT_MARKER) :].lstrip("\n")
-        footer = (
-            f"<sub>traceml-ci · job `{job_id}` · verdict **{verdict.value}** · "
-            f"pytest exit {pytest_exit}"
-            + (f" · {_md_code(failure.reason)}" if failure.failed else "")
-            + "</sub>"
-        )
-        append_step_summary(ctx.step_summary_path, f"{body.rstrip()}\n\n{footer}\n")
-    outputs = {
-        "verdict": verdict.value,
-        "failed": "true" if failure.failed else "false",
-        "reason": failure.reason,
-        "pytest-exit-code": str(pytest_exit),
-        "report-path": str(report),
-        "summary-path": str(summaries),
-        "comparison-path": str(comparison) if comparison.is_file() else "",
-        "meta-path": str(meta),
-        "comment-mode": mode.value,
-        "artifact-dir": str(out),
-        "artifact-name": f"traceml-ci-{job_id.replace('/', '-').replace(':', '-')}",
-    }
+        _append_summary(ctx.step_summary_path, files.report, job_id, verdict, pytest_exit,
+                        failure.reason)  # fmt: skip
     if ctx.output_path:
-        write_outputs(ctx.output_path, outputs)
-    print(f"traceml-ci: verdict {verdict.value}; report {report}", flush=True)
+        write_outputs(ctx.output_path, {
+            "verdict": verdict.value,
+            "failed": "true" if failure.failed else "false",
+            "reason": failure.reason,
+            "pytest-exit-code": str(pytest_exit),
+            "report-path": str(files.report),
+            "summary-path": str(files.summaries),
+            "comparison-path": str(files.comparison) if files.comparison.is_file() else "",
+            "meta-path": str(files.meta),
+            "comment-mode": mode.value,
+            "artifact-dir": str(files.out),
+            "artifact-name": "traceml-ci-" + re.sub(r"[/:]", "-", job_id),
+        })  # fmt: skip
+    print(f"traceml-ci: verdict {verdict.value}; report {files.report}", flush=True)
     return 0
+
+
+class _Files:
+    """What the gate step writes, all in one folder (the artifact)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.report = out / REPORT_NAME
+        self.summaries = out / SUMMARIES_NAME
+        self.comparison = out / COMPARISON_NAME
+        self.meta = out / META_NAME
+
+
+def _run_pytest(
+    pytest_args: list[str], files: _Files, baseline: Path | None, args: argparse.Namespace
+) -> int:
+    cmd = [sys.executable, "-m", "pytest", *pytest_args]
+    cmd += [f"--traceml-report={files.report}", f"--traceml-save={files.summaries}"]
+    if baseline is not None and args.fail_on_regression:
+        # Without it a regression cannot fail a test: the verdict comes from `diff` alone.
+        cmd.append(f"--traceml-baseline={baseline}")
+    if args.tolerances:
+        cmd.append(f"--traceml-tolerances={args.tolerances}")
+    print(f"traceml-ci: {shlex.join(cmd)}", flush=True)
+    return subprocess.call(cmd)
+
+
+def _judge(
+    files: _Files, baseline: Path | None, tolerances: str, fail_on_regression: bool,
+    pytest_exit: int,
+) -> Verdict:  # fmt: skip
+    """The verdict; leaves a report in ``files.report`` whatever happened."""
+    from traceml_ci.github.gate_step import Verdict
+
+    if not files.summaries.is_file():
+        verdict = Verdict.ERROR
+        print(f"traceml-ci: pytest wrote no head summaries ({files.summaries})", file=sys.stderr)
+    elif baseline is None or not baseline.is_file():
+        verdict = Verdict.NO_BASELINE
+    else:
+        verdict = _diff_verdict(baseline, files.summaries, tolerances, files.comparison)
+        if not fail_on_regression or not files.report.is_file():
+            _diff(baseline, files.summaries, tolerances, files.report, "markdown")
+    if not files.report.is_file():
+        text = _fallback_report(verdict, baseline, pytest_exit)
+        files.report.write_text(text, encoding="utf-8")
+    elif verdict is Verdict.NO_BASELINE:
+        text = files.report.read_text(encoding="utf-8")
+        if "--traceml-update-baseline" not in text:
+            text = text.rstrip("\n") + "\n\n" + _no_baseline_note(baseline) + "\n"
+            files.report.write_text(text, encoding="utf-8")
+    return verdict
+
+
+def _write_meta(
+    path: Path, pr: int | None, job_id: str, mode: str, ctx: GitHubContext, verdict: Verdict
+) -> None:
+    """comment.json: what `traceml-ci comment --meta` needs, here or in a workflow_run job."""
+    meta = {"kind": META_KIND, "pr": pr, "marker": job_id, "mode": mode,
+            "head_sha": ctx.pull_request_head_sha(), "verdict": verdict.value}  # fmt: skip
+    path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _append_summary(
+    path: str, report: Path, job_id: str, verdict: Verdict, pytest_exit: int, reason: str
+) -> None:
+    from traceml_ci.github.runner import append_step_summary
+    from traceml_ci.github.sticky import REPORT_MARKER
+
+    body = report.read_text(encoding="utf-8")
+    if body.startswith(REPORT_MARKER):
+        body = body[len(REPORT_MARKER) :].lstrip("\n")
+    footer = f"<sub>traceml-ci · job `{job_id}` · verdict **{verdict.value}** · pytest exit "
+    footer += f"{pytest_exit}" + (f" · {_md_code(reason)}" if reason else "") + "</sub>"
+    append_step_summary(path, f"{body.rstrip()}\n\n{footer}\n")
 
 
 def _out_dir(given: str, job_id: str) -> Path:
