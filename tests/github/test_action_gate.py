@@ -13,12 +13,10 @@ import pytest
 from tests.github.baselines import slowed_baseline
 from tests.github.composite import parse_outputs
 from tests.github.conftest import PR, REPO
-from traceml_ci.cli.main import SUBCOMMANDS, main
+from traceml_ci.cli.main import main
 
 DATA = Path(__file__).parent / "data"
 SUMMARIES = DATA / "summaries.json"  # a real set written by the plugin for a tiny CPU loop
-
-pytestmark = pytest.mark.skipif("diff" not in SUBCOMMANDS, reason="needs `traceml-ci diff`")
 
 
 class FakePytest:

@@ -21,16 +21,10 @@ from tests.github.baselines import slowed_baseline
 from tests.github.composite import JobResult, clean_environ, run_composite
 from tests.github.conftest import PR, REPO, TOKEN
 from tests.github.fake_github import FakeGitHub
-from traceml_ci.cli.main import SUBCOMMANDS
 from traceml_ci.github.sticky import marker_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / "github-action" / "action.yml"
-
-pytestmark = pytest.mark.skipif(
-    "diff" not in SUBCOMMANDS or not (ROOT / "pytest_plugin" / "__init__.py").is_file(),
-    reason="needs `traceml-ci diff` and the pytest plugin",
-)
 
 SMOKE_TEST = """
 import os
