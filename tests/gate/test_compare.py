@@ -272,3 +272,16 @@ def test_comparison_to_dict_is_plain_json():
     row = next(r for r in doc["rows"] if r["name"] == "step_time.dataloader_pct")
     assert row["status"] == "regressed"
     assert row["tolerance"]["abs"] == 5.0 and row["tolerance"]["text"] == "+5 pp (warn +3 pp)"
+
+
+def test_load_guard_a_slower_median_with_steady_fastest_steps_only_warns():
+    base = make()
+    head = make({p: v * 1.4 for p, v in BASE_MS.items()})  # median +40%
+    head["step_time"]["step_ms"]["p10"] = base["step_time"]["step_ms"]["p10"] * 1.05
+    c = compare(base, head)
+    row = c.row("step_time.step_ms.median")
+    assert row.status is Status.WARN
+    assert "fastest steps (p10) moved only +5%" in row.note
+    # when the fastest steps slow down too, it is a regression (see the uniform slowdown test)
+    head["step_time"]["step_ms"]["p10"] = base["step_time"]["step_ms"]["p10"] * 1.3
+    assert compare(base, head).row("step_time.step_ms.median").status is Status.REGRESSED

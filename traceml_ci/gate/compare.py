@@ -25,6 +25,12 @@ from traceml_ci.gate.metrics import (
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
 from traceml_ci.summary.model import PHASES
 
+#: Load guard: other work on a shared machine stretches the slow steps, so it moves the median
+#: step time a lot and the fastest steps (p10) little; a real slowdown moves both. A median that
+#: regressed while p10 moved less than the rule's fail tolerance is only a warning.
+LOAD_GUARD_METRIC = "step_time.step_ms.median"
+LOAD_GUARD_QUANTILE = "step_time.step_ms.p10"
+
 #: Version of the JSON report (``--format json``).
 REPORT_VERSION = "1.0"
 
@@ -83,8 +89,8 @@ class Tolerance:
         if rel is not None:
             parts.append(f"{sign}{rel:g}%")
         if a is not None:
-            parts.append(f"{sign}{a:g} {unit}" if not parts else f"{a:g} {unit}")
-        return " & ".join(parts)
+            parts.append(f"{sign}{a:g} {unit}")
+        return " and ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.rule.to_dict(), "text": str(self)}
@@ -413,6 +419,7 @@ def compare(
         rows.append(Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note))
 
     rows = _share_context(rows, base, head, skip_env)
+    rows = _load_guard(rows, base, head, rules)
     rows = _label_jitter_exemption(rows)
 
     head_status = _run_status(head)
@@ -467,6 +474,26 @@ def _share_context(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, 
                 f"share rose because other phases got faster ({phase} itself {growth:+.0f}% ms;"
                 f" step {fmt.number(b_step)} → {fmt.number(h_step)} ms)"
             ))
+        out.append(row)
+    return out
+
+
+def _load_guard(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any],
+                rules: Rules) -> list[Row]:
+    """A median step time that regressed while the fastest steps did not is machine load."""
+    rule = rules.rule_for(LOAD_GUARD_METRIC)
+    q = BY_NAME[LOAD_GUARD_QUANTILE]
+    b_q, h_q = q.value(base), q.value(head)
+    if not b_q or h_q is None:
+        return rows
+    growth = (h_q - b_q) / b_q * 100.0
+    out = []
+    for row in rows:
+        if row.name == LOAD_GUARD_METRIC and row.status is Status.REGRESSED and (
+            rule.rel is None or growth <= rule.rel
+        ) and (rule.abs is None or h_q - b_q <= rule.abs):
+            row = _with(row, Status.WARN, f"fastest steps (p10) moved only {growth:+.0f}%: "
+                        "more likely machine load than a slower step")
         out.append(row)
     return out
 

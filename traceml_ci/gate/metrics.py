@@ -95,10 +95,11 @@ def _catalogue() -> tuple[Metric, ...]:
             env_dependent=True, noise_path=("step_time", "noise", "step_ms", "iqr"),
         )
     )
-    out.append(
-        Metric("step_time.step_ms.p90", Kind.TIME, ("step_time", "step_ms", "p90"), "ms",
-               env_dependent=True)
-    )
+    for q in ("p10", "p90"):
+        out.append(
+            Metric(f"step_time.step_ms.{q}", Kind.TIME, ("step_time", "step_ms", q), "ms",
+                   env_dependent=True)
+        )
     for phase in PHASES:
         out.append(
             Metric(f"step_time.phase_ms.{phase}", Kind.TIME, ("step_time", "phase_ms", phase),

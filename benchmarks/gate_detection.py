@@ -1,0 +1,91 @@
+"""Detection: inject real slowdowns into a training job and count how often diff catches them.
+
+    .venv/bin/python benchmarks/gate_detection.py [--bases 8] [--heads 8] [--keep DIR]
+
+benchmarks/gate_job.py runs ``--bases`` times unchanged; then, for each target shift of the
+dataloader's share (pp), the extra ms per batch that produces it is computed from the base
+runs and injected (``--dataset-ms``), and the job runs ``--heads`` times; one more series
+slows the forward (``--forward-ms``). Every (base, head) pair is diffed at the default rules;
+detection rate = share of pairs with a ``regression`` verdict. Target: >= 99% at 8 pp or more.
+The measured shift (median head share - median base share) is reported beside the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gate_common import judge_pairs, pct, run_many  # noqa: E402
+
+JOB = Path(__file__).resolve().parent / "gate_job.py"
+SHIFTS_PP = (2.0, 4.0, 8.0, 12.0)
+FORWARD_PP = 8.0
+
+
+def extra_ms(share_pct: float, step_ms: float, target_pp: float) -> float:
+    """ms to add to a phase holding ``share_pct`` of a ``step_ms`` step so that its share rises
+    by ``target_pp``: (a + x) / (S + x) = p  =>  x = (p S - a) / (1 - p)."""
+    a = share_pct / 100.0 * step_ms
+    p = (share_pct + target_pp) / 100.0
+    return (p * step_ms - a) / (1.0 - p)
+
+
+def median_share(docs: list[dict], phase: str) -> float:
+    return statistics.median(d["step_time"][f"{phase}_pct"] for d in docs)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bases", type=int, default=8)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--keep", type=Path, help="folder for the summaries (reused when present)")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    args = p.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="gate-det-"))
+
+    bases = run_many(JOB, root / "base", args.bases, label="base")
+    step = statistics.median(d["step_time"]["step_ms"]["median"] for d in bases)
+    dl, fw = median_share(bases, "dataloader"), median_share(bases, "forward")
+    print(f"base: step {step:.2f} ms, dataloader {dl:.1f}%, forward {fw:.1f}%, labels "
+          f"{sorted({d['step_time']['diagnosis'] for d in bases})}")
+    null = judge_pairs(bases)
+    null_reg = null["verdicts"].get("regression", 0)
+    print(f"base vs base (no shift): regression {pct(null_reg, null['pairs'])} of "
+          f"{null['pairs']} ordered pairs")
+
+    series = [("dataloader", t, ["--dataset-ms", f"{extra_ms(dl, step, t):.3f}"])
+              for t in SHIFTS_PP]
+    forward_ms = extra_ms(fw, step, FORWARD_PP)
+    series.append(("forward", FORWARD_PP, ["--forward-ms", f"{forward_ms:.3f}"]))
+    rows = []
+    for phase, target, inject in series:
+        heads = run_many(JOB, root / f"{phase}+{target:g}pp", args.heads, inject,
+                         label=f"{phase} +{target:g} pp")
+        measured = median_share(heads, phase) - median_share(bases, phase)
+        res = judge_pairs(bases, heads)
+        caught = res["verdicts"].get("regression", 0)
+        on_metric = res["regressed"].get(f"step_time.{phase}_pct", 0)
+        rows.append({"phase": phase, "target_pp": target, "inject": inject,
+                     "measured_pp": round(measured, 2), "pairs": res["pairs"],
+                     "detected": caught, "rate": caught / res["pairs"],
+                     "flagged_on_the_phase_share": on_metric, "verdicts": res["verdicts"]})
+    print(f"\n{'shift':<22} {'measured':>9} {'pairs':>6} {'detected':>9}  share row regressed")
+    for r in rows:
+        print(f"{r['phase']:>10} +{r['target_pp']:>4g} pp    {r['measured_pp']:>+7.2f}pp "
+              f"{r['pairs']:>6} {pct(r['detected'], r['pairs']):>9}  "
+              f"{pct(r['flagged_on_the_phase_share'], r['pairs'])}")
+    print(f"summaries in {root}")
+    if args.json:
+        args.json.write_text(json.dumps({"base_step_ms": step, "null": null, "series": rows},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""A small CPU training job with knobs to inject real slowdowns, for the gate benchmarks.
+
+    traceml-ci run benchmarks/gate_job.py [--dataset-ms X] [--forward-ms Y] [--steps N]
+
+Each batch costs ``--base-dataset-ms`` of busy work in the dataset (plus ``--dataset-ms``
+injected), the model is a real MLP (plus ``--forward-ms`` of busy work in its forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import traceml_ci as traceml
+
+
+def busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+class Batches(Dataset):
+    """Whole batches (the DataLoader does not batch): ``ms`` of decoding work per batch."""
+
+    def __init__(self, n: int, batch: int, ms: float) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, batch, 128, generator=g)
+        self.y = torch.randint(0, 10, (n, batch), generator=g)
+        self.ms = ms
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        busy(self.ms)
+        return self.x[i], self.y[i]
+
+
+class Model(nn.Module):
+    def __init__(self, extra_ms: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                 nn.Linear(512, 10))
+        self.extra_ms = extra_ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.extra_ms:
+            busy(self.extra_ms)
+        return self.net(x)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=160)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--base-dataset-ms", type=float, default=1.5)
+    p.add_argument("--dataset-ms", type=float, default=0.0, help="injected, ms per batch")
+    p.add_argument("--forward-ms", type=float, default=0.0, help="injected, ms per forward")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Model(args.forward_ms)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    data = Batches(args.steps, args.batch_size, args.base_dataset_ms + args.dataset_ms)
+    loader = DataLoader(data, batch_size=None, shuffle=False)
+    traceml.init(mode="auto")
+    for x, y in loader:
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
