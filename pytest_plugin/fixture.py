@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_plugin.gating import gate_summaries
-from pytest_plugin.state import KeyClash, TracemlState
+from pytest_plugin.state import TracemlState
 
 #: item.stash slot of the MarkedRun of a marked test (set by the front door).
 RUN_KEY = pytest.StashKey[Any]()
@@ -80,14 +80,14 @@ class TraceML:
         if key in used:
             pytest.fail(f"traceml: this test already gated a summary under {key!r}; "
                         "pass run_script(..., key=...)", pytrace=False)
-        try:
-            state.claim(key, item.nodeid)
-        except KeyClash as exc:
-            pytest.fail(str(exc), pytrace=False)
+        clash = state.key_clash(key, item.nodeid)
+        if clash:
+            pytest.fail(clash, pytrace=False)
         used.add(key)
         out = state.out_dir(item.nodeid)
         docs = []
         for i in range(state.options.repeats):
+            failure = None
             try:
                 docs.append(traced_script(
                     path, [str(a) for a in args], out_dir=out / f"run-{i}", run_name=key,
@@ -95,7 +95,9 @@ class TraceML:
                     cwd=Path(cwd) if cwd is not None else None,
                 ))
             except ScriptFailed as exc:
-                pytest.fail(str(exc), pytrace=False)
+                failure = str(exc)
+            if failure is not None:  # outside the except block: no chained traceback
+                pytest.fail(failure, pytrace=False)
         result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs)
         self.summary = result.summary
         return result.summary or docs[-1]
@@ -105,7 +107,8 @@ class TraceML:
         if script.is_absolute():
             candidates = [script]
         else:
-            candidates = [Path(self._item.path).parent / script, Path.cwd() / script]
+            here = Path(self._item.path).parent
+            candidates = [here / script] + ([Path.cwd() / script] if Path.cwd() != here else [])
         for c in candidates:
             if c.is_file():
                 return c

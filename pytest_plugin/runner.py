@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_plugin.gating import gate_summaries
-from pytest_plugin.state import KeyClash, TracemlState
+from pytest_plugin.state import TracemlState
 from pytest_plugin.summaries import read_summary
 
 MARKER = "traceml"
@@ -74,10 +74,9 @@ class MarkedRun:
     def begin(cls, item: pytest.Item, marker: Any, state: TracemlState) -> MarkedRun:
         __tracebackhide__ = True
         run = cls(item, marker_args(marker), state)
-        try:
-            state.claim(run.key, item.nodeid)
-        except KeyClash as exc:
-            pytest.fail(str(exc), pytrace=False)
+        clash = state.key_clash(run.key, item.nodeid)
+        if clash:
+            pytest.fail(clash, pytrace=False)
         return run
 
     def _config(self, index: int) -> Any:

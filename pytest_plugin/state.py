@@ -20,10 +20,6 @@ from pytest_plugin.results import GateResult, Outcome
 WORKER_OUTPUT_KEY = "traceml_results"
 
 
-class KeyClash(Exception):
-    """Two gated summaries in one session claim the same baseline key."""
-
-
 class TracemlState:
     def __init__(self, options: Options, *, is_worker: bool = False) -> None:
         self.options = options
@@ -84,14 +80,16 @@ class TracemlState:
         return Path(tempfile.mkdtemp(prefix=f"traceml-{name}-"))
 
     # -- results -----------------------------------------------------------------------------
-    def claim(self, key: str, nodeid: str) -> None:
-        """Check that ``key`` is not already the key of another test's summary."""
+    def key_clash(self, key: str, nodeid: str) -> str | None:
+        """Why ``key`` cannot be used by test ``nodeid`` (another test's summary has it), or
+        None. The same test may reuse its key: a rerun replaces its earlier result."""
         prior = self.results.get(key)
         if prior is not None and prior.nodeid != nodeid:
-            raise KeyClash(
+            return (
                 f"traceml: baseline key {key!r} is already used by {prior.nodeid}; give this "
                 "summary its own key (@pytest.mark.traceml(key=...) or run_script(key=...))"
             )
+        return None
 
     def record(self, result: GateResult) -> None:
         self.results[result.key] = result

@@ -72,13 +72,20 @@ def train(steps=40):
     model = nn.Sequential(
         nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1)
     )
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # SMOKE_PLAIN_SGD: update by hand; torch.optim's first use costs a fresh process seconds.
+    plain = bool(os.environ.get("SMOKE_PLAIN_SGD"))
+    opt = None if plain else torch.optim.SGD(model.parameters(), lr=0.01)
     for x, y in DataLoader(data, batch_size=None):
         with traceml.trace_step(model):
-            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
             loss = ((model(x) - y) ** 2).mean()
             loss.backward()
-            opt.step()
+            if opt is not None:
+                opt.step()
+            else:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.01 * p.grad
     return CALLS[0]
 '''
 
@@ -150,6 +157,7 @@ class SmokeProject:
         self.tolerances.write_text(TOLERANCES)
         monkeypatch.delenv("SMOKE_DATA_MS", raising=False)
         monkeypatch.delenv("SMOKE_SLOW_CALLS", raising=False)
+        monkeypatch.delenv("SMOKE_PLAIN_SGD", raising=False)
 
     def tests(self, source: str = SMOKE_TESTS, name: str = "test_smoke") -> None:
         self.pytester.makepyfile(**{name: textwrap.dedent(source)})

@@ -1,0 +1,45 @@
+"""--traceml-repeats=N: the test body runs N times, each under a fresh tracer; the median run
+is gated (and stored)."""
+
+from __future__ import annotations
+
+from tests.pytest_plugin.conftest import SmokeProject
+
+ONE_TEST = '''
+import pytest
+
+from smoke_train import train
+
+
+@pytest.mark.traceml
+def test_mlp():
+    calls = train()
+    with open("calls.log", "a") as fh:
+        fh.write(f"{calls}\\n")
+'''
+
+
+def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> None:
+    smoke.tests(ONE_TEST)
+    smoke.run("--traceml-update-baseline").assert_outcomes(passed=1)
+    log = smoke.path / "calls.log"
+    log.unlink()
+
+    smoke.slow_data(calls="2")  # the second of three runs is +20 ms per batch
+    result = smoke.run("--traceml-repeats=3")
+    result.assert_outcomes(passed=1)
+    assert log.read_text().split() == ["1", "2", "3"]
+    result.stdout.fnmatch_lines(["traceml: baseline * (1 entries), rules: *, median of 3 runs"])
+    result.stdout.re_match_lines([r"(PASS|WARN) +test_smoke.py::test_mlp \(median of 3\)  "])
+
+    smoke.slow_data(calls="1,3")  # two slow runs of three: the median run is slow
+    result = smoke.run("--traceml-repeats=3")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "traceml: regression for test_smoke.py::test_mlp (median of 3 runs) against *",
+        "REGRESSION *test_smoke.py::test_mlp (median of 3)  step_time.diagnosis: *",
+    ])
+
+    # Without repeats the same slow first run fails on its own.
+    smoke.slow_data(calls="1")
+    smoke.run().assert_outcomes(failed=1)
