@@ -8,7 +8,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.gate.strategies import summaries
+from tests.gate.strategies import mutated_summaries, summaries
 from traceml_ci.gate import (
     Status,
     Verdict,
@@ -78,3 +78,25 @@ def test_a_set_against_itself_does_not_regress(docs):
     s = compare_sets(docs, copy.deepcopy(docs))
     assert s.verdict is not Verdict.REGRESSION
     assert s.added == [] and s.removed == []
+
+
+@SETTINGS
+@given(mutated_summaries())
+def test_any_mutated_summary_loads_or_raises_input_error_and_then_compares(doc):
+    import tempfile
+    from pathlib import Path
+
+    from traceml_ci.errors import InputError
+    from traceml_ci.gate import load_input
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "doc.json"
+        f.write_text(json.dumps(doc))
+        try:
+            loaded = load_input(f)
+        except InputError as exc:
+            assert exc.path == str(f) and "\n" not in exc.problem
+            return
+    for summary in loaded.values():
+        c = compare(summary, summary)
+        assert c.verdict is not Verdict.REGRESSION

@@ -34,10 +34,14 @@ RUN_STATUSES = {"completed": "completed", "crashed": "crashed", "failed": "crash
 
 
 def is_traceml_ai(doc: Mapping[str, Any]) -> bool:
-    """traceml-ai writes schema_version as a JSON number and a ``primary_diagnosis``."""
+    """traceml-ai writes schema_version as a JSON number, with sections traceml-ci never has
+    (``primary_diagnosis``, ``analysis_window``, ``step_time.global``)."""
     version = doc.get("schema_version")
     numeric = isinstance(version, (int, float)) and not isinstance(version, bool)
-    return numeric or ("primary_diagnosis" in doc and "analysis_window" in doc)
+    st = doc.get("step_time")
+    markers = ("primary_diagnosis" in doc or "analysis_window" in doc
+               or (isinstance(st, Mapping) and "global" in st))
+    return numeric and markers
 
 
 def _get(node: Any, *keys: str) -> Any:
