@@ -9,31 +9,35 @@ from torch import nn
 import traceml_ci as traceml
 from tests.conftest import busy
 from tests.tracer.conftest import finish_and_load, pct
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader
+from tests.tracer.loops import (
+    BusyModel,
+    BusySGD,
+    Stopwatch,
+    assert_matches_stopwatch,
+    busy_loader,
+)
 
 
 def test_gradient_accumulation_counts_every_micro_batch(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=1)
     model = BusyModel(forward_ms=2.0, backward_ms=2.0)
     optimizer = BusySGD(model.parameters(), step_ms=2.0)
+    watch = Stopwatch()
     k = 4
-    batches = iter(busy_loader(12 * k, 0.0))
+    batches = iter(busy_loader(12 * k, 0.5))
     for _ in range(12):
+        watch.new_step()
         with traceml.trace_step(model):
             optimizer.zero_grad()
             for _ in range(k):
-                x, y = next(batches)
-                (((model(x) - y) ** 2).mean() / k).backward()
-            optimizer.step()
+                x, y = watch.time("dataloader", next, batches)  # fetched inside the step
+                loss = ((watch.time("forward", model, x) - y) ** 2).mean() / k
+                watch.time("backward", loss.backward)
+            watch.time("optimizer", optimizer.step)
+    assert_matches_stopwatch(tracer, watch, ("dataloader", "forward", "backward", "optimizer"))
     doc = finish_and_load(tracer)
-    phase_ms = doc["step_time"]["phase_ms"]
     assert doc["step_time"]["steps_total"] == 12
-    # Every micro-batch counts once: k * 2 ms (a busy-wait can only overshoot under load).
-    assert k * 2.0 - 0.5 <= phase_ms["forward"] < k * 2.0 * 1.6
-    assert k * 2.0 - 0.5 <= phase_ms["backward"] < k * 2.0 * 1.6
-    assert 1.5 <= phase_ms["optimizer"] < 2.0 * 1.6
-    # Fetches inside the step are dataloader time too, and not "other".
-    assert phase_ms["dataloader"] > 0
+    assert doc["step_time"]["phase_ms"]["forward"] >= k * 2.0 - 0.2  # all k, not just one
 
 
 def _scaler_loop(trace: bool, steps: int = 14) -> tuple[nn.Module, int]:
@@ -138,21 +142,21 @@ def test_two_models_and_two_optimizers_in_one_step(fresh_tracer) -> None:
     gen, disc = BusyModel(2.0, 1.0), BusyModel(1.0, 1.0)
     opt_g = BusySGD(gen.parameters(), 1.0)
     opt_d = BusySGD(disc.parameters(), 1.0)
+    watch = Stopwatch()
     for _ in range(12):
+        watch.new_step()
         with traceml.trace_step(gen, disc):
             opt_d.zero_grad()
-            disc(torch.randn(4, 8)).mean().backward()
-            opt_d.step()
+            watch.time("backward", watch.time("forward", disc, torch.randn(4, 8)).mean().backward)
+            watch.time("optimizer", opt_d.step)
             opt_g.zero_grad()
-            fake = gen(torch.randn(4, 8)).expand(4, 8)
-            disc(fake).mean().backward()
-            opt_g.step()
+            fake = watch.time("forward", gen, torch.randn(4, 8)).expand(4, 8)
+            watch.time("backward", watch.time("forward", disc, fake).mean().backward)
+            watch.time("optimizer", opt_g.step)
+    assert_matches_stopwatch(tracer, watch, ("forward", "backward", "optimizer"))
     doc = finish_and_load(tracer)
-    phase_ms = doc["step_time"]["phase_ms"]
-    # disc + gen + disc(fake) = 4 ms of forward; two optimizers; backward through all three.
-    assert 3.5 <= phase_ms["forward"] < 4.0 * 1.6
-    assert 1.5 <= phase_ms["optimizer"] < 2.0 * 1.6
-    assert 2.5 <= phase_ms["backward"] < 3.0 * 1.6
+    assert doc["step_time"]["phase_ms"]["forward"] >= 4.0 - 0.2  # disc + gen + disc(fake)
+    assert doc["step_time"]["phase_ms"]["optimizer"] >= 2.0 - 0.2  # both optimizers
 
 
 def test_break_out_of_the_loop_leaves_nothing_open(fresh_tracer) -> None:
@@ -195,16 +199,18 @@ def test_activation_checkpointing_forward_inside_backward_counts_as_backward(fre
     tracer = fresh_tracer(warmup_steps=1)
     model = Checkpointed()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    watch = Stopwatch()
     for _ in range(8):
+        watch.new_step()
         with traceml.trace_step(model):
             optimizer.zero_grad()
-            model(torch.randn(4, 8)).sum().backward()
+            out = watch.time("forward", model, torch.randn(4, 8))
+            watch.time("backward", out.sum().backward)
             optimizer.step()
+    # The recomputed forward runs inside backward: it is backward time, counted once.
+    assert_matches_stopwatch(tracer, watch, ("forward", "backward"))
     doc = finish_and_load(tracer)
-    phase_ms = doc["step_time"]["phase_ms"]
-    # The recomputed forward (3 ms) runs inside backward: it is backward time, counted once.
-    assert 2.5 <= phase_ms["forward"] < 3.0 * 1.6
-    assert 3.0 <= phase_ms["backward"] < 3.0 * 1.6
+    assert doc["step_time"]["phase_ms"]["backward"] >= 3.0 - 0.2
 
 
 def test_time_outside_named_phases_is_other(fresh_tracer) -> None:
@@ -220,4 +226,4 @@ def test_time_outside_named_phases_is_other(fresh_tracer) -> None:
             busy(6.0)  # logging / metrics / host syncs
     doc = finish_and_load(tracer)
     assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"
-    assert 5.5 <= doc["step_time"]["phase_ms"]["other"] < 6.0 * 1.6
+    assert doc["step_time"]["phase_ms"]["other"] >= 6.0 - 0.2
