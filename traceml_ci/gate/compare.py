@@ -462,9 +462,11 @@ def _share_context(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, 
         if not skip_env and b_ms and h_ms is not None:
             growth = (h_ms - b_ms) / b_ms * 100.0
         if row.status is Status.IMPROVED:
-            if growth is None or growth > -SHARE_ONLY_MAX_MS_GROWTH_PCT:
-                own = "" if growth is None else f" ({phase} itself {growth:+.0f}% ms)"
-                row = _with(row, Status.OK, f"share fell as other phases grew{own}")
+            if growth is None:
+                row = _with(row, Status.OK, "share fell (its ms are not comparable here)")
+            elif growth > -SHARE_ONLY_MAX_MS_GROWTH_PCT:
+                row = _with(row, Status.OK, f"share fell as other phases grew ({phase} itself "
+                            f"{growth:+.0f}% ms)")
         elif (
             growth is not None and growth <= SHARE_ONLY_MAX_MS_GROWTH_PCT
             and b_step is not None and h_step is not None and h_step < b_step
