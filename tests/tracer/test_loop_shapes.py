@@ -227,3 +227,43 @@ def test_time_outside_named_phases_is_other(fresh_tracer) -> None:
     doc = finish_and_load(tracer)
     assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"
     assert doc["step_time"]["phase_ms"]["other"] >= 6.0 - 0.2
+
+
+def test_dataloader_with_worker_processes(fresh_tracer) -> None:
+    from torch.utils.data import DataLoader
+
+    from tests.tracer.loops import BusyDataset
+
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(0.5, 0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(BusyDataset(64), batch_size=4, num_workers=2)
+    watch = Stopwatch()
+    batches = iter(loader)
+    for _ in range(16):
+        watch.new_step()
+        x, y = watch.time("dataloader", next, batches)
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+    assert_matches_stopwatch(tracer, watch, ("dataloader",))
+    assert finish_and_load(tracer)["step_time"]["steps_total"] == 16
+
+
+def test_fetches_from_another_thread_are_not_the_training_loop(fresh_tracer) -> None:
+    import threading
+
+    tracer = fresh_tracer(warmup_steps=0)
+    model = BusyModel(1.0, 0.0)
+    prefetched = []
+    loader_iter = iter(busy_loader(8, 5.0))
+    thread = threading.Thread(target=lambda: prefetched.extend(loader_iter))
+    thread.start()
+    thread.join()
+    for x, _ in prefetched:
+        with traceml.trace_step(model):
+            model(x)
+    phase_ms = finish_and_load(tracer)["step_time"]["phase_ms"]
+    assert phase_ms["dataloader"] == 0.0
+    assert phase_ms["forward"] >= 0.8

@@ -13,6 +13,7 @@ Every wrapper keeps the user's call and exceptions untouched; a failure of our o
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -82,7 +83,11 @@ class AutoPatches:
         state = {"first": True}
         on_first_batch = self.on_first_batch
 
+        owner = threading.get_ident()
+
         def __next__(it: Any) -> Any:
+            if threading.get_ident() != owner:  # a prefetch thread: not the training loop
+                return orig(it)
             try:
                 rec.phase_begin(DL)
             except Exception as exc:
