@@ -8,13 +8,28 @@ import sys
 from typing import Any
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux /proc/cpuinfo), else the machine type.
+
+    platform.processor() would spawn `uname -p`, which costs more and says less.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.machine() or None
+
+
 def fingerprint(device: Any = None) -> dict[str, Any]:
     """python, torch, cuda, device type/name, GPU count, CPU count, torch threads, platform."""
     import torch
 
     cuda_ok = torch.cuda.is_available()
     device_type = getattr(device, "type", None) or "cpu"
-    device_name: str | None = platform.processor() or platform.machine() or None
+    device_name: str | None = cpu_model()
     if device_type == "cuda" and cuda_ok:
         index = device.index if getattr(device, "index", None) is not None else 0
         device_name = torch.cuda.get_device_name(index)
