@@ -66,7 +66,7 @@ class Options:
     tolerances: Path | None = None
     require_baseline: bool = False
     repeats: int = 1
-    #: pyproject.toml next to the ini file / rootdir, for [tool.traceml-ci] rules.
+    #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
     pyproject: Path | None = None
 
     @property
@@ -129,5 +129,14 @@ def read_options(config: Any) -> Options:
         raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
     if values.get("require_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-require-baseline needs --traceml-baseline=PATH")
-    pyproject = ini_dir / "pyproject.toml"
-    return Options(**values, pyproject=pyproject if pyproject.is_file() else None)
+    return Options(**values, pyproject=_nearest_pyproject(Path(config.rootpath)))
+
+
+def _nearest_pyproject(start: Path) -> Path | None:
+    """The pyproject.toml at or above pytest's rootdir, as ``traceml-ci diff`` looks for one
+    from its working directory: its ``[tool.traceml-ci]`` table holds the tolerance rules."""
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
