@@ -155,3 +155,22 @@ def test_report_to_an_unwritable_path_is_reported_and_exits_4(
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines([f"traceml: error: could not write {blocker}/under/a/file.json: *"])
+
+
+def test_relative_paths_from_ini_folder_and_from_the_command_line(
+    smoke: SmokeProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smoke.tests(CHEAP_TESTS.replace("@pytest.mark.traceml\n", "").replace(
+        "raise AssertionError(", "print("))
+    smoke.pytester.makeini("[pytest]\ntraceml_baseline = gate/base.json\n")
+    sub = smoke.path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    result = smoke.pytester.runpytest(
+        "-p", "no:cacheprovider", f"--rootdir={smoke.path}", "-c", str(smoke.path / "tox.ini"),
+        "--traceml-save=out.json", str(smoke.path))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"traceml: baseline {smoke.path / 'gate' / 'base.json'} (no file yet), rules: defaults",
+        f"traceml: summaries saved: {sub / 'out.json'} (0)",
+    ])

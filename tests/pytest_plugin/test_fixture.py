@@ -68,13 +68,18 @@ def test_key_second():
 
 def test_missing_script(traceml):
     traceml.run_script("no_such_script.py")
+
+
+@pytest.mark.traceml
+def test_script_in_a_marked_test_needs_a_key(traceml):
+    traceml.run_script(__file__)
 '''
 
 
 def test_fixture_and_marker_in_one_session(smoke: SmokeProject) -> None:
     smoke.tests(FIXTURE_TESTS)
     result = smoke.run()
-    result.assert_outcomes(passed=3, failed=7)
+    result.assert_outcomes(passed=3, failed=8)
     result.stdout.fnmatch_lines([
         "*_ test_finish_needs_the_marker _*",
         "traceml.finish() needs a test marked @pytest.mark.traceml",
@@ -92,6 +97,9 @@ def test_fixture_and_marker_in_one_session(smoke: SmokeProject) -> None:
         "this summary its own key (@pytest.mark.traceml(key=...) or run_script(key=...))",
         "*_ test_missing_script _*",
         f"traceml.run_script(): no such script no_such_script.py (looked in {smoke.path})",
+        "*_ test_script_in_a_marked_test_needs_a_key _*",
+        "traceml.run_script() in a @pytest.mark.traceml test needs its own key= (the test's key "
+        "gates the test's own tracer)",
         "*- traceml -*",
     ])
     assert "During handling" not in result.stdout.str()
