@@ -63,6 +63,8 @@ def make(
     doc["step_memory"]["peak_rss_mb"] = rss_mb
     doc["run"]["name"] = name
     doc["env"].update(env)
+    if doc["env"]["device_type"] != "cpu":
+        st["clock"] = "device_event"  # CUDA runs time phases with events
     return doc
 
 

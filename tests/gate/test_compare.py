@@ -80,9 +80,10 @@ def test_without_noise_blocks_tolerances_decide_and_the_report_says_so():
     assert any("no noise estimate in base and head" in r for r in c.reasons)
 
 
-def test_slower_step_time_regresses_relative_to_base():
-    base = make()
-    head = make({p: v * 1.4 for p, v in BASE_MS.items()})  # +40%, same split
+def test_slower_step_time_on_a_device_clock_regresses_relative_to_base():
+    gpu = {"device_type": "cuda", "device_name": "A100"}
+    base = make(**gpu)
+    head = make({p: v * 1.4 for p, v in BASE_MS.items()}, **gpu)  # +40%, same split
     c = compare(base, head)
     row = c.row("step_time.step_ms.median")
     assert row.status is Status.REGRESSED
@@ -93,6 +94,28 @@ def test_slower_step_time_regresses_relative_to_base():
     c = compare(head, base)
     assert c.row("step_time.step_ms.median").status is Status.IMPROVED
     assert c.verdict is Verdict.PASS
+
+
+def test_host_clock_step_time_only_warns_unless_a_rule_says_fail():
+    base, head = make(), make({p: v * 1.4 for p, v in BASE_MS.items()})
+    row = compare(base, head).row("step_time.step_ms.median")
+    assert row.status is Status.WARN
+    assert "host-clock times only warn" in row.note
+    assert str(row.tolerance) == "+25% (warn +10%), warn only"
+    strict = rules(**{"step_time.step_ms.median": {"fail": True}})
+    assert compare(base, head, strict).row("step_time.step_ms.median").status is Status.REGRESSED
+
+
+def test_margin_noise_rule_needs_the_change_less_the_noise_past_the_tolerance():
+    base = make(iqr_pp=2.0)
+    head = make(shift(dataloader=3.0), iqr_pp=2.0)  # +10.4 pp, noise hypot(2, 2) = 2.8 pp
+    assert compare(base, head).row("step_time.dataloader_pct").status is Status.REGRESSED
+    margin = DEFAULT_RULES.with_tolerances({}, noise_rule="margin")
+    assert compare(base, head, margin).row("step_time.dataloader_pct").status is Status.REGRESSED
+    head = make(shift(dataloader=1.6), iqr_pp=2.0)  # +5.9 pp: past 5 and 2.8, but 5.9 - 2.8 < 5
+    assert compare(base, head).row("step_time.dataloader_pct").status is Status.REGRESSED
+    row = compare(base, head, margin).row("step_time.dataloader_pct")
+    assert row.status is Status.WARN and "within noise" in row.note
 
 
 def test_memory_needs_both_the_relative_and_the_absolute_threshold():
@@ -275,8 +298,9 @@ def test_comparison_to_dict_is_plain_json():
 
 
 def test_load_guard_a_slower_median_with_steady_fastest_steps_only_warns():
-    base = make()
-    head = make({p: v * 1.4 for p, v in BASE_MS.items()})  # median +40%
+    gpu = {"device_type": "cuda", "device_name": "A100"}
+    base = make(**gpu)
+    head = make({p: v * 1.4 for p, v in BASE_MS.items()}, **gpu)  # median +40%
     head["step_time"]["step_ms"]["p10"] = base["step_time"]["step_ms"]["p10"] * 1.05
     c = compare(base, head)
     row = c.row("step_time.step_ms.median")

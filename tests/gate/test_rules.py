@@ -30,6 +30,7 @@ def test_defaults_match_the_documented_tolerances():
     info = r.rule_for("step_time.phase_ms.forward")
     assert not info.has_fail_tier and not info.has_warn_tier
     assert r.noise_factor == DEFAULT_NOISE_FACTOR == 1.0
+    assert r.noise_rule == "beyond"
     assert r.source == "defaults"
 
 
@@ -40,11 +41,11 @@ def test_load_rules_without_arguments_is_the_defaults():
 def test_rules_file_overrides_by_glob(tmp_path):
     f = tmp_path / "gate.toml"
     f.write_text(
-        'noise_factor = 1.5\n[tolerances]\n"step_time.*_pct" = {abs = 2.0}\n'
+        'noise_factor = 1.5\nnoise_rule = "margin"\n[tolerances]\n"step_time.*_pct" = {abs = 2.0}\n'
         '"step_time.step_ms.median" = {rel = 15, warn_rel = 8, direction = "any"}\n'
     )
     r = load_rules(f)
-    assert r.noise_factor == 1.5
+    assert r.noise_factor == 1.5 and r.noise_rule == "margin"
     assert r.rule_for("step_time.other_pct").abs == 2.0
     assert r.rule_for("step_time.other_pct").warn_abs == 3.0  # from the defaults, untouched
     step = r.rule_for("step_time.step_ms.median")
@@ -81,7 +82,8 @@ def test_find_pyproject_walks_up(tmp_path):
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ('tolerence = 3\n', "$: unknown key 'tolerence' (allowed: noise_factor, tolerances)"),
+        ('tolerence = 3\n',
+         "$: unknown key 'tolerence' (allowed: noise_factor, noise_rule, tolerances)"),
         ('[tolerances]\n"step_time.*_pct" = {abs = -1.0}\n',
          '$.tolerances["step_time.*_pct"].abs: -1.0 is less than the minimum of 0'),
         ('[tolerances]\n"step_time.*_pct" = {absolute = 2}\n',
@@ -93,6 +95,7 @@ def test_find_pyproject_walks_up(tmp_path):
         ('[tolerances]\n"step_time.*_pct" = {abs = nan}\n', "nan is not a finite number"),
         ('[tolerances]\n"step_time.*_pct" = {rel = inf}\n', "inf is not a finite number"),
         ('noise_factor = -1\n', "$.noise_factor: -1 is less than the minimum of 0"),
+        ('noise_rule = "either"\n', "$.noise_rule: 'either' is not one of ['beyond', 'margin']"),
         ('[tolerances]\n"step_tme.*" = {abs = 1}\n', "pattern matches no metric"),
         ('[tolerances]\n"step_time.*_pct" = {abs = 2, warn_abs = 4}\n',
          "warn_abs 4 is above abs 2; the warn tier must be the smaller"),
@@ -143,3 +146,25 @@ def test_rules_schema_is_a_valid_draft_2020_12_schema():
     import jsonschema
 
     jsonschema.Draft202012Validator.check_schema(load_schema("rules.schema.json"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[tool.traceml-ci.tolerances]\n"step_time.*_pct" = {abs = 1.0}\n',
+     '[tool."traceml-ci".tolerances]\n"step_time.*_pct" = {abs = 1.0}\n',
+     '[tool]\ntraceml-ci = {tolerances = {"step_time.*_pct" = {abs = 1.0}}}\n',
+     'tool.traceml-ci.tolerances."step_time.*_pct" = {abs = 1.0}\n'],
+)
+def test_every_spelling_of_the_tool_table_is_found(tmp_path, text):
+    p = tmp_path / "pyproject.toml"
+    p.write_text(text)
+    assert load_rules(pyproject=p).rule_for("step_time.forward_pct").abs == 1.0
+
+
+def test_a_pyproject_without_the_table_is_not_parsed(tmp_path, monkeypatch):
+    import traceml_ci.gate.rules as rules_mod
+
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[project]\nname = "x"\ndependencies = ["traceml-ci"]\n')
+    monkeypatch.setattr(rules_mod, "_read_toml", lambda path: pytest.fail("parsed"))
+    assert load_rules(pyproject=p) is DEFAULT_RULES

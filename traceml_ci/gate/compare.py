@@ -31,6 +31,12 @@ from traceml_ci.summary.model import PHASES
 LOAD_GUARD_METRIC = "step_time.step_ms.median"
 LOAD_GUARD_QUANTILE = "step_time.step_ms.p10"
 
+#: Absolute times measured with the host clock (CPU runs) also measure whatever else the machine
+#: is doing: on a shared runner a steady neighbour slows every step of a run, its fastest ones
+#: too, which no statistic of the run can tell from a slower step. Past their fail tier they
+#: only warn, unless a rule sets ``fail = true``. Device-clock times (CUDA events) gate.
+HOST_CLOCK_TIMES_WARN = True
+
 #: Version of the JSON report (``--format json``).
 REPORT_VERSION = "1.0"
 
@@ -68,12 +74,14 @@ class Tolerance:
     kind: Kind
     unit: str
     higher_is_worse: bool = True
+    #: Whether past the fail tier regresses (the rule's ``fail``, or the host-clock default).
+    fails: bool = True
 
     def __str__(self) -> str:
         r = self.rule
         if self.kind is Kind.LABEL:
             text = "any change" if r.direction is Direction.ANY else "no worse label"
-            return text if r.fail else f"{text} (warn only)"
+            return text if self.fails else f"{text} (warn only)"
         sign = "±" if r.direction is Direction.ANY else ("+" if self.higher_is_worse else "−")
         fail = self._tier(r.abs, r.rel, sign)
         warn = self._tier(r.warn_abs, r.warn_rel, sign)
@@ -81,7 +89,7 @@ class Tolerance:
             text = f"{fail} (warn {warn})"
         else:
             text = fail or (f"warn {warn}" if warn else "")
-        return text if r.fail or not text else f"{text}, warn only"
+        return text if self.fails or not text else f"{text}, warn only"
 
     def _tier(self, a: float | None, rel: float | None, sign: str) -> str:
         unit = "pp" if self.kind is Kind.PCT else self.unit
@@ -93,7 +101,7 @@ class Tolerance:
         return " and ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.rule.to_dict(), "text": str(self)}
+        return {**self.rule.to_dict(), "fails": self.fails, "text": str(self)}
 
 
 @dataclass(frozen=True)
@@ -258,8 +266,18 @@ def _relative(d: float, b: float) -> float:
     return 0.0 if d == 0 else math.copysign(math.inf, d)
 
 
-def _judge_number(metric: Metric, rule: Rule, b: float, h: float,
-                  noise: float | None) -> tuple[Status, float | None, str]:
+def _past(tier_abs: float | None, tier_rel: float | None, amount: float, b: float) -> bool:
+    """Whether a change of ``amount`` (in the metric's unit, positive = counted direction) from
+    base ``b`` is past a tier."""
+    return _beyond(tier_abs, tier_rel, amount, _relative(amount, b))
+
+
+def _judge_number(metric: Metric, rule: Rule, b: float, h: float, noise: float | None,
+                  *, fails: bool = True, margin: bool = True
+                  ) -> tuple[Status, float | None, str]:
+    """Status of one numeric row. ``noise``: the noise threshold (metric's unit) or None.
+    ``margin``: the change less the noise must pass the tier (else: the change must pass the
+    tier and, separately, exceed the noise). ``fails``: whether past the fail tier regresses."""
     d = h - b
     d_rel = _relative(d, b)
     delta: float | None = (None if b == 0 and d != 0 else d_rel) if metric.relative else d
@@ -268,27 +286,35 @@ def _judge_number(metric: Metric, rule: Rule, b: float, h: float,
     if not (rule.has_fail_tier or rule.has_warn_tier):
         return Status.OK, delta, ""
     worse_sign = 1.0 if metric.higher_is_worse else -1.0
-    if rule.direction is Direction.ANY:
-        amount_abs, amount_rel = abs(d), abs(d_rel)
-    else:
-        amount_abs, amount_rel = d * worse_sign, d_rel * worse_sign
-    clears_noise = noise is None or abs(d) > noise
+    worse = abs(d) if rule.direction is Direction.ANY else d * worse_sign
+    better = -d * worse_sign
+
+    def significant(amount: float) -> float | None:
+        """The amount that counts after the noise; None when it does not clear the noise."""
+        if noise is None:
+            return amount
+        if margin:
+            return amount - noise
+        return amount if abs(d) > noise else None
+
+    def past(tier_abs: float | None, tier_rel: float | None, amount: float | None) -> bool:
+        return amount is not None and _past(tier_abs, tier_rel, amount, b)
+
+    sig_worse, sig_better = significant(worse), significant(better)
     noise_note = f"within noise (±{noise:.3g} {_unit(metric)})" if noise is not None else ""
-    if _beyond(rule.abs, rule.rel, amount_abs, amount_rel):
-        if not clears_noise:
-            return Status.WARN, delta, f"beyond tolerance but {noise_note}"
-        if not rule.fail:
-            return Status.WARN, delta, "beyond tolerance (rule: warn only)"
+    if past(rule.abs, rule.rel, sig_worse):
+        if not fails:
+            return Status.WARN, delta, "beyond tolerance (warn only)"
         return Status.REGRESSED, delta, ""
-    if _beyond(rule.warn_abs, rule.warn_rel, amount_abs, amount_rel):
-        return (Status.WARN, delta, "") if clears_noise else (Status.OK, delta, noise_note)
+    if past(rule.abs, rule.rel, worse):
+        return Status.WARN, delta, f"beyond tolerance but {noise_note}"
+    if past(rule.warn_abs, rule.warn_rel, sig_worse):
+        return Status.WARN, delta, ""
+    if past(rule.warn_abs, rule.warn_rel, worse):
+        return Status.OK, delta, noise_note
     if rule.direction is Direction.WORSE:
-        better_abs, better_rel = -amount_abs, -amount_rel
-        if rule.has_warn_tier:
-            improved = _beyond(rule.warn_abs, rule.warn_rel, better_abs, better_rel)
-        else:
-            improved = _beyond(rule.abs, rule.rel, better_abs, better_rel)
-        if improved and clears_noise:
+        tier = (rule.warn_abs, rule.warn_rel) if rule.has_warn_tier else (rule.abs, rule.rel)
+        if past(*tier, sig_better):
             return Status.IMPROVED, delta, ""
     return Status.OK, delta, ""
 
@@ -308,7 +334,7 @@ def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, st
             return Status.IMPROVED, ""
         if h in good and b in good:
             return Status.WARN, "changed between healthy labels"
-    if not rule.fail:
+    if rule.fail is False:
         return Status.WARN, "diagnosis changed (rule: warn only)"
     return Status.REGRESSED, "diagnosis changed"
 
@@ -326,6 +352,20 @@ def _run_status(summary: Mapping[str, Any]) -> str | None:
     run = summary.get("run")
     status = run.get("status") if isinstance(run, Mapping) else None
     return status if isinstance(status, str) else None
+
+
+def _host_clock(summary: Mapping[str, Any]) -> bool:
+    st = summary.get("step_time")
+    return not (isinstance(st, Mapping) and st.get("clock") == "device_event")
+
+
+def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:
+    """Whether past the fail tier is a regression: the rule's ``fail`` when set; by default
+    yes, except absolute times measured with a host clock (HOST_CLOCK_TIMES_WARN)."""
+    if rule.fail is not None:
+        return rule.fail
+    return not (HOST_CLOCK_TIMES_WARN and host_clock and metric.kind is Kind.TIME
+                and metric.env_dependent)
 
 
 def _has_noise(summary: Mapping[str, Any]) -> bool:
@@ -385,6 +425,7 @@ def compare(
             ": the noise rule uses what the other side reports, else tolerances alone"
         )
 
+    host_clock = _host_clock(base) or _host_clock(head)
     rows: list[Row] = []
     for metric in METRICS:
         rule = rules.rule_for(metric.name)
@@ -397,7 +438,9 @@ def compare(
             skipped.append(metric.name)
             continue
         gating = metric.kind is Kind.LABEL or rule.has_fail_tier or rule.has_warn_tier
-        tol = Tolerance(rule, metric.kind, metric.unit, metric.higher_is_worse) if gating else None
+        fails = _fails(metric, rule, host_clock)
+        tol = (Tolerance(rule, metric.kind, metric.unit, metric.higher_is_worse, fails)
+               if gating else None)
         delta_unit = "" if metric.kind is Kind.LABEL else (
             "%" if metric.relative else _unit(metric)
         )
@@ -415,7 +458,10 @@ def compare(
             rows.append(Row(metric.name, b, h, None, tol, status, **common, note=note))
             continue
         noise = _noise_threshold(metric, base, head, rules.noise_factor)
-        status, delta, note = _judge_number(metric, rule, b, h, noise)
+        status, delta, note = _judge_number(metric, rule, b, h, noise, fails=fails,
+                                            margin=rules.noise_rule == "margin")
+        if note == "beyond tolerance (warn only)" and rule.fail is None:
+            note = "beyond tolerance; host-clock times only warn (set fail = true to gate)"
         rows.append(Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note))
 
     rows = _share_context(rows, base, head, skip_env)
@@ -501,17 +547,18 @@ def _load_guard(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any
 
 
 def _label_jitter_exemption(rows: list[Row]) -> list[Row]:
-    """The step-time label is a function of the shares: if it flipped while no share moved
-    beyond its warn tier, the run sits on a threshold, and the flip is only a warning."""
+    """The step-time label is a function of the shares: if it flipped while no share
+    regressed (moved beyond its tolerance and the noise), the run sits on a diagnosis
+    threshold, and the flip is only a warning."""
     pct_rows = [r for r in rows if r.name.startswith("step_time.") and r.name.endswith("_pct")
                 and r.gating]
-    if not pct_rows or any(r.status in (Status.WARN, Status.REGRESSED) for r in pct_rows):
+    if not pct_rows or any(r.status is Status.REGRESSED for r in pct_rows):
         return rows
     if any(r.status in (Status.NEW, Status.MISSING) for r in pct_rows):
         return rows
     return [
-        _with(r, Status.WARN, "label crossed a diagnosis threshold while no phase share moved "
-              "beyond its warn tolerance")
+        _with(r, Status.WARN, "label crossed a diagnosis threshold while no phase share "
+              "regressed")
         if r.name == "step_time.diagnosis" and r.status is Status.REGRESSED else r
         for r in rows
     ]

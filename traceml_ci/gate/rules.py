@@ -2,7 +2,8 @@
 
 A rules document (a ``--tolerances`` TOML file, or ``[tool.traceml-ci]`` in pyproject.toml)::
 
-    noise_factor = 2.0
+    noise_factor = 1.0
+    noise_rule = "beyond"
     [tolerances]
     "step_time.*_pct" = {abs = 2.0}
     "step_time.step_ms.median" = {rel = 15, warn_rel = 8}
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
@@ -33,9 +35,11 @@ MAX_RULES_BYTES = 1024 * 1024
 #: The pyproject.toml table the gate reads (other traceml-ci parts may own other keys in it).
 PYPROJECT_TABLE = "traceml-ci"
 #: Keys of a rules document that belong to the gate.
-RULES_KEYS = ("noise_factor", "tolerances")
+RULES_KEYS = ("noise_factor", "noise_rule", "tolerances")
 #: Default ``noise_factor``: a change must exceed this many combined IQRs to count.
 DEFAULT_NOISE_FACTOR = 1.0
+#: Default ``noise_rule`` (see Rules.noise_rule); calibrated in benchmarks/gate_calibrate.py.
+DEFAULT_NOISE_RULE = "beyond"
 
 
 class Direction(str, Enum):
@@ -60,7 +64,7 @@ class Rule:
     warn_abs: float | None = None
     warn_rel: float | None = None
     direction: Direction = Direction.WORSE
-    fail: bool = True
+    fail: bool | None = None  # None: yes, except host-clock times (see compare.py)
     skip: bool = False
 
     @property
@@ -102,6 +106,10 @@ class Rules:
     tolerances: tuple[tuple[str, Mapping[str, Any]], ...] = DEFAULT_TOLERANCES
     noise_factor: float = DEFAULT_NOISE_FACTOR
     source: str = "defaults"
+    #: "beyond": the change must pass the tolerance and, separately, exceed the noise (asv's
+    #: effect size and significance); "margin": the change less the noise must pass the
+    #: tolerance (stricter: fewer false alarms, less power).
+    noise_rule: str = DEFAULT_NOISE_RULE
     _cache: dict[str, Rule] = field(default_factory=dict, repr=False, compare=False)
 
     def rule_for(self, metric: str) -> Rule:
@@ -120,12 +128,15 @@ class Rules:
         tolerances: Mapping[str, Mapping[str, Any]],
         *,
         noise_factor: float | None = None,
+        noise_rule: str | None = None,
         source: str | None = None,
     ) -> Rules:
         """These rules with more patterns on top (validated like a rules file)."""
         doc: dict[str, Any] = {"tolerances": {k: dict(v) for k, v in tolerances.items()}}
         if noise_factor is not None:
             doc["noise_factor"] = noise_factor
+        if noise_rule is not None:
+            doc["noise_rule"] = noise_rule
         problem = rules_problem(doc)
         if problem:
             raise InputError(source, f"invalid rules: {problem}")
@@ -133,6 +144,7 @@ class Rules:
             tolerances=self.tolerances + tuple((k, dict(v)) for k, v in tolerances.items()),
             noise_factor=self.noise_factor if noise_factor is None else float(noise_factor),
             source=source or self.source,
+            noise_rule=noise_rule or self.noise_rule,
         )
 
 
@@ -223,7 +235,21 @@ def _from_doc(doc: Mapping[str, Any], source: str, path: str) -> Rules:
         tolerances=DEFAULT_TOLERANCES + tolerances,
         noise_factor=DEFAULT_NOISE_FACTOR if nf is None else float(nf),
         source=source,
+        noise_rule=doc.get("noise_rule", DEFAULT_NOISE_RULE),
     )
+
+
+_TOOL_TABLE = re.compile(r"""tool\s*\.\s*["']?traceml-ci|^\s*\[\s*tool\s*\]""", re.M)
+
+
+def _may_have_tool_table(path: Path) -> bool:
+    """A cheap look before parsing: most pyproject.toml files have no [tool.traceml-ci] table,
+    and ``traceml-ci diff`` should not pay for a TOML parser to learn that."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True  # let _read_toml report the problem
+    return bool(_TOOL_TABLE.search(text))
 
 
 def _tool_table(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -255,6 +281,8 @@ def load_rules(
         return _from_doc(doc, str(p), str(p))
     if pyproject is not None:
         p = Path(pyproject)
+        if not _may_have_tool_table(p):
+            return DEFAULT_RULES
         table = _tool_table(_read_toml(p))
         if table is None:
             return DEFAULT_RULES
