@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,13 +29,17 @@ EXE = str(Path(sys.executable).with_name("traceml-ci"))
 TARGET_S = 0.25
 
 
-def timed(cmd: list[str], runs: int) -> list[float]:
-    out = []
+def timed(cmd: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system, unaffected by waiting) of each run."""
+    wall, cpu = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        out.append(time.perf_counter() - t0)
-    return out
+        wall.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def main() -> int:
@@ -52,11 +57,12 @@ def main() -> int:
            for f in ("text", "markdown", "json")},
     }
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'command':<24} {'min s':>7} {'median s':>9}")
+    print(f"{'command':<24} {'min s':>7} {'median s':>9} {'cpu median s':>13}")
     worst_min = 0.0
     for name, cmd in cases.items():
-        times = timed(cmd, args.runs)
-        print(f"{name:<24} {min(times):7.3f} {statistics.median(times):9.3f}")
+        times, cpu = timed(cmd, args.runs)
+        print(f"{name:<24} {min(times):7.3f} {statistics.median(times):9.3f} "
+              f"{statistics.median(cpu):13.3f}")
         if name.startswith("diff"):
             worst_min = max(worst_min, min(times))
     print(f"load average after: {os.getloadavg()[0]:.2f}")

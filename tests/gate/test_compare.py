@@ -100,7 +100,7 @@ def test_host_clock_step_time_only_warns_unless_a_rule_says_fail():
     base, head = make(), make({p: v * 1.4 for p, v in BASE_MS.items()})
     row = compare(base, head).row("step_time.step_ms.median")
     assert row.status is Status.WARN
-    assert "host-clock times only warn" in row.note
+    assert "host clock: warns only" in row.note
     assert str(row.tolerance) == "+25% (warn +10%), warn only"
     strict = rules(**{"step_time.step_ms.median": {"fail": True}})
     assert compare(base, head, strict).row("step_time.step_ms.median").status is Status.REGRESSED

@@ -77,3 +77,11 @@ def test_integers_accept_integral_floats_like_jsonschema():
 def test_unknown_keywords_are_refused_up_front(schema):
     with pytest.raises(Unsupported):
         Checker(schema)
+
+
+def test_finds_the_same_schema_files_as_the_summary_package():
+    from traceml_ci.gate.fastschema import _schema_file
+    from traceml_ci.summary.schema import schema_path
+
+    for name in (SUMMARY_SCHEMA, "rules.schema.json"):
+        assert _schema_file(name) == schema_path(name)

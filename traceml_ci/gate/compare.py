@@ -461,7 +461,7 @@ def compare(
         status, delta, note = _judge_number(metric, rule, b, h, noise, fails=fails,
                                             margin=rules.noise_rule == "margin")
         if note == "beyond tolerance (warn only)" and rule.fail is None:
-            note = "beyond tolerance; host-clock times only warn (set fail = true to gate)"
+            note = "host clock: warns only (see docs/gate.md)"
         rows.append(Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note))
 
     rows = _share_context(rows, base, head, skip_env)

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 #: Keywords that only annotate; they never make a document invalid here.
@@ -220,9 +221,16 @@ class Checker:
         return next(self._iter(x, s, ()), None) is None
 
 
+def _schema_file(name: str) -> Path:
+    """Where schema ``name`` lives: inside the wheel (traceml_ci/schemas/) or, in a checkout,
+    the repository's schemas/ (as summary.schema.schema_path, without importlib.resources,
+    whose zip support costs a diff start-up several ms)."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "schemas" / name
+    return packaged if packaged.is_file() else package.parent / "schemas" / name
+
+
 @cache
 def checker_for(name: str) -> Checker:
     """The checker for one of the schemas shipped in schemas/ (cached per process)."""
-    from traceml_ci.summary.schema import load_schema
-
-    return Checker(load_schema(name))
+    return Checker(json.loads(_schema_file(name).read_text(encoding="utf-8")))

@@ -282,8 +282,14 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
         parts.append(Text(f"base {c.base_run or '?'} → head {c.head_run or '?'}", style="dim"))
     for reason in c.reasons:
         parts.append(Text(f"• {reason}"))
-    if c.rows:
-        parts.append(_rich_table(c.rows))
+    table_rows = [r for r in c.rows if r.gating or r.note or r.status is not Status.OK]
+    if table_rows:
+        parts.append(_rich_table(table_rows))
+    info = [r for r in c.rows if r not in table_rows]
+    if info:  # informational rows on one line: a table of them costs more than it tells
+        parts.append(Text("also: " + ", ".join(
+            f"{r.name.removeprefix('step_time.')} {_delta(r) or fmt.value(r.head, r.unit)}"
+            for r in info), style="dim"))
     bars = _bars(c, max(10, min(BAR_WIDTH, width - 8)))
     if bars:
         parts.append(Text("\n".join(bars), style="cyan"))
