@@ -23,7 +23,7 @@ from traceml_ci.gate.metrics import (
     good_labels,
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
-from traceml_ci.summary.model import PHASES
+from traceml_ci.summary.keys import PHASES
 
 #: Load guard: other work on a shared machine stretches the slow steps, so it moves the median
 #: step time a lot and the fastest steps (p10) little; a real slowdown moves both. A median that

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from traceml_ci.summary.model import PHASES
+from traceml_ci.summary.keys import PHASES
 
 
 class Kind(str, Enum):

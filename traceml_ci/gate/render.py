@@ -12,7 +12,7 @@ from typing import Any
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
-from traceml_ci.summary.model import PHASES
+from traceml_ci.summary.keys import PHASES
 
 #: First line of every markdown report, so a bot can find its PR comment and update it.
 MARKER = "<!-- traceml-ci:report -->"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_ci.errors import InputError
 from traceml_ci.fsutil import atomic_write_text
-from traceml_ci.summary.model import Summary
 from traceml_ci.summary.schema import summary_problems
+
+if TYPE_CHECKING:  # the model's dataclasses cost ~20 ms to import; readers don't need them
+    from traceml_ci.summary.model import Summary
 
 #: Summaries are a few KB; anything this large is not one (and is not read into memory).
 MAX_SUMMARY_BYTES = 10 * 1024 * 1024
@@ -64,5 +66,5 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def write_summary(path: str | os.PathLike[str], summary: Summary | dict[str, Any]) -> Path:
     """Write a summary atomically (temp file + rename); returns the path written."""
-    doc = summary.to_dict() if isinstance(summary, Summary) else summary
+    doc = summary if isinstance(summary, dict) else summary.to_dict()
     return atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")

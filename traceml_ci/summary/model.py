@@ -7,11 +7,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
-TOOL_NAME = "traceml-ci"
+from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME
 
-#: The five phases a step is split into, in display order. ``other`` is the rest of the step.
-PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "other")
+__all__ = ["PHASES", "SCHEMA_VERSION", "TOOL_NAME"]  # re-exported; defined in keys.py
 
 
 class StepTimeLabel(str, Enum):

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.model import PHASES, SCHEMA_VERSION
+from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION
 
 SUMMARY_SCHEMA = "final_summary.schema.json"
 
