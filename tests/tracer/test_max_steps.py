@@ -7,28 +7,21 @@ from pathlib import Path
 import pytest
 
 from traceml_ci.tracer import api
+from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.steps import StepStore
 
 
-class _Clock:
-    kind = "host"
-
-    @staticmethod
-    def elapsed_ms(t0: int, t1: int) -> float:
-        return float(t1 - t0)
-
-
 def test_store_drops_steps_after_max_steps() -> None:
-    store = StepStore(_Clock(), warmup_steps=2, rss=None, max_steps=5)
+    store = StepStore(HostClock(), warmup_steps=2, rss=None, max_steps=5)
     for i in range(9):
-        store(0, i + 1, [], [])
+        store(0, (i + 1) * 1_000_000, [], [])  # host marks are nanoseconds
     assert store.steps_total == 5
     assert store.columns.column(0) == [3.0, 4.0, 5.0]  # steps 3..5: after warmup, before the cap
 
 
 def test_store_without_cap_keeps_everything() -> None:
-    store = StepStore(_Clock(), warmup_steps=0, rss=None)
+    store = StepStore(HostClock(), warmup_steps=0, rss=None)
     for i in range(7):
         store(0, i + 1, [], [])
     assert store.steps_total == 7

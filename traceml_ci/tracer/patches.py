@@ -49,6 +49,8 @@ class AutoPatches:
         self.fail = fail
         self.on_first_batch = on_first_batch
         self.on_optimizer = on_optimizer
+        #: True until the tracer knows its device: optimizer steps then report themselves.
+        self.want_optimizer = True
         self._undo: list[Callable[[], None]] = []
 
     @property
@@ -139,39 +141,32 @@ class AutoPatches:
     def _hook_optimizers(self, torch: Any) -> None:
         """Time the whole ``optimizer.step()`` call of every optimizer class.
 
-        torch's global step hooks fire inside the step wrapper, after its
-        ``record_function`` (~20 us on a slow CPU): timed from the hooks alone, that would
-        count to ``other``. So each optimizer class's ``step`` is wrapped, and the global
-        hooks remain for classes first seen later (their first step wraps the class).
+        torch's global step hooks fire inside its step wrapper, after a ``record_function``
+        (~20 us on a slow CPU) that they would leave to ``other``, and two hooks cost more than
+        one wrapper. So each optimizer class's ``step`` is wrapped: classes that exist now, and
+        any class later, when torch first hooks it (``Optimizer._patch_step_function``, which
+        every optimizer's ``__init__`` calls).
         """
         from torch.optim import optimizer as optim_mod
 
-        rec, fail, on_optimizer = self.rec, self.fail, self.on_optimizer
+        base = optim_mod.Optimizer
+        orig_patch = base._patch_step_function
+        wrap = self._wrap_optimizer_class
 
-        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+        def _patch_step_function(opt: Any) -> None:
+            orig_patch(opt)
             try:
-                on_optimizer(opt)
-                rec.phase_begin(OPT)
-                if not getattr(type(opt).__dict__.get("step"), "_traceml_ci", False):
-                    self._wrap_optimizer_class(optim_mod, type(opt))
+                wrap(optim_mod, type(opt))
             except Exception as exc:
-                fail(exc)
+                self.fail(exc)
 
-        def post(opt: Any, args: Any, kwargs: Any) -> None:
-            try:
-                rec.phase_end(OPT)
-            except Exception as exc:
-                fail(exc)
-
-        h_pre = optim_mod.register_optimizer_step_pre_hook(pre)
-        h_post = optim_mod.register_optimizer_step_post_hook(post)
-        self._undo.append(h_pre.remove)
-        self._undo.append(h_post.remove)
-        pending = list(optim_mod.Optimizer.__subclasses__())
+        base._patch_step_function = _patch_step_function
+        self._undo.append(lambda: setattr(base, "_patch_step_function", orig_patch))
+        pending = list(base.__subclasses__())
         while pending:
             cls = pending.pop()
             pending.extend(cls.__subclasses__())
-            self._wrap_optimizer_class(optim_mod, cls)
+            wrap(optim_mod, cls)
 
     def _wrap_optimizer_class(self, optim_mod: Any, cls: type) -> None:
         orig = cls.__dict__.get("step")
@@ -183,10 +178,12 @@ class AutoPatches:
         if not getattr(orig, "hooked", False):
             hooked = optim_mod.Optimizer.profile_hook_step(orig)
             hooked.hooked = True  # type: ignore[attr-defined]
-        rec, fail = self.rec, self.fail
+        rec, fail, patches = self.rec, self.fail, self
 
         def step(*args: Any, **kwargs: Any) -> Any:
             try:
+                if patches.want_optimizer:  # zero-change mode: the first step names the device
+                    patches.on_optimizer(args[0])
                 rec.phase_begin(OPT)
             except Exception as exc:
                 fail(exc)

@@ -108,6 +108,7 @@ class Tracer:
     def _decide_device(self, device: Any) -> None:
         """Once, at the first step: a model on an accelerator switches to device-event timing."""
         self._device_decided = True
+        self.patches.want_optimizer = False
         if device is None:
             device = _current_accelerator()
         self.device = device
@@ -148,6 +149,7 @@ class Tracer:
             self.batch_size = infer_batch_size(batch)
 
     def _on_optimizer(self, optimizer: Any) -> None:
+        self.patches.want_optimizer = False
         if self._device_decided:
             return
         if self.roots is not None:
