@@ -267,3 +267,29 @@ def test_fetches_from_another_thread_are_not_the_training_loop(fresh_tracer) -> 
     phase_ms = finish_and_load(tracer)["step_time"]["phase_ms"]
     assert phase_ms["dataloader"] == 0.0
     assert phase_ms["forward"] >= 0.8
+
+
+def test_lr_scheduler_created_before_init_still_times_the_optimizer(
+    tmp_path, torch_single_thread
+) -> None:
+    from traceml_ci.tracer import api
+    from traceml_ci.tracer.config import TracerConfig
+
+    model = BusyModel(0.5, 0.5)
+    optimizer = BusySGD(model.parameters(), step_ms=2.0)
+    # The scheduler wraps optimizer.step with the function it finds now, before tracing starts.
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5)
+    tracer = api.start(TracerConfig(out_dir=tmp_path, warmup_steps=1), at_exit=False)
+    try:
+        watch = Stopwatch()
+        for x, y in busy_loader(10, 0.2):
+            watch.new_step()
+            with traceml.trace_step(model):
+                optimizer.zero_grad()
+                ((model(x) - y) ** 2).mean().backward()
+                watch.time("optimizer", optimizer.step)
+            scheduler.step()
+        phase_ms = finish_and_load(tracer)["step_time"]["phase_ms"]
+        assert phase_ms["optimizer"] >= 2.0 - 0.2
+    finally:
+        api.stop()

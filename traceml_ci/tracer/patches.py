@@ -142,10 +142,9 @@ class AutoPatches:
         """Time the whole ``optimizer.step()`` call of every optimizer class.
 
         torch's global step hooks fire inside its step wrapper, after a ``record_function``
-        (~20 us on a slow CPU) that they would leave to ``other``, and two hooks cost more than
-        one wrapper. So each optimizer class's ``step`` is wrapped: classes that exist now, and
-        any class later, when torch first hooks it (``Optimizer._patch_step_function``, which
-        every optimizer's ``__init__`` calls).
+        (~20 us on a slow CPU) that they would leave to ``other``. So each optimizer class's
+        ``step`` is wrapped: classes that exist now, and any class later, when torch first hooks
+        it (``Optimizer._patch_step_function``, which every optimizer's ``__init__`` calls).
         """
         from torch.optim import optimizer as optim_mod
 
@@ -162,6 +161,29 @@ class AutoPatches:
 
         base._patch_step_function = _patch_step_function
         self._undo.append(lambda: setattr(base, "_patch_step_function", orig_patch))
+
+        # Fallback: a caller holding the class's step from before we wrapped it (an LR
+        # scheduler created before init() keeps the function it found) bypasses our wrapper;
+        # torch's global hooks still see that step. Nested with the wrapper, they only count
+        # depth: the step is timed once.
+        rec, fail, patches = self.rec, self.fail, self
+
+        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                if patches.want_optimizer:
+                    patches.on_optimizer(opt)
+                rec.phase_begin(OPT)
+            except Exception as exc:
+                fail(exc)
+
+        def post(opt: Any, args: Any, kwargs: Any) -> None:
+            try:
+                rec.phase_end(OPT)
+            except Exception as exc:
+                fail(exc)
+
+        self._undo.append(optim_mod.register_optimizer_step_pre_hook(pre).remove)
+        self._undo.append(optim_mod.register_optimizer_step_post_hook(post).remove)
         pending = list(base.__subclasses__())
         while pending:
             cls = pending.pop()
