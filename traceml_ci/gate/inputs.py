@@ -1,7 +1,7 @@
 """What ``diff`` reads: a summary, a baseline set of summaries, or a traceml-ai summary.
 
 Every way an input can be unusable raises ``InputError(path, problem)`` with one line that names
-the problem. Validation takes the fast path (fastschema) and asks jsonschema only to word an
+the problem. Validation (summary.schema) takes the fast path and asks jsonschema only to word an
 error, so a valid pair of summaries is diffed without paying for ``import jsonschema``.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 from traceml_ci.errors import InputError
 from traceml_ci.fsutil import atomic_write_text
 from traceml_ci.summary.io import read_json
+from traceml_ci.summary.schema import json_type
 
 #: Version of the baseline-set file format ``{"schema_version", "tool", "summaries": {...}}``.
 BASELINE_SET_VERSION = "1.0"
@@ -41,40 +42,13 @@ class LoadedInput:
 
 def summary_problem(doc: Any) -> str | None:
     """The first problem of a traceml-ci summary document, or None when it is valid."""
-    from traceml_ci.gate.fastschema import Unsupported, checker_for
-    from traceml_ci.summary.schema import SUMMARY_SCHEMA, semantic_problems, summary_problems
+    from traceml_ci.summary.schema import summary_problems
 
-    if not isinstance(doc, dict):
-        return f"expected a JSON object, got {_json_type(doc)}"
-    semantic = semantic_problems(doc)
-    version = [p for p in semantic if p.path == "$.schema_version"]
-    if version:
-        return str(version[0])
-    try:
-        fast = checker_for(SUMMARY_SCHEMA).problems(doc)
-    except Unsupported:
-        fast = None
-    if fast == []:
-        return str(semantic[0]) if semantic else None
-    problems = summary_problems(doc)  # jsonschema: slower, but words errors like `validate`
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        return f"{problems[0]}{more}"
-    if fast:
-        return f"{fast[0][0]}: {fast[0][1]}"
-    return None
-
-
-def _json_type(x: Any) -> str:
-    if isinstance(x, list):
-        return "a JSON array"
-    if isinstance(x, str):
-        return "a JSON string"
-    if isinstance(x, bool):
-        return "a JSON boolean"
-    if x is None:
-        return "JSON null"
-    return "a JSON number"
+    problems = summary_problems(doc)
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}"
 
 
 def _one_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any], bool]:
@@ -108,12 +82,16 @@ def _set_summaries(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
 
     version = doc.get("schema_version")
     if not isinstance(version, str) or major(version) is None:
-        raise InputError(path, "baseline set: schema_version must be a string like "
-                         f"{BASELINE_SET_VERSION!r}")
+        raise InputError(
+            path, f"baseline set: schema_version must be a string like {BASELINE_SET_VERSION!r}"
+        )
     theirs, ours = major(version), major(BASELINE_SET_VERSION)
     if theirs is not None and ours is not None and theirs > ours:
-        raise InputError(path, f"baseline set schema version {version} is newer than this "
-                         f"traceml-ci reads ({BASELINE_SET_VERSION}); upgrade traceml-ci")
+        raise InputError(
+            path,
+            f"baseline set schema version {version} is newer than this "
+            f"traceml-ci reads ({BASELINE_SET_VERSION}); upgrade traceml-ci",
+        )
     summaries = doc.get(SET_KEY)
     if not isinstance(summaries, dict):
         raise InputError(path, f"baseline set: {SET_KEY!r} must be an object of summaries by key")
@@ -128,8 +106,9 @@ def read_input(path: str | os.PathLike[str]) -> LoadedInput:
     p = Path(path)
     doc = read_json(p)
     if not isinstance(doc, dict):
-        raise InputError(str(p), f"expected a JSON object (a summary or a baseline set), "
-                         f"got {_json_type(doc)}")
+        raise InputError(
+            str(p), f"expected a JSON object (a summary or a baseline set), got {json_type(doc)}"
+        )
     if SET_KEY in doc and "step_time" not in doc:
         return LoadedInput(str(p), InputKind.SET, _set_summaries(doc, str(p)))
     summary, mapped = _one_summary(doc, str(p))
@@ -153,8 +132,9 @@ def read_baseline_set(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]
     return _set_summaries(doc, str(p))
 
 
-def write_baseline_set(path: str | os.PathLike[str], summaries: Mapping[str, dict[str, Any]]
-                       ) -> None:
+def write_baseline_set(
+    path: str | os.PathLike[str], summaries: Mapping[str, dict[str, Any]]
+) -> None:
     """Write summaries as a baseline set, keys sorted, atomically (temp file + os.replace)."""
     from traceml_ci._version import __version__
 

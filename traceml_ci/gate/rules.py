@@ -163,7 +163,7 @@ DEFAULT_RULES = Rules()
 
 def rules_problem(doc: Any) -> str | None:
     """The first problem of a rules document, as 'JSON-PATH: reason'; None when valid."""
-    from traceml_ci.gate.fastschema import checker_for
+    from traceml_ci.summary.fastschema import checker_for
 
     if not isinstance(doc, Mapping):
         return f"$: expected a table, got {type(doc).__name__}"

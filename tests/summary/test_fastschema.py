@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.gate.strategies import json_values, mutated_summaries
-from traceml_ci.gate.fastschema import Checker, Unsupported, checker_for
+from traceml_ci.summary.fastschema import Checker, Unsupported, checker_for
 from traceml_ci.summary.schema import SUMMARY_SCHEMA, load_schema
 
 
@@ -43,8 +43,7 @@ rules_docs = st.fixed_dictionaries(
     {},
     optional={
         "noise_factor": st.floats(-1, 5) | json_values,
-        "tolerances": st.dictionaries(st.text(max_size=12), rule_values, max_size=3)
-        | json_values,
+        "tolerances": st.dictionaries(st.text(max_size=12), rule_values, max_size=3) | json_values,
         "extra": json_values,
     },
 )
@@ -71,17 +70,21 @@ def test_integers_accept_integral_floats_like_jsonschema():
 
 @pytest.mark.parametrize(
     "schema",
-    [{"patternProperties": {}}, {"if": {}}, {"$ref": "https://example.com/x"},
-     {"properties": {"a": {"dependentRequired": {}}}}],
+    [
+        {"patternProperties": {}},
+        {"if": {}},
+        {"$ref": "https://example.com/x"},
+        {"properties": {"a": {"dependentRequired": {}}}},
+    ],
 )
 def test_unknown_keywords_are_refused_up_front(schema):
     with pytest.raises(Unsupported):
         Checker(schema)
 
 
-def test_finds_the_same_schema_files_as_the_summary_package():
-    from traceml_ci.gate.fastschema import _schema_file
+def test_finds_the_sameschema_files_as_the_summary_package():
+    from traceml_ci.summary.fastschema import schema_file
     from traceml_ci.summary.schema import schema_path
 
     for name in (SUMMARY_SCHEMA, "rules.schema.json"):
-        assert _schema_file(name) == schema_path(name)
+        assert schema_file(name) == schema_path(name)

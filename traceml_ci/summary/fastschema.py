@@ -19,14 +19,46 @@ from typing import Any
 
 #: Keywords that only annotate; they never make a document invalid here.
 _ANNOTATIONS = frozenset(
-    {"$schema", "$id", "$comment", "$defs", "title", "description", "examples", "default",
-     "format", "deprecated", "readOnly", "writeOnly"}
+    {
+        "$schema",
+        "$id",
+        "$comment",
+        "$defs",
+        "title",
+        "description",
+        "examples",
+        "default",
+        "format",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
 )
 _CHECKED = frozenset(
-    {"type", "enum", "const", "required", "properties", "additionalProperties", "items",
-     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
-     "pattern", "minItems", "maxItems", "oneOf", "anyOf", "allOf", "$ref", "minProperties",
-     "propertyNames"}
+    {
+        "type",
+        "enum",
+        "const",
+        "required",
+        "properties",
+        "additionalProperties",
+        "items",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "oneOf",
+        "anyOf",
+        "allOf",
+        "$ref",
+        "minProperties",
+        "propertyNames",
+    }
 )
 
 
@@ -142,9 +174,7 @@ class Checker:
     def is_valid(self, doc: Any) -> bool:
         return next(self._iter(doc, self.root, ()), None) is None
 
-    def _iter(
-        self, x: Any, s: Any, at: tuple[str | int, ...]
-    ) -> Iterator[tuple[str, str]]:
+    def _iter(self, x: Any, s: Any, at: tuple[str | int, ...]) -> Iterator[tuple[str, str]]:
         if s is True:
             return
         if s is False:
@@ -191,8 +221,10 @@ class Checker:
                     yield _path(at), f"{key!r} is a required property"
             if "minProperties" in s and len(x) < s["minProperties"]:
                 n = s["minProperties"]
-                yield _path(at), ("must not be empty" if n == 1
-                                  else f"expected at least {n} properties")
+                yield (
+                    _path(at),
+                    ("must not be empty" if n == 1 else f"expected at least {n} properties"),
+                )
             props = s.get("properties", {})
             for key, value in x.items():
                 if key in props:
@@ -212,19 +244,23 @@ class Checker:
         if "oneOf" in s:
             matched = sum(self._ok(x, sub) for sub in s["oneOf"])
             if matched != 1:
-                yield _path(at), (
-                    f"{_show(x)} matches none of the allowed forms" if matched == 0
-                    else f"{_show(x)} matches more than one allowed form"
+                yield (
+                    _path(at),
+                    (
+                        f"{_show(x)} matches none of the allowed forms"
+                        if matched == 0
+                        else f"{_show(x)} matches more than one allowed form"
+                    ),
                 )
 
     def _ok(self, x: Any, s: Any) -> bool:
         return next(self._iter(x, s, ()), None) is None
 
 
-def _schema_file(name: str) -> Path:
+def schema_file(name: str) -> Path:
     """Where schema ``name`` lives: inside the wheel (traceml_ci/schemas/) or, in a checkout,
-    the repository's schemas/ (as summary.schema.schema_path, without importlib.resources,
-    whose zip support costs a diff start-up several ms)."""
+    the repository's schemas/. Plain paths, not importlib.resources, whose zip support costs
+    a diff start-up several ms."""
     package = Path(__file__).resolve().parents[1]
     packaged = package / "schemas" / name
     return packaged if packaged.is_file() else package.parent / "schemas" / name
@@ -233,4 +269,4 @@ def _schema_file(name: str) -> Path:
 @cache
 def checker_for(name: str) -> Checker:
     """The checker for one of the schemas shipped in schemas/ (cached per process)."""
-    return Checker(json.loads(_schema_file(name).read_text(encoding="utf-8")))
+    return Checker(json.loads(schema_file(name).read_text(encoding="utf-8")))
