@@ -257,3 +257,10 @@ def test_help_lists_formats_and_exit_codes(capsys):
     out = capsys.readouterr().out
     assert "--tolerances" in out and "--allow-env-mismatch" in out
     assert "1 regression" in out and "3 incomparable" in out
+
+
+def test_unwritable_output_is_bad_input_not_a_regression(tmp_path, capsys):
+    code = main(["diff", str(A), str(B), "--output", str(tmp_path)])  # a directory
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith(f"traceml-ci: error: {tmp_path}: cannot write")

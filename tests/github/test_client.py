@@ -45,9 +45,29 @@ def test_create_and_update(github: FakeGitHub, client: GitHubClient) -> None:
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
 def test_server_errors_are_retried_once(github, client, slept, status) -> None:
-    github.fail_next("POST", status)
-    client.create_issue_comment(REPO, PR, "x")
-    assert len(github.bodies(REPO, PR)) == 1 and slept == [2.0]
+    github.fail_next("GET", status)
+    assert list(client.iter_issue_comments(REPO, PR)) == []
+    assert slept == [2.0]
+
+
+def test_a_create_that_got_a_5xx_is_not_blindly_retried(github, client, slept) -> None:
+    from traceml_ci.github.client import CreateUncertain
+
+    github.fail_next("POST", 502)
+    with pytest.raises(CreateUncertain):
+        client.create_issue_comment(REPO, PR, "x")
+    assert github.bodies(REPO, PR) == []
+
+
+def test_upsert_after_a_5xx_create_looks_again_and_still_makes_one_comment(
+    github, client, slept
+) -> None:
+    from traceml_ci.github.sticky import upsert_comment
+
+    github.fail_next("POST", 500)
+    marker = "<!-- traceml-ci:report job=t -->"
+    upsert_comment(client, REPO, PR, f"{marker}\nreport", marker)
+    assert len(github.bodies(REPO, PR)) == 1
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,8 @@ def test_server_error_then_success(gh_env: FakeGitHub, body: Path, capsys) -> No
     gh_env.fail_next("POST", 500, "Internal Server Error")
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 0, err
-    assert [r.method for r in gh_env.requests] == ["GET", "GET", "POST", "POST"]
+    # list (502, retried), create (500: did it land?), list again, create.
+    assert [r.method for r in gh_env.requests] == ["GET", "GET", "POST", "GET", "POST"]
     assert len(gh_env.bodies(REPO, PR)) == 1
 
 
@@ -283,3 +284,10 @@ def test_real_process_prints_no_traceback_and_no_token(gh_env: FakeGitHub, body:
     assert "Traceback" not in proc.stderr
     assert TOKEN not in proc.stdout + proc.stderr
     assert "***" in proc.stderr
+
+
+def test_api_url_without_a_scheme_is_one_line_exit_5(gh_env, body, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("GITHUB_API_URL", "ghe.example.com/api/v3")
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -127,3 +127,26 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path, good, monkeypatch) -
 def test_schema_is_found_and_is_draft_2020_12() -> None:
     schema = json.loads(schema_path("final_summary.schema.json").read_text())
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"a": 1e400}', "out of range"),
+        ('{"a": -1e400}', "out of range"),
+        ('{"a": ' + "9" * 400 + "}", "out of range"),
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply"),
+    ],
+)
+def test_numbers_out_of_range_and_deep_nesting(tmp_path, content, problem) -> None:
+    with pytest.raises(InputError, match=problem):
+        read_json(_write(tmp_path, content))
+
+
+def test_written_files_get_the_usual_mode(tmp_path, good) -> None:
+    old = os.umask(0o022)
+    try:
+        path = write_summary(tmp_path / "s.json", good)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from traceml_ci.errors import InputError
+
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
 
@@ -24,7 +26,9 @@ FORMATS = ("text", "markdown", "json")
 def exit_code(verdict: Verdict) -> int:
     """pass and warn 0, regression 1, incomparable 3 (bad input is 2, raised as InputError)."""
     return {
-        "pass": EXIT_PASS, "warn": EXIT_PASS, "regression": EXIT_REGRESSION,
+        "pass": EXIT_PASS,
+        "warn": EXIT_PASS,
+        "regression": EXIT_REGRESSION,
         "incomparable": EXIT_INCOMPARABLE,
     }[verdict.value]
 
@@ -45,17 +49,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("base", metavar="BASE", help="baseline summary or baseline set")
     p.add_argument("head", metavar="HEAD", help="summary or set to check")
-    p.add_argument("--tolerances", metavar="FILE",
-                   help="TOML rules file (see docs/gate.md); overrides pyproject.toml")
-    p.add_argument("--format", choices=FORMATS, default="text",
-                   help="report format (default: text)")
-    p.add_argument("--output", metavar="FILE",
-                   help="write the report to FILE (atomically) instead of stdout")
-    p.add_argument("--allow-env-mismatch", action="store_true",
-                   help="compare absolute times and memory even across device types, GPU "
-                   "models or torch major versions")
-    p.add_argument("--width", type=int, default=None, metavar="N",
-                   help="text width in columns (default: terminal width, else 120)")
+    p.add_argument(
+        "--tolerances",
+        metavar="FILE",
+        help="TOML rules file (see docs/gate.md); overrides pyproject.toml",
+    )
+    p.add_argument(
+        "--format", choices=FORMATS, default="text", help="report format (default: text)"
+    )
+    p.add_argument(
+        "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
+    )
+    p.add_argument(
+        "--allow-env-mismatch",
+        action="store_true",
+        help="compare absolute times and memory even across device types, GPU "
+        "models or torch major versions",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        metavar="N",
+        help="text width in columns (default: terminal width, else 120)",
+    )
     p.set_defaults(func=run)
 
 
@@ -105,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from traceml_ci.fsutil import atomic_write_text
 
-        atomic_write_text(args.output, report)
+        try:
+            atomic_write_text(args.output, report)
+        except OSError as exc:
+            raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
         print(f"traceml-ci: {result.verdict.value} (report in {args.output})", file=sys.stderr)
     else:
         sys.stdout.write(report)

@@ -7,6 +7,7 @@ to wherever they point) and never puts the token into an error message.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
@@ -55,12 +56,18 @@ class IssueComment:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IssueComment:
         user = data.get("user") or {}
+        if not isinstance(data.get("id"), int):
+            raise ApiError("GitHub API: a comment in the answer has no numeric id")
         return cls(
             id=int(data["id"]),
             body=str(data.get("body") or ""),
             user=user.get("login") if isinstance(user, dict) else None,
             html_url=data.get("html_url"),
         )
+
+
+class CreateUncertain(ApiError):
+    """A create answered 5xx: the comment may or may not exist now."""
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -151,6 +158,10 @@ class GitHubClient:
                 return Response(status, headers, _parse_json(raw) if raw else None)
             message = _error_message(raw) or reason
             wait = None if retried else _retry_wait(status, headers, message)
+            if wait is not None and method == "POST" and status >= 500:
+                # GitHub can create the comment and still answer 5xx: a blind retry could post
+                # it twice. The caller looks for it before trying again.
+                raise CreateUncertain(self._scrub(_describe(status, headers, message, what)))
             if wait is None:
                 raise ApiError(self._scrub(_describe(status, headers, message, what)))
             retried = True
@@ -160,7 +171,10 @@ class GitHubClient:
         self, method: str, url: str, payload: Any, what: str
     ) -> tuple[int, dict[str, str], bytes, str]:
         data = None if payload is None else json.dumps(payload).encode("utf-8")
-        req = urllib.request.Request(url, data=data, method=method)
+        try:
+            req = urllib.request.Request(url, data=data, method=method)
+        except ValueError as exc:  # e.g. a GITHUB_API_URL without a scheme
+            raise ApiError(self._scrub(f"GitHub API: {what}: bad API URL: {exc}")) from None
         req.add_header("Accept", "application/vnd.github+json")
         req.add_header("X-GitHub-Api-Version", API_VERSION)
         req.add_header("User-Agent", f"traceml-ci/{__version__}")
@@ -176,7 +190,8 @@ class GitHubClient:
             except OSError:
                 raw = b""
             return exc.code, _lower(exc.headers), raw, str(exc.reason or "")
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            # ValueError: a GITHUB_API_URL without a scheme; HTTPException: a broken answer.
             reason = getattr(exc, "reason", exc)
             raise ApiError(
                 self._scrub(f"GitHub API: {what}: cannot reach {self._origin}: {reason}")

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from traceml_ci.github.client import GitHubClient, IssueComment
+from traceml_ci.github.client import CreateUncertain, GitHubClient, IssueComment
 
 #: GitHub refuses a comment body longer than this many characters.
 COMMENT_LIMIT = 65_536
@@ -105,7 +105,14 @@ def upsert_comment(
     if existing is None:
         if mode is Mode.UPDATE:
             return Result(Outcome.SKIPPED, None)
-        return Result(Outcome.CREATED, client.create_issue_comment(repo, number, body))
+        try:
+            return Result(Outcome.CREATED, client.create_issue_comment(repo, number, body))
+        except CreateUncertain:
+            client.sleep(2.0)
+            made = find_comment(client, repo, number, marker)  # did the failed create land?
+            if made is not None:
+                return Result(Outcome.CREATED, made)
+            return Result(Outcome.CREATED, client.create_issue_comment(repo, number, body))
     if existing.body.replace("\r\n", "\n") == body:
         return Result(Outcome.UNCHANGED, existing)
     return Result(Outcome.UPDATED, client.update_issue_comment(repo, existing.id, body))

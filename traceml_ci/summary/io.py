@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,8 +19,25 @@ if TYPE_CHECKING:  # the model's dataclasses cost ~20 ms to import; readers don'
 MAX_SUMMARY_BYTES = 10 * 1024 * 1024
 
 
+#: Numbers a summary can hold: finite, and within float range (1e400 would parse to inf).
+_MAX_ABS = 1e308
+
+
 def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range (numbers must be finite)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 308:
+        raise ValueError(f"integer {text[:20]}... is out of range")
+    return int(text)
 
 
 def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) -> Any:
@@ -45,7 +63,11 @@ def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) 
     except UnicodeDecodeError:
         raise InputError(str(p), "not UTF-8 text") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
+    except RecursionError:
+        raise InputError(str(p), "JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise InputError(
             str(p), f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
