@@ -12,10 +12,19 @@ MAX_PROBLEMS_SHOWN = 10
 
 
 def read_summary(path: Path) -> dict[str, Any]:
-    """The JSON document at ``path`` (not yet validated); raises traceml_ci's InputError."""
+    """The JSON document at ``path`` (not yet validated); an unreadable one fails the test with
+    the reader's one-line message, not a traceback."""
+    __tracebackhide__ = True
+    import pytest
+
+    from traceml_ci.errors import InputError
     from traceml_ci.summary.io import read_json
 
-    return read_json(path)
+    try:
+        return read_json(path)
+    except InputError as exc:
+        message = f"traceml: {exc}"
+    pytest.fail(message, pytrace=False)
 
 
 def summary_problems(doc: Any) -> list[str]:

@@ -47,7 +47,8 @@ def test_rules_file_overrides_by_glob(tmp_path):
     r = load_rules(f)
     assert r.noise_factor == 1.5 and r.noise_rule == "margin"
     assert r.rule_for("step_time.other_pct").abs == 2.0
-    assert r.rule_for("step_time.other_pct").warn_abs == 3.0  # from the defaults, untouched
+    # The default warn tier (3 pp) would sit above the new fail tier: it is dropped.
+    assert r.rule_for("step_time.other_pct").warn_abs is None
     step = r.rule_for("step_time.step_ms.median")
     assert (step.rel, step.warn_rel, step.direction) == (15.0, 8.0, Direction.ANY)
     assert r.source == str(f)
@@ -168,3 +169,15 @@ def test_a_pyproject_without_the_table_is_not_parsed(tmp_path, monkeypatch):
     p.write_text('[project]\nname = "x"\ndependencies = ["traceml-ci"]\n')
     monkeypatch.setattr(rules_mod, "_read_toml", lambda path: pytest.fail("parsed"))
     assert load_rules(pyproject=p) is DEFAULT_RULES
+
+
+def test_tightening_a_fail_tier_drops_an_inherited_warn_tier_above_it():
+    from traceml_ci.gate.rules import DEFAULT_RULES
+
+    inherited = DEFAULT_RULES.rule_for("step_time.dataloader_pct")
+    assert inherited.warn_abs is not None and inherited.warn_abs > 2.0  # the premise
+    tight = DEFAULT_RULES.with_tolerances({"step_time.*_pct": {"abs": 2.0}})
+    rule = tight.rule_for("step_time.dataloader_pct")
+    assert rule.abs == 2.0 and rule.warn_abs is None
+    loose = DEFAULT_RULES.with_tolerances({"step_time.*_pct": {"abs": 9.0}})
+    assert loose.rule_for("step_time.dataloader_pct").warn_abs == inherited.warn_abs

@@ -119,7 +119,7 @@ class Rules:
             rule = Rule()
             for pattern, overrides in self.tolerances:
                 if fnmatchcase(metric, pattern):
-                    rule = replace(rule, **_coerce(overrides))
+                    rule = replace(rule, **_without_stale_warn(rule, _coerce(overrides)))
             self._cache[metric] = rule
         return rule
 
@@ -159,6 +159,20 @@ def _coerce(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 DEFAULT_RULES = Rules()
+
+
+def _without_stale_warn(rule: Rule, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A pattern that tightens a fail tier below the warn tier it inherits drops that warn tier
+    (``"step_time.*_pct" = {abs = 2.0}`` under the default warn of 3 pp): a warn tier above the
+    fail tier could never fire, and would blur what "improved" means."""
+    out = dict(overrides)
+    for fail_key, warn_key in (("abs", "warn_abs"), ("rel", "warn_rel")):
+        inherited = getattr(rule, warn_key)
+        new_fail = out.get(fail_key)
+        if warn_key not in out and new_fail is not None and inherited is not None:
+            if inherited >= new_fail:
+                out[warn_key] = None
+    return out
 
 
 def rules_problem(doc: Any) -> str | None:
