@@ -169,9 +169,9 @@ def _without_stale_warn(rule: Rule, overrides: dict[str, Any]) -> dict[str, Any]
     for fail_key, warn_key in (("abs", "warn_abs"), ("rel", "warn_rel")):
         inherited = getattr(rule, warn_key)
         new_fail = out.get(fail_key)
-        if warn_key not in out and new_fail is not None and inherited is not None:
-            if inherited >= new_fail:
-                out[warn_key] = None
+        stale = inherited is not None and new_fail is not None and inherited >= new_fail
+        if warn_key not in out and stale:
+            out[warn_key] = None
     return out
 
 
