@@ -138,3 +138,19 @@ def test_token_is_not_in_repr_nor_in_echoed_errors(github: FakeGitHub, client) -
     with pytest.raises(ApiError) as exc:
         client.create_issue_comment(REPO, PR, "x")
     assert TOKEN not in str(exc.value) and "Bearer ***" in str(exc.value)
+
+
+def test_a_marker_pasted_by_someone_else_is_neither_edited_nor_trusted(
+    github, client, slept
+) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    marker = "<!-- traceml-ci:report job=t -->"
+    theirs = github.add_comment(REPO, PR, f"{marker}\nfake pass", user="mallory")
+    first = upsert_comment(client, REPO, PR, f"{marker}\nreport 1", marker)
+    assert first.outcome is Outcome.CREATED
+    second = upsert_comment(client, REPO, PR, f"{marker}\nreport 2", marker)
+    assert second.outcome is Outcome.UPDATED and second.comment.id == first.comment.id
+    bodies = github.bodies(REPO, PR)
+    assert f"{marker}\nfake pass" in bodies and f"{marker}\nreport 2" in bodies
+    assert len(bodies) == 2 and theirs != first.comment.id

@@ -52,6 +52,7 @@ class IssueComment:
     body: str
     user: str | None = None
     html_url: str | None = None
+    user_type: str | None = None  # "Bot" for app tokens (the workflow's GITHUB_TOKEN)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IssueComment:
@@ -63,6 +64,7 @@ class IssueComment:
             body=str(data.get("body") or ""),
             user=user.get("login") if isinstance(user, dict) else None,
             html_url=data.get("html_url"),
+            user_type=user.get("type") if isinstance(user, dict) else None,
         )
 
 
@@ -93,6 +95,18 @@ class GitHubClient:
         self._opener = urllib.request.build_opener(_NoRedirect)
 
     # -- endpoints ---------------------------------------------------------------------------
+
+    def viewer_login(self) -> str | None:
+        """The login the token acts as (``GET /user``); None where the token may not ask (the
+        workflow's GITHUB_TOKEN gets 403) or the call fails."""
+        if not hasattr(self, "_viewer"):
+            try:
+                data = self._request("GET", self._url("/user"), what="asking who the token is").data
+                login = data.get("login") if isinstance(data, dict) else None
+            except ApiError:
+                login = None
+            self._viewer = login
+        return getattr(self, "_viewer", None)
 
     def iter_issue_comments(self, repo: str, number: int) -> Iterator[IssueComment]:
         """Every comment on issue or pull request ``number``, oldest first, page by page."""

@@ -89,10 +89,18 @@ def _closing(kept: str) -> str:
 
 
 def find_comment(client: GitHubClient, repo: str, number: int, marker: str) -> IssueComment | None:
-    """The oldest comment whose first line is ``marker``, following pagination."""
+    """The oldest comment whose first line is ``marker`` and that we wrote, following pagination.
+
+    "We" is a bot (the workflow token's author) or the token's own user: anyone can paste the
+    marker into a comment of theirs, and we must neither edit nor trust theirs.
+    """
     for comment in client.iter_issue_comments(repo, number):
         first = comment.body.lstrip("\ufeff").split("\n", 1)[0].strip()
-        if first == marker:
+        if first != marker:
+            continue
+        if comment.user_type == "Bot" or (
+            comment.user is not None and comment.user == client.viewer_login()
+        ):
             return comment
     return None
 
