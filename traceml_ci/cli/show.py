@@ -61,11 +61,13 @@ def render(doc: dict[str, Any]) -> Any:
             Text(bar, style="cyan"),
         )
     step_ms, tput = st["step_ms"], st["throughput"]
-    times.caption = (
+    # A line of its own: as the table's caption it would wrap at the table's width.
+    step_line = Text(
         f"step {_fmt(step_ms['median'], ' ms', 2)} median "
         f"(p10 {_fmt(step_ms['p10'], '', 2)}, p90 {_fmt(step_ms['p90'], '', 2)}) · "
         f"{_fmt(tput['steps_per_s'], ' steps/s')}"
-        + (f" · {_fmt(tput['samples_per_s'], ' samples/s')}" if tput.get("samples_per_s") else "")
+        + (f" · {_fmt(tput['samples_per_s'], ' samples/s')}" if tput.get("samples_per_s") else ""),
+        style="dim",
     )
     memory = Table(title="Memory", title_justify="left", show_edge=False, show_header=False)
     memory.add_column("what")
@@ -82,7 +84,8 @@ def render(doc: dict[str, Any]) -> Any:
         verdicts.append(Text.assemble((f"{d['kind']}", style), f"  {d['message']}"))
         verdicts.append(Text(f"  → {d['next_step']}", style="dim"))
     title = f"traceml-ci · {st['diagnosis']} · memory {mem['diagnosis']}"
-    return Panel(Group(head, Text(""), times, Text(""), memory, Text(""), *verdicts), title=title)
+    body = Group(head, Text(""), times, step_line, Text(""), memory, Text(""), *verdicts)
+    return Panel(body, title=title)
 
 
 def run(args: argparse.Namespace) -> int:
