@@ -89,15 +89,6 @@ def _pair(base: Any, head: Any, rules: Any, allow: bool) -> Comparison | SetComp
     return compare_sets(base.summaries, head.summaries, rules, allow_env_mismatch=allow)
 
 
-def _rules(path: str | None) -> Any:
-    from traceml_ci.gate.rules import find_pyproject, load_rules
-
-    if path is not None:
-        return load_rules(path)
-    pyproject = find_pyproject()
-    return load_rules(pyproject=pyproject) if pyproject is not None else load_rules()
-
-
 def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: bool) -> str:
     from traceml_ci.gate import render as r
 
@@ -110,8 +101,9 @@ def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: 
 
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.gate.inputs import read_input
+    from traceml_ci.gate.rules import resolve_rules
 
-    rules = _rules(args.tolerances)
+    rules = resolve_rules(args.tolerances)
     base = read_input(args.base)
     head = read_input(args.head)
     result = _pair(base, head, rules, args.allow_env_mismatch)

@@ -22,10 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traceml_ci.cli.diff import _rules
     from traceml_ci.gate.history import collect, render_history
+    from traceml_ci.gate.rules import resolve_rules
 
-    rules = _rules(args.tolerances)
+    rules = resolve_rules(args.tolerances)
     runs = collect(args.paths)
     sys.stdout.write(render_history(runs, rules, output=args.format))
     return 0

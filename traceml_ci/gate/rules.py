@@ -320,3 +320,12 @@ def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
 def describe(rules: Rules, names: Iterable[str] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
     """The merged rule of each metric name, as plain dicts (for docs and ``--json``)."""
     return {name: rules.rule_for(name).to_dict() for name in names}
+
+
+def resolve_rules(path: str | os.PathLike[str] | None = None) -> Rules:
+    """The rules a command line means: the ``--tolerances`` file if given, else the nearest
+    pyproject.toml's ``[tool.traceml-ci]``, else the defaults."""
+    if path is not None:
+        return load_rules(path)
+    pyproject = find_pyproject()
+    return load_rules(pyproject=pyproject) if pyproject is not None else load_rules()
