@@ -186,3 +186,15 @@ def test_cpu_run_has_null_device_memory_fields(fresh_tracer) -> None:
     assert mem["peak_rss_mb"] > 10
     assert doc["gpu"]["util_mean_pct"] is None and doc["gpu"]["samples"] == 0
     assert doc["step_time"]["clock"] == "host"
+
+
+def test_steps_past_max_steps_give_their_events_back() -> None:
+    log = FakeEventLog(lag_records=0)
+    clock = DeviceEventClock(log.factory)
+    store = StepStore(clock, warmup_steps=0, rss=None, max_steps=3)
+    rec = Recorder(clock.mark, store)
+    for _ in range(50):
+        _one_step(rec)
+    store.drain_all()
+    assert store.steps_total == 3
+    assert log.created < 40  # recycled, not one new set of events per dropped step
