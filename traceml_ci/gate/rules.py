@@ -220,19 +220,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             raise InputError(
                 str(path), "reading TOML on Python 3.10 needs the 'tomli' package"
             ) from None
-    try:
-        size = path.stat().st_size
-        if size > MAX_RULES_BYTES:
-            raise InputError(str(path), f"file is {size / 1e6:.1f} MB; a rules file is not")
-        text = path.read_bytes().decode("utf-8")
-    except InputError:
-        raise
-    except IsADirectoryError:
-        raise InputError(str(path), "is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "not UTF-8 text") from None
+    from traceml_ci.summary.io import read_text
+
+    text = read_text(path, MAX_RULES_BYTES)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -40,8 +40,9 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) -> Any:
-    """Parse a JSON file, raising InputError(path, problem) for every way it can be unusable."""
+def read_text(path: str | os.PathLike[str], max_bytes: int) -> str:
+    """A UTF-8 text file of at most ``max_bytes`` (not read at all if larger); InputError
+    (path, problem) when it is missing, a directory, unreadable, too big or not UTF-8."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -56,12 +57,18 @@ def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) 
         raise InputError(str(p), "is a directory, not a file") from None
     except OSError as exc:
         raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    if not raw.strip():
-        raise InputError(str(p), "file is empty")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(str(p), "not UTF-8 text") from None
+
+
+def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) -> Any:
+    """Parse a JSON file, raising InputError(path, problem) for every way it can be unusable."""
+    p = Path(path)
+    text = read_text(p, max_bytes)
+    if not text.strip():
+        raise InputError(str(p), "file is empty")
     try:
         return json.loads(
             text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
