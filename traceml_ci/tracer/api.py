@@ -85,7 +85,13 @@ def init(
 def trace_step(*models: Any) -> StepScope:
     """Context manager around one training step. ``models``: the model(s) whose outermost
     forward is the forward phase (several for e.g. a GAN; none to time forward as ``other``)."""
-    tracer = _tracer if _tracer is not None else init()
+    tracer = _tracer
+    if tracer is None:
+        tracer = init()
+    else:
+        last = tracer._last_scope  # the same model(s) as last step: reuse its scope
+        if last is not None and last.key == models:
+            return last
     return tracer.step_scope(models)
 
 

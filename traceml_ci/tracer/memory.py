@@ -15,21 +15,21 @@ MAX_RSS_SAMPLES = 4096
 class RssSampler:
     """(step, RSS MB) samples at most every ~100 ms; halves its resolution when full."""
 
-    __slots__ = ("_read", "_last", "samples", "interval_ns")
+    __slots__ = ("_read", "last_ns", "samples", "interval_ns")
 
     def __init__(self, interval_ns: int = RSS_INTERVAL_NS) -> None:
         import psutil
 
         proc = psutil.Process()
         self._read = lambda: proc.memory_info().rss / MB
-        self._last = 0
+        self.last_ns = 0
         self.samples: list[tuple[int, float]] = []
         self.interval_ns = interval_ns
 
     def maybe_sample(self, step: int, now_ns: int) -> None:
-        if now_ns - self._last < self.interval_ns:
+        if now_ns - self.last_ns < self.interval_ns:
             return
-        self._last = now_ns
+        self.last_ns = now_ns
         self.sample(step)
 
     def sample(self, step: int) -> None:

@@ -169,6 +169,9 @@ class AutoPatches:
         rec, fail, patches = self.rec, self.fail, self
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            if rec.active == OPT:  # inside our class wrapper (the usual case): already timed
+                rec.depth += 1
+                return
             try:
                 if patches.want_optimizer:
                     patches.on_optimizer(opt)
@@ -177,6 +180,9 @@ class AutoPatches:
                 fail(exc)
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
+            if rec.active == OPT and rec.depth:
+                rec.depth -= 1
+                return
             try:
                 rec.phase_end(OPT)
             except Exception as exc:

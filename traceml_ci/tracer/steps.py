@@ -55,32 +55,36 @@ class StepStore:
             return
         self.steps_total += 1
         if self.clock.kind == "host":
-            self._resolve_host(enter, exit_, marks, outside)
+            # The common CPU case, inline and lean: integer nanoseconds, one division a column.
+            rss = self.rss
+            if rss is not None and exit_ - rss.last_ns >= rss.interval_ns:
+                rss.last_ns = exit_
+                rss.sample(self.steps_total)
+            ph = [0, 0, 0, 0]
+            before = 0
+            for p, t0, t1 in marks:
+                ph[p] += t1 - t0
+            for p, t0, t1 in outside:
+                ph[p] += t1 - t0
+                before += t1 - t0
+            self.resolved += 1
+            if self.resolved > self.warmup_steps:
+                # Host rows fill the five time columns; the device-memory columns stay zero.
+                self.columns.append(
+                    (
+                        (exit_ - enter + before) / 1e6,
+                        ph[0] / 1e6,
+                        ph[1] / 1e6,
+                        ph[2] / 1e6,
+                        ph[3] / 1e6,
+                    )
+                )
             return
         if self.rss is not None:
             self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
         self.pending.append((enter, exit_, marks, outside, mem))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
-
-    def _resolve_host(self, enter: int, exit_: int, marks: list, outside: list) -> None:
-        """The common CPU case, kept lean: integer nanoseconds, one division per column."""
-        if self.rss is not None:
-            self.rss.maybe_sample(self.steps_total, exit_)
-        ph = [0, 0, 0, 0]
-        before = 0
-        for p, t0, t1 in marks:
-            ph[p] += t1 - t0
-        for p, t0, t1 in outside:
-            ph[p] += t1 - t0
-            before += t1 - t0
-        self.resolved += 1
-        if self.resolved <= self.warmup_steps:
-            return
-        # Host rows fill the five time columns; the device-memory columns stay zero.
-        self.columns.append(
-            ((exit_ - enter + before) / 1e6, ph[0] / 1e6, ph[1] / 1e6, ph[2] / 1e6, ph[3] / 1e6)
-        )
 
     def drain(self, wait: bool = False) -> None:
         """Resolve queued steps whose events have all completed; ``wait`` blocks on the oldest."""
