@@ -111,11 +111,13 @@ def test_untraced():
 '''
 
 #: Tolerances for gating on a busy shared runner: step time may wander (other jobs share the
-#: cores) but not triple; phase shares and diagnosis labels keep their default rules. Memory is
-#: skipped: in-process sessions share one process, whose RSS grows from session to session.
+#: cores) but not triple; a 35-step run's shares can wander several points between sessions, so
+#: they fail only beyond 15 pp (the injected slowdown moves the dataloader share by ~70). Memory
+#: is skipped: in-process sessions share one process, whose RSS grows from session to session.
 TOLERANCES = '''
 [tolerances]
 "step_time.step_ms.median" = {rel = 200, warn_rel = 50}
+"step_time.*_pct" = {abs = 15, warn_abs = 5}
 "step_memory.peak_*_mb" = {skip = true}
 '''
 
