@@ -77,12 +77,18 @@ def traced_block(model, optimizer, batches, n: int) -> float:
     return (clock() - start) / n / 1000.0
 
 
-def run(kind: str, blocks: int, block_steps: int, out: Path) -> dict[str, float]:
+def run(kind: str, blocks: int, block_steps: int, out: Path, late: bool) -> dict[str, float]:
     """Adjacent on/off blocks, order alternating; the added cost is the median of the per-pair
-    differences (pairing cancels slow drift), with the interquartile range of those differences."""
-    model, optimizer, loader = make_job(kind)
-    batches = endless(loader)
+    differences (pairing cancels slow drift), with the interquartile range of those differences.
+
+    ``late``: init() after the optimizer exists (the tracer then also keeps torch's global
+    optimizer hooks, for callers that may hold the step from before); else the README order."""
+    if late:
+        model, optimizer, loader = make_job(kind)
     tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
+    if not late:
+        model, optimizer, loader = make_job(kind)
+    batches = endless(loader)
     tracer.patches.uninstall()
     plain_block(model, optimizer, batches, block_steps)  # warm caches on both paths
     tracer.patches.install()
@@ -115,6 +121,39 @@ def run(kind: str, blocks: int, block_steps: int, out: Path) -> dict[str, float]
     }
 
 
+def bytecodes_per_step(out: Path, steps: int = 50) -> tuple[float, float]:
+    """Python bytecodes run per tiny step, off and on: a load-independent view of the cost
+    (``sys.settrace`` opcode events; the tracer's own code is pure Python)."""
+    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
+    model, optimizer, loader = make_job("tiny")
+    batches = endless(loader)
+    counted = [0]
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            counted[0] += 1
+        return trace
+
+    def count(block: Any) -> float:
+        block(model, optimizer, batches, 5)
+        counted[0] = 0
+        sys.settrace(trace)
+        try:
+            block(model, optimizer, batches, steps)
+        finally:
+            sys.settrace(None)
+        return counted[0] / steps
+
+    tracer.patches.uninstall()
+    off = count(plain_block)
+    tracer.patches.install()
+    on = count(traced_block)
+    tracer.finish()
+    api.stop()
+    return off, on
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--blocks", type=int, default=60)
@@ -127,10 +166,18 @@ def main() -> None:
         clock = time.perf_counter_ns
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        for kind, steps in (("tiny", args.tiny_steps), ("big", args.big_steps)):
-            r = run(kind, args.blocks, steps, Path(tmp) / kind)
+        off, on = bytecodes_per_step(Path(tmp) / "bytecodes")
+        print(f"tiny step, Python bytecodes a step: off {off:.0f}  on {on:.0f}  (+{on - off:.0f})")
+        cases = (
+            ("tiny", args.tiny_steps, False),
+            ("tiny", args.tiny_steps, True),
+            ("big", args.big_steps, False),
+        )
+        for kind, steps, late in cases:
+            r = run(kind, args.blocks, steps, Path(tmp) / f"{kind}{late}", late)
+            name = f"{kind}{' (init after optimizer)' if late else ''}"
             print(
-                f"{kind:>4} step: off {r['off']:9.1f} us  on {r['on']:9.1f} us  "
+                f"{name:>28} step: off {r['off']:9.1f} us  on {r['on']:9.1f} us  "
                 f"added {r['added']:+7.2f} us/step (IQR of pairs {r['q1']:+.1f}..{r['q3']:+.1f})"
                 f"  ratio {r['ratio']:.4f}  ({args.blocks} pairs of {steps}-step blocks)"
             )

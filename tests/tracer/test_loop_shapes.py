@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from torch import nn
@@ -293,3 +298,39 @@ def test_lr_scheduler_created_before_init_still_times_the_optimizer(
         assert phase_ms["optimizer"] >= 2.0 - 0.2
     finally:
         api.stop()
+
+
+def test_optimizers_created_after_init_need_no_global_hooks(tmp_path) -> None:
+    # A fresh process: in this one, earlier tests have instantiated optimizer classes already.
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch.optim import optimizer as optim_mod
+            import traceml_ci as traceml
+
+            tracer = traceml.init(out_dir=r"OUT", warmup_steps=0)
+            model = torch.nn.Linear(4, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(6):
+                with traceml.trace_step(model):
+                    opt.zero_grad()
+                    model(torch.randn(8, 4)).sum().backward()
+                    opt.step()
+            hooks = len(optim_mod._global_optimizer_pre_hooks)
+            traceml.finish()
+            tracer.patches.uninstall()
+            # Instantiated while installed: torch's own hooked step stays, as torch left it.
+            print(hooks, getattr(torch.optim.SGD.step, "hooked", False),
+                  getattr(torch.optim.Adam.step, "hooked", False))
+            """
+        ).replace("OUT", str(tmp_path / "out"))
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["0", "True", "False"]
+    doc = json.loads((tmp_path / "out" / "final_summary.json").read_text())
+    assert doc["step_time"]["steps_total"] == 6
+    assert doc["step_time"]["phase_ms"]["optimizer"] > 0

@@ -32,8 +32,27 @@ class StepColumns:
         if self.n == self.capacity:
             self._halve()
         i = self.n
-        for col, value in zip(self.cols, row):  # noqa: B905 - rows always match
-            col[i] = value
+        cols = self.cols
+        for j, value in enumerate(row):
+            cols[j][i] = value
+        self.n = i + 1
+
+    def append_host(self, step: float, dl: float, fwd: float, bwd: float, opt: float) -> None:
+        """``append`` of a host row (the five time columns), unrolled: it runs every step."""
+        seen = self.seen
+        self.seen = seen + 1
+        if seen % self.stride:
+            return
+        i = self.n
+        if i == self.capacity:
+            self._halve()
+            i = self.n
+        c = self.cols
+        c[0][i] = step
+        c[1][i] = dl
+        c[2][i] = fwd
+        c[3][i] = bwd
+        c[4][i] = opt
         self.n = i + 1
 
     def _halve(self) -> None:

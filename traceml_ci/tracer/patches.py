@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
+from traceml_ci.tracer.recorder import BWD, DL, FWD, MAX_OUTSIDE_FETCHES, OPT, Recorder
 
 
 def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
@@ -37,6 +37,75 @@ def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
+def record_phase(rec: Recorder, p: int, t0: Any, t1: Any) -> None:
+    """Where a finished phase goes: the open step, or the fetches before the next one."""
+    if rec.in_step:
+        rec.marks.append((p, t0, t1))
+    else:
+        outside = rec.outside
+        outside.append((p, t0, t1))
+        if len(outside) > MAX_OUTSIDE_FETCHES:
+            del outside[0]
+
+
+def timed_call(
+    orig: Callable[..., Any],
+    p: int,
+    rec: Recorder,
+    fail: Callable[[BaseException], None],
+    before: Callable[[tuple], None] | None = None,
+) -> Callable[..., Any]:
+    """``orig`` timed as phase ``p``.
+
+    The common case -- host clock, tracing settled, no phase open -- is inlined here: one
+    Python frame per phase and an integer addition, which is most of what tracing costs a small
+    step. Everything else (zero-change mode,
+    the first step, nested phases) goes through the recorder's general methods. ``before`` runs
+    on the general path only, i.e. until the tracer knows its device.
+    """
+
+    def general(args: tuple, kwargs: dict) -> Any:
+        try:
+            if before is not None:
+                before(args)
+            rec.phase_begin(p)
+        except Exception as exc:
+            fail(exc)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                rec.phase_end(p)
+            except Exception as exc:
+                fail(exc)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not rec.fast or rec.active != -1:
+            return general(args, kwargs)
+        try:
+            t0 = rec.mark()
+            rec.active = p
+            rec.t_open = t0
+        except Exception as exc:
+            fail(exc)
+            return orig(*args, **kwargs)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            try:
+                if rec.active == p and not rec.depth:  # else the state was reset under us
+                    t1 = rec.mark()
+                    rec.active = -1
+                    if rec.in_step:
+                        rec.acc[p] += t1 - t0  # host nanoseconds: the fast path's clock
+                    else:
+                        record_phase(rec, p, t0, t1)
+            except Exception as exc:
+                fail(exc)
+
+    return wrapper
+
+
 class AutoPatches:
     def __init__(
         self,
@@ -52,6 +121,7 @@ class AutoPatches:
         #: True until the tracer knows its device: optimizer steps then report themselves.
         self.want_optimizer = True
         self._undo: list[Callable[[], None]] = []
+        self._instantiated: set[type] = set()
 
     @property
     def installed(self) -> bool:
@@ -86,9 +156,10 @@ class AutoPatches:
         on_first_batch = self.on_first_batch
 
         owner = threading.get_ident()
+        get_ident = threading.get_ident
 
-        def __next__(it: Any) -> Any:
-            if threading.get_ident() != owner:  # a prefetch thread: not the training loop
+        def general(it: Any) -> Any:
+            if get_ident() != owner:  # a prefetch thread: not the training loop
                 return orig(it)
             try:
                 rec.phase_begin(DL)
@@ -96,10 +167,7 @@ class AutoPatches:
                 fail(exc)
             try:
                 batch = orig(it)
-            except StopIteration:
-                rec.phase_abort(DL)
-                raise
-            except BaseException:
+            except BaseException:  # StopIteration included: the loop ended
                 rec.phase_abort(DL)
                 raise
             try:
@@ -107,6 +175,37 @@ class AutoPatches:
                 if state["first"]:
                     state["first"] = False
                     on_first_batch(batch)
+            except Exception as exc:
+                fail(exc)
+            return batch
+
+        def __next__(it: Any) -> Any:
+            # Inline fast path, as in timed_call; the first batch goes the general way.
+            if not rec.fast or rec.active != -1 or state["first"] or get_ident() != owner:
+                return general(it)
+            try:
+                t0 = rec.mark()
+                rec.active = DL
+                rec.t_open = t0
+            except Exception as exc:
+                fail(exc)
+                return orig(it)
+            try:
+                batch = orig(it)
+            except BaseException:
+                rec.phase_abort(DL)
+                raise
+            try:
+                if rec.active == DL and not rec.depth:
+                    t1 = rec.mark()
+                    rec.active = -1
+                    if rec.in_step:
+                        rec.acc[DL] += t1 - t0
+                    else:  # the usual place: fetched before the step that uses it
+                        outside = rec.outside
+                        outside.append((DL, t0, t1))
+                        if len(outside) > MAX_OUTSIDE_FETCHES:
+                            del outside[0]
             except Exception as exc:
                 fail(exc)
             return batch
@@ -120,19 +219,7 @@ class AutoPatches:
         orig = autograd.backward
         rec, fail = self.rec, self.fail
 
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            try:
-                rec.phase_begin(BWD)
-            except Exception as exc:
-                fail(exc)
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                try:
-                    rec.phase_end(BWD)
-                except Exception as exc:
-                    fail(exc)
-
+        backward = timed_call(orig, BWD, rec, fail)
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
         backward.__doc__ = orig.__doc__
         autograd.backward = backward
@@ -151,10 +238,12 @@ class AutoPatches:
         base = optim_mod.Optimizer
         orig_patch = base._patch_step_function
         wrap = self._wrap_optimizer_class
+        instantiated = self._instantiated
 
         def _patch_step_function(opt: Any) -> None:
             orig_patch(opt)
             try:
+                instantiated.add(type(opt))
                 wrap(optim_mod, type(opt))
             except Exception as exc:
                 self.fail(exc)
@@ -162,10 +251,29 @@ class AutoPatches:
         base._patch_step_function = _patch_step_function
         self._undo.append(lambda: setattr(base, "_patch_step_function", orig_patch))
 
-        # Fallback: a caller holding the class's step from before we wrapped it (an LR
-        # scheduler created before init() keeps the function it found) bypasses our wrapper;
-        # torch's global hooks still see that step. Nested with the wrapper, they only count
-        # depth: the step is timed once.
+        classes = []
+        pending = list(base.__subclasses__())
+        while pending:
+            cls = pending.pop()
+            pending.extend(cls.__subclasses__())
+            classes.append(cls)
+        # torch hooks a class's step at its first instance: a hooked class may have instances
+        # from before us, and callers holding its old step (see _fallback_hooks). Instances
+        # made while we were installed hold our wrapper, which still works after a reinstall.
+        if any(
+            getattr(cls.__dict__.get("step"), "hooked", False) and cls not in instantiated
+            for cls in classes
+        ):
+            self._fallback_hooks(optim_mod)
+        for cls in classes:
+            wrap(optim_mod, cls)
+
+    def _fallback_hooks(self, optim_mod: Any) -> None:
+        """A caller holding a class's step from before we wrapped it (an LR scheduler created
+        before init() keeps the function it found, as does ``step = opt.step``) bypasses our
+        wrapper; torch's global hooks still see that step. Nested in our wrapper they only count
+        depth: the step is timed once. Only registered when optimizers may predate the tracer:
+        they cost two more calls per step."""
         rec, fail, patches = self.rec, self.fail, self
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
@@ -190,11 +298,6 @@ class AutoPatches:
 
         self._undo.append(optim_mod.register_optimizer_step_pre_hook(pre).remove)
         self._undo.append(optim_mod.register_optimizer_step_post_hook(post).remove)
-        pending = list(base.__subclasses__())
-        while pending:
-            cls = pending.pop()
-            pending.extend(cls.__subclasses__())
-            wrap(optim_mod, cls)
 
     def _wrap_optimizer_class(self, optim_mod: Any, cls: type) -> None:
         orig = cls.__dict__.get("step")
@@ -206,28 +309,25 @@ class AutoPatches:
         if not getattr(orig, "hooked", False):
             hooked = optim_mod.Optimizer.profile_hook_step(orig)
             hooked.hooked = True  # type: ignore[attr-defined]
-        rec, fail, patches = self.rec, self.fail, self
+        patches = self
 
-        def step(*args: Any, **kwargs: Any) -> Any:
-            try:
-                if patches.want_optimizer:  # zero-change mode: the first step names the device
-                    patches.on_optimizer(args[0])
-                rec.phase_begin(OPT)
-            except Exception as exc:
-                fail(exc)
-            try:
-                return hooked(*args, **kwargs)
-            finally:
-                try:
-                    rec.phase_end(OPT)
-                except Exception as exc:
-                    fail(exc)
+        def before(args: tuple) -> None:
+            if patches.want_optimizer:  # zero-change mode: the first step names the device
+                patches.on_optimizer(args[0])
 
+        step = timed_call(hooked, OPT, self.rec, self.fail, before)
         functools.update_wrapper(step, hooked)
         step.hooked = True  # type: ignore[attr-defined]
         step._traceml_ci = True  # type: ignore[attr-defined]
         cls.step = step  # type: ignore[attr-defined]
-        self._undo.append(lambda: setattr(cls, "step", hooked))
+
+        def undo() -> None:
+            # A class first hooked by us and never instantiated meanwhile gets its plain step
+            # back, so it does not look as if it had instances to a later tracer.
+            keep_hooked = hooked is orig or cls in self._instantiated
+            cls.step = hooked if keep_hooked else orig  # type: ignore[attr-defined]
+
+        self._undo.append(undo)
 
     def _patch_grad_scaler(self, torch: Any) -> None:
         amp = getattr(torch, "amp", None)
@@ -265,21 +365,39 @@ def wrap_forward(
     had = key in d
     orig = d[key] if had else getattr(model, key)
 
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        try:
-            rec.phase_begin(FWD)
-        except Exception as exc:
-            fail(exc)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            try:
-                rec.phase_end(FWD)
-            except Exception as exc:
-                fail(exc)
-
+    timed = timed_call(orig, FWD, rec, fail)
     d[key] = timed
     return d, key, had, orig
+
+
+class ForwardTimer:
+    """``wrap_forward`` for one model, step after step, without building a wrapper each step:
+    while the model has no instance ``forward`` and is not compiled in place, the same timed
+    bound method is set and removed (two dict operations)."""
+
+    __slots__ = ("model", "d", "func", "timed", "undo", "rec", "fail")
+
+    def __init__(self, model: Any, rec: Recorder, fail: Callable[[BaseException], None]) -> None:
+        self.model = model
+        self.d = model.__dict__
+        self.rec = rec
+        self.fail = fail
+        self.func = getattr(type(model), "forward", None)
+        bind = getattr(self.func, "__get__", None)
+        self.timed = timed_call(bind(model, type(model)), FWD, rec, fail) if bind else None
+        self.undo = (self.d, "forward", False, None)
+
+    def wrap(self) -> tuple[dict, str, bool, Any]:
+        d = self.d
+        if (
+            self.timed is not None
+            and "forward" not in d
+            and d.get("_compiled_call_impl") is None
+            and type(self.model).forward is self.func
+        ):
+            d["forward"] = self.timed
+            return self.undo
+        return wrap_forward(self.model, self.rec, self.fail)
 
 
 def unwrap_forward(saved: tuple[dict, str, bool, Any]) -> None:

@@ -41,6 +41,9 @@ class Recorder:
         "outside",
         "enter",
         "last_opt_end",
+        "ready",
+        "fast",
+        "acc",
     )
 
     def __init__(self, mark: Callable[[], Any], sink: StepSink, implicit: bool = False) -> None:
@@ -56,6 +59,18 @@ class Recorder:
         self.outside: list = []
         self.enter: Any = None
         self.last_opt_end: Any = None
+        #: The tracer knows its device and clock (set once, at the first step).
+        self.ready = False
+        #: Host clock, ``ready`` and not ``implicit``: the patched wrappers and StepScope take
+        #: their inline fast path (one frame per phase, no tuples) instead of these methods.
+        self.fast = False
+        #: Fast path only: nanoseconds per phase so far in the open step (host clock).
+        self.acc = [0, 0, 0, 0]
+
+    def set_ready(self, host: bool) -> None:
+        """The tracer knows its clock: on the host clock the fast path may run."""
+        self.ready = host
+        self.fast = host and not self.implicit
 
     # -- phases --------------------------------------------------------------------------
     def phase_begin(self, p: int) -> None:
@@ -115,6 +130,7 @@ class Recorder:
         if self.implicit:
             # An explicit trace_step takes over from zero-change mode; drop the partial step.
             self.implicit = False
+            self.fast = self.ready
             self.marks = []
             self.saw_opt = False
         self.in_step = 1
@@ -135,6 +151,10 @@ class Recorder:
         self.depth = 0
         marks, outside = self.marks, self.outside
         self.marks, self.outside = [], []
+        acc = self.acc
+        if any(acc):  # phases timed by the fast path (host nanoseconds) in this step
+            self.acc = [0, 0, 0, 0]
+            marks.extend((p, 0, ns) for p, ns in enumerate(acc) if ns)
         if ok:
             self.sink(self.enter, t, marks, outside)
         self.enter = None

@@ -17,10 +17,10 @@ from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
     AutoPatches,
+    ForwardTimer,
     RootForwardHooks,
     infer_batch_size,
     unwrap_forward,
-    wrap_forward,
 )
 from traceml_ci.tracer.recorder import PHASE_INDEX, Recorder
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
@@ -97,6 +97,7 @@ class Tracer:
     def fail(self, exc: BaseException) -> None:
         """Our own code failed: warn once, stop tracing, leave the training loop alone."""
         self.enabled = False
+        self.rec.fast = False
         if not self._warned:
             self._warned = True
             _warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
@@ -109,6 +110,12 @@ class Tracer:
         """Once, at the first step: a model on an accelerator switches to device-event timing."""
         self._device_decided = True
         self.patches.want_optimizer = False
+        try:
+            self._use_device(device)
+        finally:
+            self.rec.set_ready(self.store.host)  # the fast path may run from now on
+
+    def _use_device(self, device: Any) -> None:
         if device is None:
             device = _current_accelerator()
         self.device = device
@@ -260,17 +267,74 @@ class Tracer:
 
 
 class StepScope:
-    """``with trace_step(model):`` -- one training step. Reused across steps for the same model."""
+    """``with trace_step(model):`` -- one training step. Reused across steps for the same model.
 
-    __slots__ = ("tracer", "models", "key", "saved")
+    On the host clock, enter and exit inline the recorder's step begin/end and the forward
+    shadow of a single model: with one frame per phase in the patches, these two are most of
+    the tracer's per-step cost. Everything else goes through ``_enter``/``_exit``.
+    """
+
+    __slots__ = ("tracer", "models", "key", "saved", "timers", "timer")
 
     def __init__(self, tracer: Tracer, models: tuple[Any, ...], key: tuple[Any, ...]) -> None:
         self.tracer = tracer
         self.models = models
         self.key = key
         self.saved: list | None = None
+        self.timers = tuple(ForwardTimer(m, tracer.rec, tracer.fail) for m in models)
+        #: The usual case, one model: its timer, for the inline path.
+        self.timer = self.timers[0] if len(self.timers) == 1 else None
 
     def __enter__(self) -> StepScope:
+        rec = self.tracer.rec
+        t = self.timer
+        if not rec.fast or rec.in_step or rec.active != -1 or (t is None and self.timers):
+            return self._enter()
+        try:
+            rec.in_step = 1
+            rec.enter = rec.mark()
+            if t is not None and self.tracer.config.mode == "auto":
+                d = t.d  # ForwardTimer.wrap, inline
+                if "forward" not in d and d.get("_compiled_call_impl") is None and (
+                    type(t.model).forward is t.func
+                ):
+                    d["forward"] = t.timed
+                    self.saved = t.undo
+                else:
+                    self.saved = t.wrap()
+        except Exception as exc:
+            self.tracer.fail(exc)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        tr = self.tracer
+        rec = tr.rec
+        saved = self.saved
+        if not rec.fast or rec.in_step != 1 or exc_type is not None or type(saved) is list:
+            return self._exit(exc_type)
+        try:
+            t = rec.mark()
+            if saved is not None:
+                self.saved = None
+                d, key, had, orig = saved  # unwrap_forward, inline
+                if had:
+                    d[key] = orig
+                else:
+                    d.pop(key, None)
+            rec.in_step = 0
+            acc = rec.acc
+            rec.acc = [0, 0, 0, 0]
+            marks, outside = rec.marks, rec.outside
+            if marks:
+                rec.marks = []
+            if outside:
+                rec.outside = []
+            tr.store.host_step(rec.enter, t, acc, marks, outside)
+        except Exception as err:
+            tr.fail(err)
+        return False
+
+    def _enter(self) -> StepScope:
         tr = self.tracer
         if not tr.enabled:
             return self
@@ -279,19 +343,19 @@ class StepScope:
                 tr._before_first_step(self.models)
             rec = tr.rec
             rec.step_begin()
-            if rec.in_step == 1 and self.models and tr.config.mode == "auto":
-                self.saved = [wrap_forward(m, rec, tr.fail) for m in self.models]
+            if rec.in_step == 1 and self.timers and tr.config.mode == "auto":
+                self.saved = [t.wrap() for t in self.timers]
         except Exception as exc:
             tr.fail(exc)
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def _exit(self, exc_type: Any) -> bool:
         tr = self.tracer
         try:
             saved = self.saved
             if saved is not None and tr.rec.in_step <= 1:
                 self.saved = None
-                for s in saved:
+                for s in [saved] if isinstance(saved, tuple) else saved:
                     unwrap_forward(s)
             if tr.enabled:
                 tr.rec.step_end(exc_type is None)

@@ -31,6 +31,7 @@ class StepStore:
         max_steps: int | None = None,
     ) -> None:
         self.clock = clock
+        self.host = clock.kind == "host"
         self.warmup_steps = warmup_steps
         #: Steps after the first ``max_steps`` (warmup included) are dropped, not recorded.
         self.max_steps = max_steps
@@ -45,21 +46,22 @@ class StepStore:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
         self.drain(wait=True)
         self.clock = clock
+        self.host = clock.kind == "host"
         self.cuda_memory = cuda_memory
 
     def __call__(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
         cap = self.max_steps
         if cap is not None and self.steps_total >= cap:
-            if self.clock.kind != "host":  # keep the event pool bounded past the cap
+            if not self.host:  # keep the event pool bounded past the cap
                 self._release(enter, exit_, marks, outside)
             return
-        self.steps_total += 1
-        if self.clock.kind == "host":
+        self.steps_total = n = self.steps_total + 1
+        if self.host:
             # The common CPU case, inline and lean: integer nanoseconds, one division a column.
             rss = self.rss
             if rss is not None and exit_ - rss.last_ns >= rss.interval_ns:
                 rss.last_ns = exit_
-                rss.sample(self.steps_total)
+                rss.sample(n)
             ph = [0, 0, 0, 0]
             before = 0
             for p, t0, t1 in marks:
@@ -67,24 +69,39 @@ class StepStore:
             for p, t0, t1 in outside:
                 ph[p] += t1 - t0
                 before += t1 - t0
-            self.resolved += 1
-            if self.resolved > self.warmup_steps:
+            self.resolved = r = self.resolved + 1
+            if r > self.warmup_steps:
                 # Host rows fill the five time columns; the device-memory columns stay zero.
-                self.columns.append(
-                    (
-                        (exit_ - enter + before) / 1e6,
-                        ph[0] / 1e6,
-                        ph[1] / 1e6,
-                        ph[2] / 1e6,
-                        ph[3] / 1e6,
-                    )
-                )
+                step = (exit_ - enter + before) / 1e6
+                self.columns.append((step, ph[0] / 1e6, ph[1] / 1e6, ph[2] / 1e6, ph[3] / 1e6))
             return
         if self.rss is not None:
             self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
         self.pending.append((enter, exit_, marks, outside, mem))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
+
+    def host_step(self, enter: int, exit_: int, acc: list, marks: list, outside: list) -> None:
+        """StepScope's fast path: a host-clock step whose phases were summed as they ran
+        (``acc``, nanoseconds); ``marks`` and ``outside`` hold phases timed the general way."""
+        cap = self.max_steps
+        if cap is not None and self.steps_total >= cap:
+            return
+        self.steps_total = n = self.steps_total + 1
+        rss = self.rss
+        if rss is not None and exit_ - rss.last_ns >= rss.interval_ns:
+            rss.last_ns = exit_
+            rss.sample(n)
+        before = 0
+        for p, t0, t1 in outside:  # usually one: the batch fetched before the step
+            acc[p] += t1 - t0
+            before += t1 - t0
+        for p, t0, t1 in marks:
+            acc[p] += t1 - t0
+        self.resolved = r = self.resolved + 1
+        if r > self.warmup_steps:
+            step = (exit_ - enter + before) / 1e6
+            self.columns.append_host(step, acc[0] / 1e6, acc[1] / 1e6, acc[2] / 1e6, acc[3] / 1e6)
 
     def drain(self, wait: bool = False) -> None:
         """Resolve queued steps whose events have all completed; ``wait`` blocks on the oldest."""
