@@ -40,13 +40,18 @@ def judge_pairs(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, Any]]
                 rules: Any = None) -> dict[str, Any]:
     """Compare every (base, head) pair: ordered pairs of distinct runs when ``heads`` is None.
     Returns verdict counts and which metrics drove regressions and warnings."""
-    from traceml_ci.gate import DEFAULT_RULES, Status, compare
-
-    rules = rules or DEFAULT_RULES
     if heads is None:
         pairs = list(itertools.permutations(bases, 2))
     else:
         pairs = list(itertools.product(bases, heads))
+    return _judge_list(pairs, rules)
+
+
+def _judge_list(pairs: Sequence[tuple[dict[str, Any], dict[str, Any]]],
+                rules: Any = None) -> dict[str, Any]:
+    from traceml_ci.gate import DEFAULT_RULES, Status, compare
+
+    rules = rules or DEFAULT_RULES
     verdicts: Counter[str] = Counter()
     regressed: Counter[str] = Counter()
     warned: Counter[str] = Counter()
@@ -60,6 +65,36 @@ def judge_pairs(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, Any]]
                 warned[r.name] += 1
     return {"pairs": len(pairs), "verdicts": dict(verdicts), "regressed": dict(regressed),
             "warned": dict(warned)}
+
+
+def combined_groups(docs: Sequence[dict[str, Any]], repeats: int, limit: int = 60,
+                    seed: int = 0) -> list[list[int]]:
+    """Up to ``limit`` distinct ``repeats``-subsets of run indices, drawn at random (fixed seed):
+    the repeated runs one CI job would combine (``traceml-ci combine``)."""
+    import random
+
+    combos = list(itertools.combinations(range(len(docs)), repeats))
+    random.Random(seed).shuffle(combos)
+    return [list(c) for c in combos[:limit]]
+
+
+def judge_combined(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, Any]] | None,
+                   repeats: int, limit: int = 60) -> dict[str, Any]:
+    """``judge_pairs`` on combined summaries of ``repeats`` runs per side. With ``heads`` None
+    (no change), base and head groups are disjoint subsets of ``bases``."""
+    from traceml_ci.summary.repeats import combine_repeats
+
+    def combine(docs: Sequence[dict[str, Any]], idx: list[int]) -> dict[str, Any]:
+        return combine_repeats([docs[i] for i in idx])
+
+    if heads is None:
+        groups = combined_groups(bases, 2 * repeats, limit)
+        b = [combine(bases, g[:repeats]) for g in groups]
+        h = [combine(bases, g[repeats:]) for g in groups]
+        return _judge_list(list(zip(b, h, strict=True)))
+    bs = [combine(bases, g) for g in combined_groups(bases, repeats, limit)]
+    hs = [combine(heads, g) for g in combined_groups(heads, repeats, limit, seed=1)]
+    return _judge_list(list(itertools.product(bs, hs)))
 
 
 def pct(part: int, whole: int) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gate_common import judge_pairs, pct, run_many  # noqa: E402
+from gate_common import judge_combined, judge_pairs, pct, run_many  # noqa: E402
 
 JOB = Path(__file__).resolve().parent / "gate_job.py"
 SHIFTS_PP = (2.0, 4.0, 8.0, 12.0)
@@ -46,6 +46,8 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--keep", type=Path, help="folder for the summaries (reused when present)")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="also judge combined summaries of this many runs per side (default 3)")
     args = p.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="gate-det-"))
 
@@ -71,15 +73,24 @@ def main() -> int:
         res = judge_pairs(bases, heads)
         caught = res["verdicts"].get("regression", 0)
         on_metric = res["regressed"].get(f"step_time.{phase}_pct", 0)
+        comb = judge_combined(bases, heads, args.repeats)
         rows.append({"phase": phase, "target_pp": target, "inject": inject,
                      "measured_pp": round(measured, 2), "pairs": res["pairs"],
                      "detected": caught, "rate": caught / res["pairs"],
-                     "flagged_on_the_phase_share": on_metric, "verdicts": res["verdicts"]})
-    print(f"\n{'shift':<22} {'measured':>9} {'pairs':>6} {'detected':>9}  share row regressed")
+                     "flagged_on_the_phase_share": on_metric, "verdicts": res["verdicts"],
+                     "combined_pairs": comb["pairs"],
+                     "combined_detected": comb["verdicts"].get("regression", 0)})
+    r_n = args.repeats
+    null_c = judge_combined(bases, None, r_n)
+    print(f"base vs base, {r_n} runs combined per side: regression "
+          f"{pct(null_c['verdicts'].get('regression', 0), null_c['pairs'])} of {null_c['pairs']}")
+    print(f"\n{'shift':<22} {'measured':>9} {'pairs':>6} {'detected':>9}  share row regressed"
+          f"  | x{r_n} combined: pairs detected")
     for r in rows:
         print(f"{r['phase']:>10} +{r['target_pp']:>4g} pp    {r['measured_pp']:>+7.2f}pp "
               f"{r['pairs']:>6} {pct(r['detected'], r['pairs']):>9}  "
-              f"{pct(r['flagged_on_the_phase_share'], r['pairs'])}")
+              f"{pct(r['flagged_on_the_phase_share'], r['pairs']):>19}  | "
+              f"{r['combined_pairs']:>6} {pct(r['combined_detected'], r['combined_pairs']):>8}")
     print(f"summaries in {root}")
     if args.json:
         args.json.write_text(json.dumps({"base_step_ms": step, "null": null, "series": rows},

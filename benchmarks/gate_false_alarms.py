@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gate_common import REPO, judge_pairs, pct, run_many  # noqa: E402
+from gate_common import REPO, judge_combined, judge_pairs, pct, run_many  # noqa: E402
 
 TARGET = 0.01
 
@@ -29,6 +29,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--keep", type=Path, help="folder for the summaries (reused when present)")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--repeats", type=int, nargs="*", default=[3],
+                   help="also judge combined summaries of this many runs per side (disjoint "
+                   "groups of the same runs; default 3)")
     args = p.parse_args()
 
     from traceml_ci.gate import DEFAULT_RULES
@@ -37,6 +40,7 @@ def main() -> int:
     no_noise = DEFAULT_RULES.with_tolerances({}, noise_factor=0.0, source="noise rule off")
     results = {}
     total_pairs = total_regressions = 0
+    total_comb: dict[int, list[int]] = {}
     for name in args.examples:
         script = REPO / "examples" / f"{name}.py"
         docs = run_many(script, root / name, args.runs, label=name)
@@ -57,9 +61,22 @@ def main() -> int:
             print(f"  metrics that regressed: {res['regressed']}")
         if res["warned"]:
             print(f"  metrics that warned: {res['warned']}")
+        for r in args.repeats:
+            if 2 * r > len(docs):
+                continue
+            comb = judge_combined(docs, None, r)
+            results[name][f"combined_x{r}"] = comb
+            creg = comb["verdicts"].get("regression", 0)
+            total_comb[r] = [a + b for a, b in zip(total_comb.get(r, [0, 0]),
+                                                   (creg, comb["pairs"]), strict=True)]
+            cwarn = comb["verdicts"].get("warn", 0)
+            print(f"  {r} runs combined per side: regression {creg}/{comb['pairs']} = "
+                  f"{pct(creg, comb['pairs'])}, warn {pct(cwarn, comb['pairs'])}")
     rate = total_regressions / total_pairs if total_pairs else 0.0
     print(f"\nfalse-alarm rate: {total_regressions}/{total_pairs} = {100 * rate:.2f}% "
           f"(target <= {100 * TARGET:.0f}%)  summaries in {root}")
+    for r, (reg, n) in total_comb.items():
+        print(f"false-alarm rate, {r} runs combined per side: {reg}/{n} = {pct(reg, n)}")
     if args.json:
         args.json.write_text(json.dumps({"rate": rate, "by_example": results}, indent=1))
     return 0

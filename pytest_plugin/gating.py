@@ -1,4 +1,4 @@
-"""Gate one test's summaries: validate, take the median repeat, compare with the baseline entry,
+"""Gate one test's summaries: validate, combine the repeats, compare with the baseline entry,
 record the result, and fail the test when the result says so.
 
 A regression is a result: the comparison comes back from the gate as data, and only here is it
@@ -14,11 +14,7 @@ import pytest
 
 from pytest_plugin.results import GateResult, Outcome
 from pytest_plugin.state import TracemlState
-from pytest_plugin.summaries import (
-    MAX_PROBLEMS_SHOWN,
-    median_summary,
-    summary_problems,
-)
+from pytest_plugin.summaries import MAX_PROBLEMS_SHOWN, summary_problems
 
 #: Width of the diff table in failure messages (columns): wide enough that the tolerance and
 #: status columns do not wrap; pytest prints failure text without re-wrapping it.
@@ -61,7 +57,9 @@ def _judge(
                 f"traceml: the summary for {key}{which} does not match the "
                 f"final_summary.json schema:\n{shown}"
             )
-    head = median_summary(docs)
+    from traceml_ci.summary.repeats import combine_repeats
+
+    head = combine_repeats(docs)  # several repeats: each share's median, their spread as noise
     n = len(docs)
     if not opts.gating:
         return GateResult(nodeid, key, Outcome.NOT_GATED, _brief(head), head, n), ""

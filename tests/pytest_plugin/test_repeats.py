@@ -1,5 +1,5 @@
-"""--traceml-repeats=N: the test body runs N times, each under a fresh tracer; the median run
-is gated (and stored)."""
+"""--traceml-repeats=N: the test body runs N times, each under a fresh tracer; the runs are
+combined (each share's median, their spread as noise), gated and stored."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     result.stdout.fnmatch_lines(["traceml: baseline * (1 entries), rules: *, median of 3 runs"])
     result.stdout.re_match_lines([r"(PASS|WARN) +test_smoke.py::test_mlp \(median of 3\)  "])
 
-    smoke.slow_data(calls="1,3")  # two slow runs of three: the median run is slow
+    smoke.slow_data(calls="1,3")  # two slow runs of three: the median share is slow
     result = smoke.run("--traceml-repeats=3")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([

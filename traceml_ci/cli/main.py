@@ -23,6 +23,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "show",
     "validate",
     "diff",
+    "combine",
     "history",
     "comment",
     "action_gate",

@@ -345,7 +345,10 @@ def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, st
 def _run_name(summary: Mapping[str, Any]) -> str:
     run = summary.get("run")
     name = run.get("name") if isinstance(run, Mapping) else None
-    return name if isinstance(name, str) else ""
+    name = name if isinstance(name, str) else ""
+    repeats = summary.get("repeats")
+    count = repeats.get("count") if isinstance(repeats, Mapping) else None
+    return f"{name} (×{count} runs)" if isinstance(count, int) else name
 
 
 def _run_status(summary: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,82 @@
+"""``traceml-ci combine``: repeated runs of one job into one summary, and its bad inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.gate.summaries import DATA, make, real
+from traceml_ci.cli.main import main
+from traceml_ci.gate import write_baseline_set
+from traceml_ci.summary.schema import summary_problems
+
+
+def runs_on_disk(tmp_path, *dataloader_ms: float) -> list[str]:
+    """``traceml-ci run --out runs/i`` folders, one per run."""
+    out = []
+    for i, d in enumerate(dataloader_ms):
+        folder = tmp_path / "runs" / f"head-{i}"
+        folder.mkdir(parents=True)
+        doc = make({"dataloader": d, "forward": 6.0, "backward": 8.0, "optimizer": 1.0,
+                    "other": 1.0}, name=f"head-{i}")
+        (folder / "final_summary.json").write_text(json.dumps(doc))
+        out.append(str(folder))
+    return out
+
+
+def test_folders_and_files_combine_into_a_valid_summary_that_diff_reads(tmp_path, capsys):
+    folders = runs_on_disk(tmp_path, 4.0, 4.2, 3.9)
+    target = tmp_path / "head.json"
+    files = [f"{folders[2]}/final_summary.json"]
+    assert main(["combine", folders[0], folders[1], *files, "-o", str(target)]) == 0
+    assert "combined 3 runs" in capsys.readouterr().err
+    doc = json.loads(target.read_text())
+    assert summary_problems(doc) == [] and doc["repeats"]["count"] == 3
+    assert main(["diff", str(target), str(target), "--format", "markdown"]) == 0
+    assert "(×3 runs)" in capsys.readouterr().out
+
+
+def test_without_output_the_summary_goes_to_stdout(tmp_path, capsys):
+    assert main(["combine", *runs_on_disk(tmp_path, 4.0, 5.0)]) == 0
+    assert json.loads(capsys.readouterr().out)["repeats"]["runs"] == ["head-0", "head-1"]
+
+
+@pytest.mark.parametrize(
+    "make_bad, expected",
+    [
+        (lambda t: t / "missing.json", "cannot read"),
+        (lambda t: (t / "empty").mkdir() or t / "empty", "folder holds no final_summary.json"),
+        (lambda t: (t / "bad.json").write_text("{") and t / "bad.json", "not valid JSON"),
+        (lambda t: (write_baseline_set(t / "set.json", {"k": real()}), t / "set.json")[1],
+         "is a baseline set"),
+        (lambda t: (t / "gpu.json").write_text(json.dumps(make(device_type="cuda",
+                                                                device_name="H200")))
+         and t / "gpu.json", "on one kind of machine"),
+    ],
+)
+def test_bad_run_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, make_bad, expected):
+    good = runs_on_disk(tmp_path, 4.0)[0]
+    bad = make_bad(tmp_path)
+    target = tmp_path / "head.json"
+    target.write_text("previous")
+    assert main(["combine", good, str(bad), "-o", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and expected in err[0], err
+    assert target.read_text() == "previous"  # nothing lost
+
+
+def test_the_console_script_combines_real_runs():
+    done = subprocess.run(
+        [sys.executable, "-c", "from traceml_ci.cli.main import entry; entry()", "combine",
+         str(DATA / "input_bound_a.json"), str(DATA / "input_bound_b.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert summary_problems(doc) == []
+    a, b = (json.loads((DATA / f"input_bound_{x}.json").read_text()) for x in "ab")
+    mean = (a["step_time"]["dataloader_pct"] + b["step_time"]["dataloader_pct"]) / 2
+    assert abs(doc["step_time"]["dataloader_pct"] - mean) < 0.2  # median of two = their mean

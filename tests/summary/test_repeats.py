@@ -1,0 +1,93 @@
+"""Repeated runs combined: medians of shares, the runs' spread as noise, a valid summary."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.gate.strategies import summaries
+from tests.gate.summaries import PHASES, make
+from traceml_ci.gate import DEFAULT_RULES, compare
+from traceml_ci.summary.repeats import IQR_PER_SD, MEDIAN_SE_FACTOR, combine_repeats
+from traceml_ci.summary.schema import summary_problems
+
+
+def runs(*dataloader_ms: float) -> list[dict]:
+    """Runs of one job whose dataloader takes these ms per step (the rest: 16 ms)."""
+    return [
+        make({"dataloader": d, "forward": 6.0, "backward": 8.0, "optimizer": 1.0, "other": 1.0},
+             name=f"run-{i}")
+        for i, d in enumerate(dataloader_ms)
+    ]
+
+
+def shares(doc: dict) -> dict[str, float]:
+    return {p: doc["step_time"][f"{p}_pct"] for p in PHASES}
+
+
+def test_one_run_comes_back_unchanged_and_is_a_copy() -> None:
+    (doc,) = runs(4.0)
+    out = combine_repeats([doc])
+    assert out == doc and out is not doc
+    out["step_time"]["dataloader_pct"] = 0.0
+    assert doc["step_time"]["dataloader_pct"] != 0.0
+
+
+def test_shares_are_medians_that_still_add_up_to_100_and_the_result_validates() -> None:
+    docs = runs(3.0, 4.0, 9.0)
+    out = combine_repeats(docs)
+    assert summary_problems(out) == []
+    assert abs(sum(shares(out).values()) - 100.0) <= 0.1
+    # The middle run's dataloader share, not pulled up by the 9 ms outlier.
+    middle = docs[1]["step_time"]["dataloader_pct"]
+    assert out["step_time"]["dataloader_pct"] == pytest.approx(middle, abs=0.6)
+    assert out["repeats"] == {"count": 3, "runs": ["run-0", "run-1", "run-2"]}
+    assert out["step_time"]["step_ms"]["median"] == docs[1]["step_time"]["step_ms"]["median"]
+
+
+def test_noise_is_the_spread_across_runs_when_it_exceeds_the_windows() -> None:
+    steady = combine_repeats(runs(4.0, 4.0, 4.0))
+    noisy_docs = runs(2.0, 4.0, 8.0)
+    noisy = combine_repeats(noisy_docs)
+    window_iqr = noisy_docs[0]["step_time"]["noise"]["pct"]["dataloader"]["iqr"]
+    assert steady["step_time"]["noise"]["pct"]["dataloader"]["iqr"] == window_iqr
+    values = [d["step_time"]["dataloader_pct"] for d in noisy_docs]
+    import statistics
+
+    expected = IQR_PER_SD * MEDIAN_SE_FACTOR * statistics.stdev(values) / 3**0.5
+    got = noisy["step_time"]["noise"]["pct"]["dataloader"]["iqr"]
+    assert got == pytest.approx(expected, abs=0.01) and got > window_iqr
+
+
+def test_one_slow_run_of_three_does_not_fail_the_gate_but_two_do() -> None:
+    base = combine_repeats(runs(4.0, 4.0, 4.0))
+    assert compare(base, combine_repeats(runs(4.0, 4.0, 30.0)), DEFAULT_RULES).verdict.value in (
+        "pass", "warn")
+    assert compare(base, combine_repeats(runs(4.0, 30.0, 30.0)), DEFAULT_RULES).verdict.value == (
+        "regression")
+
+
+def test_runs_that_disagree_widen_the_noise_margin() -> None:
+    base = combine_repeats(runs(4.0, 4.0, 4.0))
+    steady_head = combine_repeats(runs(6.5, 6.5, 6.5))  # +~8 pp, all three agree
+    shaky_head = combine_repeats(runs(1.0, 6.5, 14.0))  # same median, runs all over the place
+    assert compare(base, steady_head, DEFAULT_RULES).verdict.value == "regression"
+    assert compare(base, shaky_head, DEFAULT_RULES).verdict.value != "regression"
+
+
+def test_no_runs_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        combine_repeats([])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(summaries(), min_size=2, max_size=5))
+def test_any_valid_runs_combine_into_a_valid_summary(docs: list[dict]) -> None:
+    before = copy.deepcopy(docs)
+    out = combine_repeats(docs)
+    assert summary_problems(out) == []
+    assert docs == before  # the inputs are left alone
+    assert out["repeats"]["count"] == len(docs)

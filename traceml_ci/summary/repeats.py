@@ -1,0 +1,105 @@
+"""Repeated runs of one job, combined into one summary whose noise includes the runs' spread.
+
+On a shared CI runner the phase shares of two identical runs can differ by several percentage
+points (e.g. the compute phases run 25 % slower in one process than in the next), while each
+run's own windows of steps agree to a fraction of a point. A gate fed single runs therefore has
+to choose between missing real shifts and crying wolf. Like asv, which times several processes,
+the remedy is repetition: the combined summary takes each share's median over the runs (steadier
+than one run, and one runner hiccup among three does not move it) and reports the runs' spread
+as its noise, so the gate's noise rule sees it.
+
+The result is an ordinary final_summary.json (it validates), built on the median run -- the
+one whose median step time is the median -- with these fields replaced:
+
+- ``step_time.<phase>_pct``: the median over the runs, the five rescaled to add up to 100;
+- ``step_time.noise.pct.<phase>``: median = that share, iqr = the larger of ``IQR_PER_SD`` x
+  the standard error of that median across runs and the runs' median window IQR;
+- ``step_time.step_ms`` and ``phase_ms``: the median over the runs of each figure, and
+  ``noise.step_ms`` likewise;
+- ``repeats``: ``{"count": n, "runs": [...]}``.
+
+Labels and diagnoses are those of the median run: a label is a threshold on the shares, and the
+gate judges the shares themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from traceml_ci.summary.keys import PHASES
+
+#: Interquartile range of a normal distribution, in standard deviations: turns the standard
+#: error across runs into the unit of the per-window IQRs it is compared and combined with.
+IQR_PER_SD = 1.349
+#: Standard error of a median over n runs, in units of sigma / sqrt(n) (normal data).
+MEDIAN_SE_FACTOR = 1.2533
+
+
+def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary for repeated runs of the same job (schema-valid summaries, at least one)."""
+    if not docs:
+        raise ValueError("no summaries to combine")
+    medians = [_num(d, "step_ms", "median") for d in docs]
+    order = sorted(range(len(docs)), key=lambda i: (math.isnan(medians[i]), medians[i], i))
+    out = copy.deepcopy(dict(docs[order[(len(docs) - 1) // 2]]))
+    if len(docs) == 1:
+        return out
+    st = out["step_time"]
+    runs = [d["step_time"] for d in docs]
+    n = len(runs)
+    if all(r.get(f"{p}_pct") is not None for r in runs for p in PHASES):
+        noise = st.get("noise") or {}
+        pct_noise = noise.get("pct") or {}
+        values = {p: [float(r[f"{p}_pct"]) for r in runs] for p in PHASES}
+        centers = {p: statistics.median(v) for p, v in values.items()}
+        total = sum(centers.values()) or 1.0  # medians need not add up to 100: rescale
+        for p in PHASES:
+            share = round(centers[p] * 100.0 / total, 2)
+            st[f"{p}_pct"] = share
+            spread = IQR_PER_SD * MEDIAN_SE_FACTOR * statistics.stdev(values[p]) / n**0.5
+            iqr = max(spread, _median_iqr(runs, "pct", p))
+            if p in pct_noise:
+                pct_noise[p] = {"median": share, "iqr": round(iqr, 3)}
+    for key in ("median", "p10", "p90", "mean"):
+        values = [r["step_ms"][key] for r in runs if (r.get("step_ms") or {}).get(key) is not None]
+        if values and st.get("step_ms"):
+            st["step_ms"][key] = round(statistics.median(values), 4)
+    for p in (st.get("phase_ms") or {}):
+        values = [r["phase_ms"][p] for r in runs if (r.get("phase_ms") or {}).get(p) is not None]
+        if values:
+            st["phase_ms"][p] = round(statistics.median(values), 4)
+    step_noise = (st.get("noise") or {}).get("step_ms")
+    if step_noise and not any(math.isnan(m) for m in medians):
+        spread = IQR_PER_SD * MEDIAN_SE_FACTOR * statistics.stdev(medians) / n**0.5
+        step_noise["median"] = round(statistics.median(medians), 4)
+        step_noise["iqr"] = round(max(spread, _median_iqr(runs, "step_ms")), 4)
+    out["repeats"] = {
+        "count": n,
+        "runs": [str((d.get("run") or {}).get("name", "")) for d in docs],
+    }
+    return out
+
+
+def _num(doc: Mapping[str, Any], *path: str) -> float:
+    node: Any = doc.get("step_time")
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return float(node) if isinstance(node, (int, float)) else float("nan")
+
+
+def _median_iqr(runs: Sequence[Mapping[str, Any]], *path: str) -> float:
+    """The runs' typical window IQR for one figure (0 when none reports it): a floor under the
+    spread across runs, which two or three runs can underestimate by chance."""
+    found = []
+    for step_time in runs:
+        node: Any = step_time.get("noise")
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        value = node.get("iqr") if isinstance(node, Mapping) else None
+        if isinstance(value, (int, float)):
+            found.append(float(value))
+    return statistics.median(found) if found else 0.0
