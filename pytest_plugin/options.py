@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.fsutil import find_pyproject
+
 #: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
@@ -129,14 +131,5 @@ def read_options(config: Any) -> Options:
         raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
     if values.get("require_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-require-baseline needs --traceml-baseline=PATH")
-    return Options(**values, pyproject=_nearest_pyproject(Path(config.rootpath)))
-
-
-def _nearest_pyproject(start: Path) -> Path | None:
-    """The pyproject.toml at or above pytest's rootdir, as ``traceml-ci diff`` looks for one
-    from its working directory: its ``[tool.traceml-ci]`` table holds the tolerance rules."""
-    for folder in (start, *start.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
+    # At or above pytest's rootdir, as ``traceml-ci diff`` looks from its working directory.
+    return Options(**values, pyproject=find_pyproject(config.rootpath))

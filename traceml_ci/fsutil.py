@@ -1,4 +1,5 @@
-"""Atomic file writes: readers never see a half-written file, and a crash loses nothing old."""
+"""Atomic file writes (readers never see a half-written file, and a crash loses nothing old),
+and finding the project's pyproject.toml."""
 
 from __future__ import annotations
 
@@ -42,3 +43,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             pass
         raise
     return target
+
+
+def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest pyproject.toml at or above ``start`` (default: the working directory): its
+    ``[tool.traceml-ci]`` table holds the gate's tolerance rules."""
+    here = Path(start) if start is not None else Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None

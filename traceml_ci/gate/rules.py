@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.errors import InputError
+from traceml_ci.fsutil import find_pyproject
 from traceml_ci.gate.metrics import METRIC_NAMES
 
 RULES_SCHEMA = "rules.schema.json"
@@ -295,16 +296,6 @@ def load_rules(
             return DEFAULT_RULES
         return _from_doc(sub, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
     return DEFAULT_RULES
-
-
-def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
-    """The nearest pyproject.toml at or above ``start`` (default: the working directory)."""
-    here = Path(start) if start is not None else Path.cwd()
-    for folder in (here, *here.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def describe(rules: Rules, names: Iterable[str] = METRIC_NAMES) -> dict[str, dict[str, Any]]:
