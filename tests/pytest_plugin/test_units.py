@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from pytest_plugin.results import GateResult, Outcome
-from pytest_plugin.summaries import median_summary
 from pytest_plugin.terminal import result_lines
 
 
@@ -29,16 +28,14 @@ def _with_step(doc: dict[str, Any], ms: float | None, tag: str) -> dict[str, Any
         ([4.0, 4.0, 4.0], "1"),  # ties: in run order
     ],
 )
-def test_median_summary_is_the_middle_run_by_step_time(
+def test_repeats_combine_on_the_middle_run_by_step_time(
     summary_doc: dict[str, Any], steps: list[float | None], picked: str
 ) -> None:
+    # What the plugin gates for --traceml-repeats: labels and run info come from this run.
+    from traceml_ci.summary.repeats import combine_repeats
+
     docs = [_with_step(summary_doc, ms, str(i)) for i, ms in enumerate(steps)]
-    assert median_summary(docs)["run"]["name"] == picked
-
-
-def test_median_of_nothing_is_an_error() -> None:
-    with pytest.raises(ValueError):
-        median_summary([])
+    assert combine_repeats(docs)["run"]["name"] == picked
 
 
 def test_result_round_trips_through_plain_data(summary_doc: dict[str, Any]) -> None:
@@ -64,3 +61,14 @@ def test_terminal_lines_are_sorted_aligned_and_marked_up() -> None:
         "RECORDED          t.py::c",
     ]
     assert lines[1][1] == {"red": True, "bold": True}
+
+
+def test_every_gate_verdict_has_an_outcome_and_an_action_verdict() -> None:
+    # The front doors restate the gate's verdicts (they add states of their own): keep in step.
+    from pytest_plugin.results import Outcome
+    from traceml_ci.gate import Verdict
+    from traceml_ci.github.gate_step import Verdict as ActionVerdict
+
+    for verdict in Verdict:
+        assert Outcome(verdict.value).value == verdict.value
+        assert ActionVerdict(verdict.value).value == verdict.value
