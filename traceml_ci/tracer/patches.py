@@ -59,9 +59,9 @@ def timed_call(
 
     The common case -- host clock, tracing settled, no phase open -- is inlined here: one
     Python frame per phase and an integer addition, which is most of what tracing costs a small
-    step. Everything else (zero-change mode,
-    the first step, nested phases) goes through the recorder's general methods. ``before`` runs
-    on the general path only, i.e. until the tracer knows its device.
+    step. Everything else (device clocks, zero-change mode, the first step, nested phases) goes
+    through the recorder's general methods. ``before`` runs on the general path only, i.e.
+    until the tracer knows its device.
     """
 
     def general(args: tuple, kwargs: dict) -> Any:
