@@ -94,7 +94,7 @@ def _judge(
     result = GateResult(nodeid, key, outcome, detail, head, n)
     if not outcome.fails:
         return result, ""
-    median = f" (median of {n} runs)" if n > 1 else ""
+    median = f" ({n} runs combined)" if n > 1 else ""
     what = "regression" if outcome is Outcome.REGRESSION else "not comparable with the baseline"
     message = (
         f"traceml: {what} for {key}{median} against {opts.baseline}\n\n"

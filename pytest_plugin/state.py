@@ -66,7 +66,7 @@ class TracemlState:
             parts.append(f"baseline {opts.baseline} ({state}{update})")
         parts.append(f"rules: {getattr(self.rules, 'source', 'defaults')}")
         if opts.repeats > 1:
-            parts.append(f"median of {opts.repeats} runs")
+            parts.append(f"{opts.repeats} runs combined")
         return "traceml: " + ", ".join(parts)
 
     def out_dir(self, nodeid: str) -> Path:

@@ -28,7 +28,7 @@ def result_lines(results: Iterable[GateResult]) -> list[tuple[str, dict[str, boo
     for r in sorted(results, key=lambda r: (r.nodeid, r.key)):
         label = r.outcome.value.upper().ljust(_WIDTH)
         name = r.nodeid if r.key == r.nodeid else f"{r.nodeid} [key {r.key}]"
-        repeats = f" (median of {r.repeats})" if r.repeats > 1 else ""
+        repeats = f" (×{r.repeats} runs)" if r.repeats > 1 else ""
         detail = f"  {r.detail}" if r.detail else ""
         out.append((f"{label}  {name}{repeats}{detail}", _MARKUP[r.outcome]))
     return out

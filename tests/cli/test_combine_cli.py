@@ -79,4 +79,4 @@ def test_the_console_script_combines_real_runs():
     assert summary_problems(doc) == []
     a, b = (json.loads((DATA / f"input_bound_{x}.json").read_text()) for x in "ab")
     mean = (a["step_time"]["dataloader_pct"] + b["step_time"]["dataloader_pct"]) / 2
-    assert abs(doc["step_time"]["dataloader_pct"] - mean) < 0.2  # median of two = their mean
+    assert abs(doc["step_time"]["dataloader_pct"] - mean) < 0.2

@@ -29,15 +29,15 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     result = smoke.run("--traceml-repeats=3")
     result.assert_outcomes(passed=1)
     assert log.read_text().split() == ["1", "2", "3"]
-    result.stdout.fnmatch_lines(["traceml: baseline * (1 entries), rules: *, median of 3 runs"])
-    result.stdout.re_match_lines([r"(PASS|WARN) +test_smoke.py::test_mlp \(median of 3\)  "])
+    result.stdout.fnmatch_lines(["traceml: baseline * (1 entries), rules: *, 3 runs combined"])
+    result.stdout.re_match_lines([r"(PASS|WARN) +test_smoke.py::test_mlp \(×3 runs\)  "])
 
-    smoke.slow_data(calls="1,3")  # two slow runs of three: the median share is slow
+    smoke.slow_data(calls="1,3")  # two slow runs of three: the mean share moves beyond noise
     result = smoke.run("--traceml-repeats=3")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "traceml: regression for test_smoke.py::test_mlp (median of 3 runs) against *",
-        "REGRESSION *test_smoke.py::test_mlp (median of 3)  step_time.diagnosis: *",
+        "traceml: regression for test_smoke.py::test_mlp (3 runs combined) against *",
+        "REGRESSION *test_smoke.py::test_mlp (×3 runs)  step_time.diagnosis: *",
     ])
 
     # Without repeats the same slow first run fails on its own.

@@ -56,7 +56,7 @@ def test_terminal_lines_are_sorted_aligned_and_marked_up() -> None:
     ]
     lines = result_lines(results)
     assert [text for text, _ in lines] == [
-        "PASS              t.py::a [key short] (median of 3)  COMPUTE_BOUND, step 3 ms",
+        "PASS              t.py::a [key short] (×3 runs)  COMPUTE_BOUND, step 3 ms",
         "REGRESSION        t.py::b  step_time.diagnosis: A → B",
         "RECORDED          t.py::c",
     ]
