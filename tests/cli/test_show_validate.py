@@ -69,6 +69,13 @@ def test_version_and_help() -> None:
         [sys.executable, "-m", "traceml_ci", "--version"], capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.strip() == f"traceml-ci {__version__}"
+    quick = subprocess.run(
+        [sys.executable, "-c", "import sys; from traceml_ci.cli.main import main; "
+         "main(['--version']); "
+         "print(sorted(m for m in sys.modules if m.startswith('traceml_ci.cli.')))"],
+        capture_output=True, text=True,
+    )
+    assert quick.stdout.splitlines() == [f"traceml-ci {__version__}", "['traceml_ci.cli.main']"]
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert {"run", "show", "validate"} <= set(sub.choices)

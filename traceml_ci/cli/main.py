@@ -57,6 +57,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI in-process and return its exit code (tests call this directly)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # without importing every subcommand to build the full parser
+        print(f"traceml-ci {__version__}")
+        return EXIT_OK
     parser = build_parser(_command_module(argv))
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
