@@ -1,6 +1,6 @@
 """Detection: inject real slowdowns into a training job and count how often diff catches them.
 
-    .venv/bin/python benchmarks/gate_detection.py [--bases 8] [--heads 8] [--keep DIR]
+    .venv/bin/python benchmarks/gate_detection.py [--bases 8] [--heads 8] [--repeats 3] [--keep DIR]
 
 benchmarks/gate_job.py runs ``--bases`` times unchanged; then, for each target shift of the
 dataloader's share (pp), the extra ms per batch that produces it is computed from the base
@@ -8,6 +8,8 @@ runs and injected (``--dataset-ms``), and the job runs ``--heads`` times; one mo
 slows the forward (``--forward-ms``). Every (base, head) pair is diffed at the default rules;
 detection rate = share of pairs with a ``regression`` verdict. Target: >= 99% at 8 pp or more.
 The measured shift (median head share - median base share) is reported beside the target.
+``--repeats R`` also judges every pair of R-run combinations (``traceml-ci combine``) of the
+same runs: what a CI job running the smoke test R times a side would see.
 """
 
 from __future__ import annotations

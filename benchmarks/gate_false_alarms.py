@@ -1,11 +1,13 @@
 """False alarms: run the same example job many times and diff every ordered pair of runs.
 
-    .venv/bin/python benchmarks/gate_false_alarms.py [--runs 20] [--keep DIR] [EXAMPLE ...]
+    .venv/bin/python benchmarks/gate_false_alarms.py [--runs 20] [--repeats 3 5] [--keep DIR]
+        [EXAMPLE ...]
 
 Nothing changed between runs, so every ``regression`` verdict is a false alarm (exit 1 in CI).
 Target: at most 1% at the default rules. Warnings (exit 0) are reported too, as is the rate
 with the noise rule off, to show what the noise rule buys. ``--keep DIR`` keeps the summaries
-and reuses any already there, so a second run only re-judges.
+and reuses any already there, so a second run only re-judges. ``--repeats R`` also judges
+disjoint R-run combinations (``traceml-ci combine``) of the same runs against each other.
 """
 
 from __future__ import annotations
