@@ -1,15 +1,14 @@
 """The baseline file: load it once (a bad file is a usage error), merge this run's summaries in.
 
 Writes are atomic (temp file + ``os.replace``), so a reader never sees half a file. Merging is
-read-modify-write, so it also takes an exclusive lock (POSIX ``flock`` on a file in the temp
-folder, never beside the baseline): two sessions updating one baseline keep both their entries.
+read-modify-write, so it also takes an exclusive lock: POSIX ``flock`` on the baseline's folder
+(the file itself is replaced on every write, so a lock on it would guard a stale inode; a lock
+file would be left behind). Two sessions updating one baseline keep both their entries.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,9 +60,9 @@ def _locked(path: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: the atomic replace still holds
         yield
         return
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]
-    lock = Path(tempfile.gettempdir()) / f"traceml-ci-{digest}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    folder = path.resolve().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ def _merge_many(path: str, doc: dict[str, Any], worker: int, count: int) -> None
 
 def test_concurrent_merges_keep_every_entry(tmp_path: Path, summary_doc: dict[str, Any]) -> None:
     path = tmp_path / "base.json"
+    temp_before = set(Path(tempfile.gettempdir()).iterdir())
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_merge_many, args=(str(path), summary_doc, w, 8))
              for w in range(3)]
@@ -53,3 +55,7 @@ def test_concurrent_merges_keep_every_entry(tmp_path: Path, summary_doc: dict[st
         p.join(60)
         assert p.exitcode == 0
     assert len(load_baseline(path)) == 24
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.json"]
+    left = {p for p in set(Path(tempfile.gettempdir()).iterdir()) - temp_before
+            if p.name.startswith("traceml-ci")}
+    assert not left  # the lock is the folder's: nothing is left behind anywhere
