@@ -114,7 +114,13 @@ def test_md_escape():
     assert md_escape("a|b") == "a&#124;b"
     assert md_escape("<b>&") == "&lt;b&gt;&amp;"
     assert md_escape("l1\nl2\r\tx") == "l1 l2  x"
-    assert md_escape("`x` @me [l] *e*") == "&#96;x&#96; &#64;me &#91;l&#93; &#42;e&#42;"
+    assert md_escape("`x` @me [l] *e*") == "&#96;x&#96; @&#8203;me &#91;l&#93; &#42;e&#42;"
+    # Mentions, issue references and bare URLs are linked by GitHub after entities are decoded:
+    # a zero-width space breaks each one.
+    assert md_escape("org/repo#12 #3") == "org/repo#&#8203;12 #&#8203;3"
+    assert md_escape("see https://x.io or www.x.io") == (
+        "see https:&#8203;//x.io or www&#8203;.x.io"
+    )
     assert md_escape("step_time.dataloader_pct") == "step_time.dataloader_pct"
 
 

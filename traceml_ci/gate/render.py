@@ -38,18 +38,27 @@ VERDICT_STYLE = {
     Verdict.INCOMPARABLE: "bold magenta",
 }
 
+#: A zero-width space, as an entity: GitHub links mentions, issue references and bare URLs in
+#: the rendered text, after entities are decoded, so only a character in between stops them.
+_ZWSP = "&#8203;"
 _MD_ESCAPES = {
-    "&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "@": "&#64;",
-    "[": "&#91;", "]": "&#93;", "\\": "&#92;", "*": "&#42;",
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "@": "@" + _ZWSP,
+    "#": "#" + _ZWSP, "[": "&#91;", "]": "&#93;", "\\": "&#92;", "*": "&#42;",
 }
+#: Bare-URL starts GitHub autolinks: ``https://x``, ``www.x``.
+_AUTOLINKS = (("://", ":" + _ZWSP + "//"), ("www.", "www" + _ZWSP + "."))
 
 
 def md_escape(text: Any) -> str:
     """Make input text inert in GitHub markdown: no table breaks, HTML, code spans, links,
-    mentions or ``*`` emphasis; newlines and other control characters become spaces.
-    (``_`` is left alone: GitHub never reads it as emphasis inside a word like ``step_ms``.)"""
+    autolinks, mentions, issue references or ``*`` emphasis; newlines and other control
+    characters become spaces. (``_`` is left alone: GitHub never reads it as emphasis inside a
+    word like ``step_ms``.)"""
     s = "".join(" " if (ord(ch) < 32 or ch in "\u2028\u2029\x7f") else ch for ch in str(text))
-    return "".join(_MD_ESCAPES.get(ch, ch) for ch in s)
+    s = "".join(_MD_ESCAPES.get(ch, ch) for ch in s)
+    for start, broken in _AUTOLINKS:
+        s = s.replace(start, broken)
+    return s
 
 
 # --- shared pieces -------------------------------------------------------------------------
