@@ -37,17 +37,6 @@ def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-def record_phase(rec: Recorder, p: int, t0: Any, t1: Any) -> None:
-    """Where a finished phase goes: the open step, or the fetches before the next one."""
-    if rec.in_step:
-        rec.marks.append((p, t0, t1))
-    else:
-        outside = rec.outside
-        outside.append((p, t0, t1))
-        if len(outside) > MAX_OUTSIDE_FETCHES:
-            del outside[0]
-
-
 def timed_call(
     orig: Callable[..., Any],
     p: int,
@@ -99,7 +88,7 @@ def timed_call(
                     if rec.in_step:
                         rec.acc[p] += t1 - t0  # host nanoseconds: the fast path's clock
                     else:
-                        record_phase(rec, p, t0, t1)
+                        rec.record(p, t0, t1)
             except Exception as exc:
                 fail(exc)
 
@@ -201,7 +190,7 @@ class AutoPatches:
                     rec.active = -1
                     if rec.in_step:
                         rec.acc[DL] += t1 - t0
-                    else:  # the usual place: fetched before the step that uses it
+                    else:  # the usual place, before its step: Recorder.record, inline
                         outside = rec.outside
                         outside.append((DL, t0, t1))
                         if len(outside) > MAX_OUTSIDE_FETCHES:

@@ -96,16 +96,20 @@ class Recorder:
             return
         t = self.mark()
         self.active = -1
-        if self.in_step or self.implicit:
-            self.marks.append((p, self.t_open, t))
-        else:
-            outside = self.outside
-            outside.append((p, self.t_open, t))
-            if len(outside) > MAX_OUTSIDE_FETCHES:
-                del outside[0]
+        self.record(p, self.t_open, t)
         if p == OPT:
             self.saw_opt = True
             self.last_opt_end = t
+
+    def record(self, p: int, t0: Any, t1: Any) -> None:
+        """Where a finished phase goes: the open step, or the fetches before the next one."""
+        if self.in_step or self.implicit:
+            self.marks.append((p, t0, t1))
+        else:
+            outside = self.outside
+            outside.append((p, t0, t1))
+            if len(outside) > MAX_OUTSIDE_FETCHES:
+                del outside[0]
 
     def phase_abort(self, p: int) -> None:
         """The phase ended without a result (a loader's StopIteration): record nothing, and

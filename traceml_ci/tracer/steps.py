@@ -55,26 +55,10 @@ class StepStore:
             if not self.host:  # keep the event pool bounded past the cap
                 self._release(enter, exit_, marks, outside)
             return
-        self.steps_total = n = self.steps_total + 1
-        if self.host:
-            # The common CPU case, inline and lean: integer nanoseconds, one division a column.
-            rss = self.rss
-            if rss is not None and exit_ - rss.last_ns >= rss.interval_ns:
-                rss.last_ns = exit_
-                rss.sample(n)
-            ph = [0, 0, 0, 0]
-            before = 0
-            for p, t0, t1 in marks:
-                ph[p] += t1 - t0
-            for p, t0, t1 in outside:
-                ph[p] += t1 - t0
-                before += t1 - t0
-            self.resolved = r = self.resolved + 1
-            if r > self.warmup_steps:
-                # Host rows fill the five time columns; the device-memory columns stay zero.
-                step = (exit_ - enter + before) / 1e6
-                self.columns.append((step, ph[0] / 1e6, ph[1] / 1e6, ph[2] / 1e6, ph[3] / 1e6))
+        if self.host:  # a host step timed the general way: all its phases are in the marks
+            self.host_step(enter, exit_, [0, 0, 0, 0], marks, outside)
             return
+        self.steps_total += 1
         if self.rss is not None:
             self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
