@@ -10,7 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-FIXTURES = REPO.parent / "shared" / "fixtures"
+#: Real summaries from other tools (TraceML 0.5.0), copied in: a plain clone has no ../shared.
+FIXTURES = REPO / "tests" / "data"
 
 
 def busy(ms: float) -> None:

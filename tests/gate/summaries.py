@@ -9,7 +9,7 @@ from typing import Any
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"
-TRACEML_AI = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "traceml-ai-0.5.0"
+TRACEML_AI = Path(__file__).resolve().parents[1] / "data" / "traceml-ai-0.5.0"
 PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
 
 #: A plain balanced-ish split, in ms per step: 20 ms in all.
