@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_plugin.summaries import read_summary
+from traceml_ci.summary.keys import SUMMARY_FILENAME
 
 #: The last lines of the script's output shown when it fails.
 OUTPUT_TAIL_LINES = 30
@@ -49,7 +50,7 @@ def traced_script(
         raise ScriptFailed(
             f"traceml: {script} exited with code {proc.returncode}\n" + _tail(proc)
         )
-    path = out_dir / "final_summary.json"
+    path = out_dir / SUMMARY_FILENAME
     if not path.is_file():
         raise ScriptFailed(f"traceml: {script} left no summary at {path}\n" + _tail(proc))
     return read_summary(path)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-#: A run's summary inside a folder given as RUN (what ``traceml-ci run --out DIR`` writes).
-SUMMARY_NAME = "final_summary.json"
+from traceml_ci.summary.keys import SUMMARY_FILENAME
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     for given in args.runs:
         path = Path(given)
         if path.is_dir():
-            path = path / SUMMARY_NAME
+            path = path / SUMMARY_FILENAME
             if not path.is_file():
-                raise InputError(given, f"folder holds no {SUMMARY_NAME}")
+                raise InputError(given, f"folder holds no {SUMMARY_FILENAME}")
         loaded = read_input(path)
         if loaded.kind is InputKind.SET:
             raise InputError(str(path), "is a baseline set; combine takes one run's summary each")

@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from traceml_ci.tracer.config import ENV_OUT, ENV_RUN_NAME, ENV_WARMUP, SUMMARY_FILENAME
+    from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT, SUMMARY_FILENAME
+    from traceml_ci.tracer.config import ENV_RUN_NAME, ENV_WARMUP
 
     script = Path(args.script)
     if not script.is_file():
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--warmup-steps must be >= 0")
     env = dict(os.environ)
     locked = []
-    out = Path(args.out or env.get(ENV_OUT) or "traceml-out")
+    out = Path(args.out or env.get(ENV_OUT) or DEFAULT_OUT_DIR)
     env[ENV_OUT] = str(out)
     if args.out:
         locked.append("out_dir")

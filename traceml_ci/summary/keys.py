@@ -6,3 +6,11 @@ TOOL_NAME = "traceml-ci"
 
 #: The five phases a step is split into, in display order. ``other`` is the rest of the step.
 PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "other")
+
+#: Where a run's files go unless told otherwise, and the summary's file name in that folder.
+DEFAULT_OUT_DIR = "traceml-out"
+SUMMARY_FILENAME = "final_summary.json"
+#: Steps counted but left out of the statistics (compilation, allocator warm-up, first batches).
+DEFAULT_WARMUP_STEPS = 5
+#: The environment variable naming the output folder (users set it; launchers may too).
+ENV_OUT = "TRACEML_CI_OUT"

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer import api
-from traceml_ci.tracer.config import ENV_OUT, ENV_RUN_NAME, ENV_WARMUP, TracerConfig
+from traceml_ci.tracer.config import (
+    DEFAULT_OUT_DIR,
+    DEFAULT_WARMUP_STEPS,
+    ENV_OUT,
+    ENV_RUN_NAME,
+    ENV_WARMUP,
+    TracerConfig,
+)
 
 ENV_LOCKED = "TRACEML_CI_LOCKED"
 
@@ -37,9 +44,9 @@ def main() -> int:
     sys.argv = sys.argv[1:]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     config = TracerConfig(
-        out_dir=Path(os.environ.get(ENV_OUT) or "traceml-out"),
+        out_dir=Path(os.environ.get(ENV_OUT) or DEFAULT_OUT_DIR),
         run_name=os.environ.get(ENV_RUN_NAME) or Path(script).stem,
-        warmup_steps=int(os.environ.get(ENV_WARMUP) or 5),
+        warmup_steps=int(os.environ.get(ENV_WARMUP) or DEFAULT_WARMUP_STEPS),
         locked=frozenset(filter(None, os.environ.get(ENV_LOCKED, "").split(","))),
     )
     tracer = api.start(config, zero_change=True)

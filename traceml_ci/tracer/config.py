@@ -6,15 +6,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer's modules)
+    DEFAULT_OUT_DIR,
+    DEFAULT_WARMUP_STEPS,
+    ENV_OUT,
+    SUMMARY_FILENAME,
+)
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 MODES = ("auto", "manual")
-DEFAULT_OUT_DIR = "traceml-out"
-DEFAULT_WARMUP_STEPS = 5
-SUMMARY_FILENAME = "final_summary.json"
 
 #: Environment variables (set by `traceml-ci run` for the traced script, or by users).
-ENV_OUT = "TRACEML_CI_OUT"
 ENV_RUN_NAME = "TRACEML_CI_RUN_NAME"
 ENV_WARMUP = "TRACEML_CI_WARMUP_STEPS"
 
