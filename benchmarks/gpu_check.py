@@ -1,0 +1,414 @@
+"""One-shot GPU check: run once on the first machine with a CUDA GPU; one PASS/FAIL line a check.
+
+    python benchmarks/gpu_check.py                 # on a CUDA machine, < 3 minutes
+    python benchmarks/gpu_check.py --device cpu    # the same checks on CPU (CUDA-only ones SKIP)
+
+Checks: device events resolve; no per-step synchronisation (sync debug mode "error", and the
+profiler's count of cuda*Synchronize calls in steady-state steps); per-step peak allocated /
+reserved memory filled and plausible; NVML utilisation sampled; AMP GradScaler with skipped
+steps; torch.compile on CUDA; overhead A/B on a ~2 ms and a ~20 ms step; DDP over NCCL with one
+rank. Exit 0 when nothing FAILed. ``--json FILE`` also writes the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import traceml_ci as traceml  # noqa: E402
+from traceml_ci.tracer import api  # noqa: E402
+from traceml_ci.tracer.config import TracerConfig  # noqa: E402
+
+PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
+RESULTS: list[dict[str, Any]] = []
+SKIPPED: set[str] = set()
+
+
+class Skip(Exception):
+    """The check cannot run here (no CUDA, no pynvml, ...)."""
+
+
+def check(name: str) -> Callable[[Callable[..., str]], Callable[..., None]]:
+    """Run a check, print one line: PASS/FAIL/SKIP, its name, its time and what it saw."""
+
+    def wrap(fn: Callable[..., str]) -> Callable[..., None]:
+        def run(*args: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                if name in SKIPPED:
+                    raise Skip("--skip")
+                detail, status = fn(*args), "PASS"
+            except Skip as exc:
+                detail, status = str(exc), "SKIP"
+            except AssertionError as exc:
+                detail, status = f"{exc}", "FAIL"
+            except Exception as exc:  # a crash is a failed check, not a stopped script
+                detail = f"{type(exc).__name__}: {exc} | " + traceback.format_exc(limit=3)[-400:]
+                status = "FAIL"
+            finally:
+                api.stop()
+            took = time.perf_counter() - t0
+            detail = " ".join(str(detail).split())
+            print(f"{status} {name:<28} {took:6.1f}s  {detail}", flush=True)
+            RESULTS.append({"check": name, "status": status, "s": round(took, 2), "detail": detail})
+
+        return run
+
+    return wrap
+
+
+# -- jobs ------------------------------------------------------------------------------------
+def scaled(width: int, device: str) -> int:
+    """The GPU sizes; an eighth of the width on CPU, where this is a smoke run of the logic."""
+    return width if device.startswith("cuda") else width // 8
+
+
+def mlp(width: int, depth: int, device: str) -> nn.Module:
+    width = scaled(width, device)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 1)).to(device)
+
+
+def loader(width: int, batch: int, n_batches: int, device: str) -> torch.utils.data.DataLoader:
+    width, pin = scaled(width, device), device.startswith("cuda")
+    data = torch.utils.data.TensorDataset(
+        torch.randn(batch * n_batches, width), torch.randn(batch * n_batches, 1)
+    )
+    return torch.utils.data.DataLoader(data, batch_size=batch, pin_memory=pin, drop_last=True)
+
+
+def endless(dl: Any) -> Iterator[Any]:
+    while True:
+        yield from dl
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def tracing(out: Path, warmup: int = 3) -> Iterator[Any]:
+    """A fresh tracer for one check; its summary dict is put in the yielded holder at exit."""
+    holder: dict[str, Any] = {}
+    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=warmup), at_exit=False)
+    try:
+        yield holder
+    finally:
+        path = tracer.finish()
+        if path is not None:
+            holder.update(json.loads(Path(path).read_text()))
+
+
+def train(
+    model: nn.Module,
+    opt: Any,
+    batches: Iterator[Any],
+    steps: int,
+    device: str,
+    traced: bool = True,
+    scaler: Any = None,
+    poison: set[int] | None = None,
+) -> None:
+    for i in range(steps):
+        x, y = next(batches)
+        ctx = traceml.trace_step(model) if traced else contextlib.nullcontext()
+        with ctx:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            opt.zero_grad(set_to_none=True)
+            if scaler is None:
+                loss = ((model(x) - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+            else:
+                with torch.autocast(device_type="cuda", dtype=torch.float16):
+                    loss = ((model(x) - y) ** 2).mean()
+                if poison and i in poison:
+                    loss = loss * float("inf")  # inf grads: the scaler skips optimizer.step()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+
+
+def shares(summary: dict[str, Any]) -> str:
+    st = summary["step_time"]
+    return " ".join(f"{p[:3]} {st[f'{p}_pct']}" for p in PHASES) + f" | {st['diagnosis']}"
+
+
+def assert_summary(summary: dict[str, Any], clock: str | None = None) -> None:
+    st = summary.get("step_time") or {}
+    assert st.get("steps_analyzed", 0) > 0, f"no step analysed: {st}"
+    total = sum(st[f"{p}_pct"] for p in PHASES)
+    assert abs(total - 100) < 0.5, f"shares add up to {total}"
+    if clock is not None:
+        assert st["clock"] == clock, f"clock {st['clock']!r}, expected {clock!r}"
+
+
+# -- checks ----------------------------------------------------------------------------------
+@check("device events resolve")
+def events_resolve(device: str, out: Path) -> str:
+    model = mlp(1024, 4, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    with tracing(out / "events") as s:
+        train(model, opt, endless(loader(1024, 256, 32, device)), 60, device)
+    assert_summary(s, "device_event" if device.startswith("cuda") else "host")
+    assert s["step_time"]["steps_analyzed"] >= 50, s["step_time"]["steps_analyzed"]
+    return shares(s)
+
+
+@check("no per-step synchronisation")
+def no_sync(device: str, out: Path) -> str:
+    if not device.startswith("cuda"):
+        raise Skip("CUDA only")
+    model = mlp(1024, 4, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = endless(loader(1024, 256, 32, device))
+    with tracing(out / "nosync") as s:
+        train(model, opt, batches, 10, device)  # warm-up: first-step set-up may sync once
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            train(model, opt, batches, 40, device)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            train(model, opt, batches, 40, device)
+            steps = 40
+    assert_summary(s, "device_event")
+    syncs = {
+        e.key: e.count
+        for e in prof.key_averages()
+        if "Synchronize" in e.key and e.key.startswith("cuda")
+    }
+    n = sum(syncs.values())
+    # A handful in 40 steps may come from the tracer catching up (> 64 steps behind) -- never
+    # one a step.
+    assert n < steps / 4, f"{n} synchronize calls in {steps} steps: {syncs}"
+    return f"sync-debug 'error' passed 40 steps; profiler: {n} sync calls in {steps} steps {syncs}"
+
+
+@check("peak memory filled")
+def peak_memory(device: str, out: Path) -> str:
+    if not device.startswith("cuda"):
+        raise Skip("CUDA only (CPU has RSS only)")
+    model = mlp(2048, 4, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    params_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    with tracing(out / "mem") as s:
+        train(model, opt, endless(loader(2048, 512, 16, device)), 30, device)
+    mem = s["step_memory"]
+    alloc, res, total = mem["peak_allocated_mb"], mem["peak_reserved_mb"], mem["device_total_mb"]
+    assert alloc is not None and res is not None, mem
+    # weights + grads + two Adam moments at least
+    assert alloc >= 3.5 * params_mb, f"peak allocated {alloc} MB < 3.5 x params {params_mb:.0f}"
+    assert alloc <= res <= (total or float("inf")), f"alloc {alloc} reserved {res} total {total}"
+    return f"params {params_mb:.0f} MB, peak allocated {alloc} MB, reserved {res} MB of {total}"
+
+
+@check("NVML utilisation sampled")
+def nvml(device: str, out: Path) -> str:
+    if not device.startswith("cuda"):
+        raise Skip("CUDA only")
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        raise Skip("pynvml missing: pip install traceml-ci[gpu]") from None
+    model = mlp(4096, 6, device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    with tracing(out / "nvml") as s:
+        t0 = time.perf_counter()
+        batches = endless(loader(4096, 1024, 8, device))
+        while time.perf_counter() - t0 < 4:  # a few sampling periods
+            train(model, opt, batches, 20, device)
+    gpu = s["gpu"]
+    assert gpu["samples"] and gpu["samples"] >= 2, gpu
+    assert gpu["util_mean_pct"] is not None and gpu["util_mean_pct"] > 10, gpu
+    return f"{gpu}"
+
+
+@check("AMP GradScaler skipped steps")
+def amp(device: str, out: Path) -> str:
+    if not device.startswith("cuda"):
+        raise Skip("CUDA only")
+    model = mlp(1024, 3, device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    poison = {12, 20, 31}
+    with tracing(out / "amp") as s:
+        train(
+            model,
+            opt,
+            endless(loader(1024, 256, 16, device)),
+            40,
+            device,
+            scaler=scaler,
+            poison=poison,
+        )
+    assert_summary(s, "device_event")
+    st = s["step_time"]
+    assert st["steps_total"] == 40, f"steps_total {st['steps_total']} != 40 loop iterations"
+    return f"40 steps, {len(poison)} skipped by the scaler: {shares(s)}"
+
+
+@check("torch.compile")
+def compiled(device: str, out: Path) -> str:
+    model = mlp(1024, 4, device)
+    cmodel = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = endless(loader(1024, 256, 32, device))
+    with tracing(out / "compile", warmup=5) as s:
+        for _ in range(40):
+            x, y = next(batches)
+            with traceml.trace_step(cmodel):
+                x, y = x.to(device), y.to(device)
+                opt.zero_grad(set_to_none=True)
+                loss = ((cmodel(x) - y) ** 2).mean()
+                loss.backward()
+                opt.step()
+    assert_summary(s)
+    assert s["step_time"]["forward_pct"] > 0, shares(s)
+    return shares(s)
+
+
+def ab(
+    device: str, out: Path, width: int, depth: int, batch: int, blocks: int, steps: int
+) -> tuple[float, float, float]:
+    """Alternating traced/untraced blocks of wall time (synced at block ends): ms a step
+    untraced, ms traced, and the median of the paired ratios."""
+    model = mlp(width, depth, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = endless(loader(width, batch, 16, device))
+    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
+
+    def block(traced: bool) -> float:
+        if traced:
+            tracer.patches.install()
+        else:
+            tracer.patches.uninstall()
+        sync(device)
+        t0 = time.perf_counter()
+        train(model, opt, batches, steps, device, traced=traced)
+        sync(device)
+        return (time.perf_counter() - t0) / steps * 1000
+
+    block(False)
+    block(True)
+    on, off = [], []
+    for b in range(blocks):
+        for traced in (True, False) if b % 2 == 0 else (False, True):
+            (on if traced else off).append(block(traced))
+    tracer.patches.install()
+    tracer.finish()
+    api.stop()
+    ratios = [a / b for a, b in zip(on, off, strict=True)]
+    return statistics.median(off), statistics.median(on), statistics.median(ratios)
+
+
+@check("overhead A/B")
+def overhead(device: str, out: Path, quick: bool) -> str:
+    if device.startswith("cuda"):
+        cases = (("~2 ms", 2048, 4, 1024, 1.03), ("~20 ms", 4096, 8, 8192, 1.01))
+    else:
+        cases = (("cpu small", 256, 2, 64, 1.10),)
+    blocks, steps = (4, 10) if quick else (20, 30)
+    lines, bad = [], []
+    for name, width, depth, batch, limit in cases:
+        off, on, ratio = ab(device, out / name.replace(" ", ""), width, depth, batch, blocks, steps)
+        lines.append(f"{name}: {off:.3f} -> {on:.3f} ms/step, ratio {ratio:.4f} (<= {limit})")
+        if ratio > limit:
+            bad.append(name)
+    assert not bad, "; ".join(lines)
+    return "; ".join(lines)
+
+
+@check("DDP, one rank")
+def ddp(device: str, out: Path) -> str:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group(backend, rank=0, world_size=1)
+    try:
+        model = DDP(mlp(1024, 4, device), device_ids=[0] if backend == "nccl" else None)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        with tracing(out / "ddp") as s:
+            train(model, opt, endless(loader(1024, 256, 32, device)), 40, device)
+    finally:
+        dist.destroy_process_group()
+    assert_summary(s)
+    assert s["step_time"]["backward_pct"] > 0, shares(s)
+    return f"{backend}: {shares(s)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default = "cuda" if torch.cuda.is_available() else "cpu"
+    parser.add_argument("--device", default=default, help=f"cuda or cpu (default {default})")
+    parser.add_argument("--quick", action="store_true", help="fewer A/B blocks (a smoke run)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="leave a check out (its name as printed, e.g. torch.compile)",
+    )
+    args = parser.parse_args(argv)
+    SKIPPED.update(args.skip)
+    device = args.device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            print("FAIL cuda requested but torch.cuda.is_available() is False")
+            return 1
+        props = torch.cuda.get_device_properties(0)
+        print(
+            f"# {props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}"
+        )
+    else:
+        torch.set_num_threads(1)
+        print(f"# CPU only (torch {torch.__version__}): CUDA-only checks SKIP")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        events_resolve(device, out)
+        no_sync(device, out)
+        peak_memory(device, out)
+        nvml(device, out)
+        amp(device, out)
+        compiled(device, out)
+        overhead(device, out, args.quick)
+        ddp(device, out)
+    failed = [r["check"] for r in RESULTS if r["status"] == "FAIL"]
+    took = time.perf_counter() - t0
+    print(
+        f"# {len(RESULTS) - len(failed)}/{len(RESULTS)} not failed in {took:.0f} s"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(RESULTS, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
