@@ -74,7 +74,8 @@ def major(version: str) -> int | None:
 
 
 def semantic_problems(doc: dict[str, Any]) -> list[Problem]:
-    """What a schema cannot say: the schema version is one we read, and the pcts add up to 100."""
+    """What a schema cannot say: the schema version is one we read, and the shares add up to
+    100 (null only all together, when no step was analysed)."""
     problems: list[Problem] = []
     version = doc.get("schema_version")
     ours = major(SCHEMA_VERSION)
@@ -89,14 +90,28 @@ def semantic_problems(doc: dict[str, Any]) -> list[Problem]:
         )
     st = doc.get("step_time")
     if isinstance(st, dict):
-        values = [st.get(f"{p}_pct") for p in PHASES]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            total = math.fsum(values)  # type: ignore[arg-type]
-            if abs(total - 100.0) > PCT_SUM_TOLERANCE:
-                problems.append(
-                    Problem("$.step_time", f"the five *_pct add up to {total:g}, not 100")
-                )
+        problems += _share_problems(st)
     return problems
+
+
+def _share_problems(st: dict[str, Any]) -> list[Problem]:
+    """The five shares add up to 100; all five are null only when no step was analysed."""
+    values = {p: st.get(f"{p}_pct") for p in PHASES}
+    nulls = [p for p, v in values.items() if v is None]
+    if len(nulls) == len(PHASES):
+        analysed = st.get("steps_analyzed")
+        if isinstance(analysed, int) and analysed > 0:
+            return [Problem("$.step_time", f"the five *_pct are null although {analysed} steps "
+                            "were analysed")]
+        return []
+    if nulls:
+        return [Problem(f"$.step_time.{p}_pct", "is null while other shares are numbers (null "
+                        "only when no step was analysed)") for p in nulls]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
+        total = math.fsum(values.values())  # type: ignore[arg-type]
+        if abs(total - 100.0) > PCT_SUM_TOLERANCE:
+            return [Problem("$.step_time", f"the five *_pct add up to {total:g}, not 100")]
+    return []
 
 
 def summary_problems(doc: Any) -> list[Problem]:

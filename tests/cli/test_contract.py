@@ -1,0 +1,166 @@
+"""The CLI's exit-code contract: 1 means regression and nothing else; anything unexpected is one
+line on stderr and exit 4, never a traceback; text from a file cannot break the line."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.summary.builders import summary_doc
+from traceml_ci.cli.main import main
+from traceml_ci.errors import ExitCode, TracemlError
+
+PHASES = {"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4}
+CLI = [sys.executable, "-m", "traceml_ci"]
+#: A script whose file name is not UTF-8 (``train_\xff.py``) gets this run name.
+SURROGATE_NAME = "train_\udcff.py"
+
+
+def _file(path: Path, **run) -> str:
+    doc = summary_doc(PHASES)
+    doc["run"].update(run)
+    # ensure_ascii writes a lone surrogate as the JSON escape \udcff, as the tracer does.
+    path.write_text(json.dumps(doc), encoding="ascii")
+    return str(path)
+
+
+def _one_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml rules from the repository
+
+
+def test_the_table_is_defined_once_and_only_regression_is_1() -> None:
+    assert [c for c in ExitCode if c == 1] == [ExitCode.REGRESSION]
+    assert len({int(c) for c in ExitCode}) == len(ExitCode)  # no aliases
+    assert TracemlError.exit_code == ExitCode.BAD_INPUT  # an unclassified error is not a verdict
+    from traceml_ci.cli import diff
+
+    assert (diff.EXIT_REGRESSION, diff.EXIT_INCOMPARABLE) == (1, 3)
+
+
+def test_a_crash_inside_a_command_is_one_line_and_exit_4(tmp_path, monkeypatch, capsys) -> None:
+    compare = importlib.import_module("traceml_ci.gate.compare")  # the package shadows the name
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand\nsecond line \x1b[2J")
+
+    monkeypatch.setattr(compare, "compare", broken)
+    a = _file(tmp_path / "a.json")
+    assert main(["diff", a, a]) == ExitCode.INTERNAL
+    out, err = capsys.readouterr()
+    line = _one_line(err)
+    assert "internal error (TypeError: unsupported operand\\nsecond line \\x1b[2J)" in line
+    assert "please report" in line and "\x1b" not in line and out == ""
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [KeyError("step_time"), RecursionError(), MemoryError(), SystemExit(1), SystemExit("msg")],
+    ids=repr,
+)
+def test_any_unexpected_exception_or_stray_exit_is_4(raised, tmp_path, monkeypatch, capsys):
+    from traceml_ci.cli import validate
+
+    def boom(args):
+        raise raised
+
+    monkeypatch.setattr(validate, "run", boom)
+    assert main(["validate", _file(tmp_path / "a.json")]) == ExitCode.INTERNAL
+    assert type(raised).__name__ in _one_line(capsys.readouterr().err)
+
+
+def test_an_undefined_return_code_is_not_passed_on(tmp_path, monkeypatch, capsys) -> None:
+    from traceml_ci.cli import validate
+
+    monkeypatch.setattr(validate, "run", lambda args: 7)
+    assert main(["validate", _file(tmp_path / "a.json")]) == ExitCode.INTERNAL
+    assert "undefined exit code 7" in _one_line(capsys.readouterr().err)
+
+
+def test_typed_errors_keep_their_codes(tmp_path, monkeypatch, capsys) -> None:
+    from traceml_ci.cli import validate
+    from traceml_ci.errors import ApiError
+
+    monkeypatch.setattr(validate, "run", lambda args: (_ for _ in ()).throw(ApiError("403")))
+    assert main(["validate", "x"]) == ExitCode.API
+    assert _one_line(capsys.readouterr().err) == "traceml-ci: error: 403"
+
+
+def test_a_closed_stdout_is_not_an_error_report(tmp_path, monkeypatch, capsys) -> None:
+    from traceml_ci.cli import validate
+
+    monkeypatch.setattr(validate, "run", lambda args: (_ for _ in ()).throw(BrokenPipeError()))
+    assert main(["validate", "x"]) == ExitCode.BROKEN_PIPE
+    assert capsys.readouterr().err == ""
+
+
+def test_a_path_with_newline_and_escape_stays_on_one_line(tmp_path, capsys) -> None:
+    path = str(tmp_path / "x\n::error ::forged\x1b[2J.json")
+    assert main(["show", path]) == ExitCode.BAD_INPUT
+    line = _one_line(capsys.readouterr().err)
+    assert "x\\n::error ::forged\\x1b[2J.json" in line and "cannot read" in line
+
+
+def test_real_process_crash_exits_4_without_traceback(tmp_path) -> None:
+    """The console entry point, in a real interpreter: exit status 4, one line on stderr."""
+    a = _file(tmp_path / "a.json")
+    code = (
+        "import importlib, sys\n"
+        "c = importlib.import_module('traceml_ci.gate.compare')\n"
+        "def broken(*a, **k): raise ZeroDivisionError('division by zero')\n"
+        "c.compare = broken\n"
+        "from traceml_ci.cli.main import entry\n"
+        "sys.argv = ['traceml-ci', 'diff', sys.argv[1], sys.argv[1]]\n"
+        "entry()\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, a], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == 4, res.stderr
+    assert "internal error (ZeroDivisionError: division by zero)" in _one_line(res.stderr)
+
+
+def _strict_env() -> dict[str, str]:
+    """stdout as a CI runner has it: UTF-8 and strict, so an unescaped surrogate would crash."""
+    env = dict(os.environ, PYTHONIOENCODING="utf-8:strict", PYTHONUTF8="0", LC_ALL="C.UTF-8")
+    env.pop("TRACEML_CI_DEBUG", None)
+    return env
+
+
+def test_surrogate_run_name_and_file_name_validate_without_traceback(tmp_path) -> None:
+    """A script named ``train_\\xff.py`` gives the run name 'train_\\udcff.py': a valid summary.
+    ``validate`` says so, escaping what it prints; a file name with that byte too."""
+    folder = os.fsencode(tmp_path)
+    named = _file(Path(os.fsdecode(folder + b"/summary_\xff.json")), name=SURROGATE_NAME)
+    bad_status = _file(tmp_path / "bad.json", name=SURROGATE_NAME, status="\udcff\n::error ::x")
+    res = subprocess.run([*CLI, "validate", named, bad_status], capture_output=True,
+                         env=_strict_env(), timeout=60, cwd=tmp_path)
+    out, err = res.stdout.decode(), res.stderr.decode()
+    assert res.returncode == ExitCode.BAD_INPUT, err
+    assert out.splitlines() == [f"{tmp_path}/summary_\\udcff.json: valid"]
+    line = _one_line(err)
+    assert line.startswith(f"{bad_status}: $.run.status: ") and "\\udcff\\n::error ::x" in line
+
+
+def test_surrogate_run_name_diff_never_crashes_or_reads_as_regression(tmp_path) -> None:
+    """Reported consistently with validate: the same valid file is diffed, never exit 1 or a
+    traceback (the text renderer escapes run names)."""
+    a = _file(tmp_path / "a.json", name=SURROGATE_NAME)
+    for fmt in ("text", "markdown", "json"):
+        res = subprocess.run([*CLI, "diff", "--format", fmt, a, a], capture_output=True,
+                             env=_strict_env(), timeout=60, cwd=tmp_path)
+        err = res.stderr.decode()
+        assert res.returncode in (ExitCode.OK, ExitCode.INTERNAL), (fmt, err)
+        assert "Traceback" not in err and len(err.splitlines()) <= 1
