@@ -164,3 +164,36 @@ def test_surrogate_run_name_diff_never_crashes_or_reads_as_regression(tmp_path) 
         err = res.stderr.decode()
         assert res.returncode in (ExitCode.OK, ExitCode.INTERNAL), (fmt, err)
         assert "Traceback" not in err and len(err.splitlines()) <= 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="POSIX")
+def test_diff_refuses_devices_and_streams_at_once(tmp_path) -> None:
+    """``diff /dev/zero x.json`` used to read forever; a real process must answer, exit 2."""
+    a = _file(tmp_path / "a.json")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a stream that stays open
+    try:
+        for bad, kind in (("/dev/zero", "a character device"), (str(fifo), "a named pipe")):
+            res = subprocess.run([*CLI, "diff", bad, a], capture_output=True, text=True,
+                                 timeout=60, cwd=tmp_path)
+            assert res.returncode == ExitCode.BAD_INPUT, res.stderr
+            assert f"{bad}: is {kind}" in _one_line(res.stderr)
+    finally:
+        os.close(writer)
+
+
+def test_diff_on_a_9_mb_run_name_is_refused_fast(tmp_path, capsys) -> None:
+    """Used to take 8-63 s; now one line and exit 2, well under a second (stopwatch here)."""
+    import time
+
+    big = _file(tmp_path / "big.json", name="x" * 9_000_000)
+    a = _file(tmp_path / "a.json")
+    for argv in (["diff", a, big], ["diff", "--format", "markdown", big, a], ["show", big],
+                 ["validate", big]):
+        start = time.perf_counter()
+        assert main(argv) == ExitCode.BAD_INPUT
+        elapsed = time.perf_counter() - start
+        line = _one_line(capsys.readouterr().err)
+        assert "$.run.name is 9,000,000 characters long" in line and len(line) < 400
+        assert elapsed < 1.0, (argv, elapsed)
