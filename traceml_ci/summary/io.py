@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceml_ci.errors import InputError
 from traceml_ci.fsutil import atomic_write_text
-from traceml_ci.summary.schema import summary_problems
+from traceml_ci.summary.schema import json_path, summary_problems
 
 if TYPE_CHECKING:  # the model's dataclasses cost ~20 ms to import; readers don't need them
     from traceml_ci.summary.model import Summary
@@ -114,20 +114,13 @@ def long_string_problem(doc: Any, limit: int) -> str | None:
         if isinstance(node, dict):
             for key, value in node.items():
                 if len(key) > limit:
-                    return f"a key in {_json_path(where)} is {len(key):,} characters long"
+                    return f"a key in {json_path(where)[:200]} is {len(key):,} characters long"
                 stack.append((value, (*where, key)))
         elif isinstance(node, list):
             stack.extend((v, (*where, i)) for i, v in enumerate(node))
         elif isinstance(node, str) and len(node) > limit:
-            return f"the string at {_json_path(where)} is {len(node):,} characters long"
+            return f"the string at {json_path(where)[:200]} is {len(node):,} characters long"
     return None
-
-
-def _json_path(parts: tuple[str | int, ...]) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out[:200]
 
 
 def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) -> Any:
