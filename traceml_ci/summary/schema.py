@@ -70,7 +70,9 @@ def json_path(parts: Iterable[str | int]) -> str:
 @cache
 def fast_validator(name: str) -> Callable[[Any], Any]:
     """Schema ``name`` compiled to a Python function (cached per process): returns the document
-    when valid, raises ``fastjsonschema.JsonSchemaValueException`` at the first problem."""
+    when valid, raises ``fastjsonschema.JsonSchemaValueException`` at the first problem.
+    fastjsonschema writes a property's ``default`` into the document: keep ``default`` out of
+    our schemas (a test checks validation leaves documents unchanged)."""
     import fastjsonschema
 
     return fastjsonschema.compile(load_schema(name), use_formats=False)
