@@ -155,15 +155,21 @@ def test_surrogate_run_name_and_file_name_validate_without_traceback(tmp_path) -
 
 
 def test_surrogate_run_name_diff_never_crashes_or_reads_as_regression(tmp_path) -> None:
-    """Reported consistently with validate: the same valid file is diffed, never exit 1 or a
-    traceback (the text renderer escapes run names)."""
+    """Reported consistently with validate: the same valid file is diffed in every format, to
+    stdout (exit 0; what a stream cannot encode is escaped) and to --output (never exit 1 or a
+    traceback; exit 0 once the renderers escape run names, until then 4 with one line)."""
     a = _file(tmp_path / "a.json", name=SURROGATE_NAME)
     for fmt in ("text", "markdown", "json"):
         res = subprocess.run([*CLI, "diff", "--format", fmt, a, a], capture_output=True,
                              env=_strict_env(), timeout=60, cwd=tmp_path)
         err = res.stderr.decode()
-        assert res.returncode in (ExitCode.OK, ExitCode.INTERNAL), (fmt, err)
-        assert "Traceback" not in err and len(err.splitlines()) <= 1
+        assert res.returncode == ExitCode.OK, (fmt, err)
+        assert "Traceback" not in err and b"\\udcff" in res.stdout
+        out = tmp_path / f"report.{fmt}"
+        res = subprocess.run([*CLI, "diff", "--format", fmt, "--output", str(out), a, a],
+                             capture_output=True, env=_strict_env(), timeout=60, cwd=tmp_path)
+        assert res.returncode in (ExitCode.OK, ExitCode.INTERNAL), (fmt, res.stderr)
+        _one_line(res.stderr.decode())
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="POSIX")

@@ -136,5 +136,12 @@ def _command_module(argv: Sequence[str]) -> str | None:
 
 
 def entry() -> None:
-    """The console script: ``sys.exit(main())``."""
+    """The console script (and ``python -m traceml_ci``): ``sys.exit(main())``, with output
+    that cannot crash on what it prints: a character the stream cannot encode (a lone surrogate
+    from an undecodable file name) is written as its escape, ``\\udcff``, like ``one_line``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # replaced by something that cannot
+            pass
     sys.exit(main())

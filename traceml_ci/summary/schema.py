@@ -68,23 +68,24 @@ def json_path(parts: Iterable[str | int]) -> str:
 
 
 @cache
-def fast_validator(name: str) -> Callable[[Any], Any]:
-    """Schema ``name`` compiled to a Python function (cached per process): returns the document
-    when valid, raises ``fastjsonschema.JsonSchemaValueException`` at the first problem.
+def fast_validator(name: str) -> tuple[Callable[[Any], Any], type[Exception]]:
+    """Schema ``name`` compiled to a Python function (cached per process), and the exception
+    it raises at a document's first problem (kept together: a test harness that re-imports
+    fastjsonschema would otherwise bring a second class of that name).
     fastjsonschema writes a property's ``default`` into the document: keep ``default`` out of
     our schemas (a test checks validation leaves documents unchanged)."""
     import fastjsonschema
 
-    return fastjsonschema.compile(load_schema(name), use_formats=False)
+    validate = fastjsonschema.compile(load_schema(name), use_formats=False)
+    return validate, fastjsonschema.JsonSchemaValueException
 
 
 def is_valid(doc: Any, name: str) -> bool:
     """Whether ``doc`` is valid under schema ``name`` (the fast path: no jsonschema import)."""
-    from fastjsonschema import JsonSchemaValueException
-
+    validate, invalid = fast_validator(name)
     try:
-        fast_validator(name)(doc)
-    except JsonSchemaValueException:
+        validate(doc)
+    except invalid:
         return False
     return True
 
