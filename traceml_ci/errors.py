@@ -19,8 +19,8 @@ class ExitCode(IntEnum):
     INCOMPARABLE = 3  # diff: the two runs cannot be compared (e.g. no common phases)
     INTERNAL = 4  # a bug in traceml-ci: one line, "please report"
     API = 5  # a call to GitHub's API failed or was refused
-    BROKEN_PIPE = 141  # stdout was closed early (``| head``): 128 + SIGPIPE, as a shell says
     INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+    BROKEN_PIPE = 141  # stdout was closed early (``| head``): 128 + SIGPIPE, as a shell says
 
 
 class TracemlError(Exception):

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.summary.builders import summary_doc
 from traceml_ci.cli.main import main
-from traceml_ci.errors import ExitCode, TracemlError
+from traceml_ci.errors import ExitCode, TracemlError, one_line
 
 PHASES = {"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4}
 CLI = [sys.executable, "-m", "traceml_ci"]
@@ -203,3 +205,17 @@ def test_diff_on_a_9_mb_run_name_is_refused_fast(tmp_path, capsys) -> None:
         line = _one_line(capsys.readouterr().err)
         assert "$.run.name is 9,000,000 characters long" in line and len(line) < 400
         assert elapsed < 1.0, (argv, elapsed)
+
+
+@given(st.text())
+def test_one_line_leaves_nothing_that_breaks_a_line_or_an_encoder(text) -> None:
+    """Whatever a file holds, the escaped text is one printable line that UTF-8 can encode."""
+    import unicodedata
+
+    line = one_line(text, limit=10_000)
+    line.encode("utf-8")  # strict: no lone surrogate left
+    # No control character (newlines, ESC, C1's CSI), line/paragraph separator, or
+    # bidirectional override/isolate that could reorder what a reader sees.
+    for c in line:
+        assert unicodedata.category(c) not in ("Cc", "Cs", "Zl", "Zp"), ascii(line)
+        assert not ("\u202a" <= c <= "\u202e" or "\u2066" <= c <= "\u2069"), ascii(line)

@@ -63,6 +63,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI in-process and return its exit code (tests call this directly)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    return int(_guarded(argv))
+
+
+def _guarded(argv: list[str]) -> int:
+    """Every way a command can end, as one of the codes in the table."""
     try:
         return _dispatch(argv)
     except TracemlError as exc:
