@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     INCOMPARABLE = 3  # diff: the two runs cannot be compared (e.g. no common phases)
     INTERNAL = 4  # a bug in traceml-ci: one line, "please report"
     API = 5  # a call to GitHub's API failed or was refused
+    MISSING_DEPENDENCY = 6  # something the command needs is not installed (torch, to trace)
     INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
     BROKEN_PIPE = 141  # stdout was closed early (``| head``): 128 + SIGPIPE, as a shell says
 
