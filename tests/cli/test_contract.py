@@ -101,6 +101,17 @@ def test_typed_errors_keep_their_codes(tmp_path, monkeypatch, capsys) -> None:
     assert _one_line(capsys.readouterr().err) == "traceml-ci: error: 403"
 
 
+def test_an_error_class_cannot_claim_the_regression_code(monkeypatch, capsys) -> None:
+    from traceml_ci.cli import validate
+
+    class Confused(TracemlError):
+        exit_code = 1  # type: ignore[assignment]
+
+    monkeypatch.setattr(validate, "run", lambda args: (_ for _ in ()).throw(Confused("oops")))
+    assert main(["validate", "x"]) == ExitCode.INTERNAL
+    assert "internal error (Confused: oops)" in _one_line(capsys.readouterr().err)
+
+
 def test_a_closed_stdout_is_not_an_error_report(tmp_path, monkeypatch, capsys) -> None:
     from traceml_ci.cli import validate
 

@@ -39,6 +39,8 @@ COMMAND_MODULES: dict[str, str] = {"compare": "diff", "action-gate": "action_gat
 #: Commands that exit with a traced child's own code rather than one of ours.
 PASSTHROUGH: frozenset[str] = frozenset({"run"})
 
+_CODES: frozenset[int] = frozenset(ExitCode)
+
 #: Set to show the traceback of an internal error (for a bug report).
 ENV_DEBUG = "TRACEML_CI_DEBUG"
 
@@ -71,6 +73,8 @@ def _guarded(argv: list[str]) -> int:
     try:
         return _dispatch(argv)
     except TracemlError as exc:
+        if exc.exit_code not in _CODES or exc.exit_code in (ExitCode.OK, ExitCode.REGRESSION):
+            return _internal(exc)  # an error class that claims success or a verdict is a bug
         _say(f"traceml-ci: error: {one_line(exc)}")
         return int(exc.exit_code)
     except KeyboardInterrupt:
@@ -96,7 +100,7 @@ def _dispatch(argv: list[str]) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.BAD_INPUT
     code = int(args.func(args))
-    if args.command in PASSTHROUGH or code in ExitCode._value2member_map_:
+    if args.command in PASSTHROUGH or code in _CODES:
         return code
     # Any other code would be read as something in the table (a stray 1 as a regression).
     return _internal(ValueError(f"command {args.command} returned undefined exit code {code}"))
