@@ -230,3 +230,21 @@ def test_one_line_leaves_nothing_that_breaks_a_line_or_an_encoder(text) -> None:
     for c in line:
         assert unicodedata.category(c) not in ("Cc", "Cs", "Zl", "Zp"), ascii(line)
         assert not ("\u202a" <= c <= "\u202e" or "\u2066" <= c <= "\u2069"), ascii(line)
+
+
+def test_a_reader_that_stops_early_gets_141_and_no_noise(tmp_path) -> None:
+    """``traceml-ci validate ... | head -1`` in a real process: far more output than a pipe
+    holds, the reader closes after one line; exit 141, nothing on stderr."""
+    a = _file(tmp_path / "a.json")
+    proc = subprocess.Popen([*CLI, "validate", *[a] * 20_000], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().endswith(b": valid\n")
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == ExitCode.BROKEN_PIPE, err
+    assert err == b""
