@@ -1,18 +1,40 @@
-"""Typed, user-facing errors. Their messages are printed as-is; the CLI maps them to exit codes."""
+"""Typed, user-facing errors and the CLI's exit codes. Messages are printed as-is (one line);
+``cli/main.py`` maps errors to exit codes, and every module that needs a code imports it here."""
 
 from __future__ import annotations
 
+import re
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every exit code ``traceml-ci`` returns, defined once. 1 means regression and nothing else.
+
+    ``traceml-ci run`` is the one exception: it exits with the traced script's own code.
+    """
+
+    OK = 0  # pass, warn, valid, done
+    REGRESSION = 1  # diff: a metric regressed beyond tolerance
+    BAD_INPUT = 2  # a file or the command line is unusable
+    INCOMPARABLE = 3  # diff: the two runs cannot be compared (e.g. no common phases)
+    INTERNAL = 4  # a bug in traceml-ci: one line, "please report"
+    API = 5  # a call to GitHub's API failed or was refused
+    MISSING_DEPENDENCY = 6  # something the command needs is not installed (torch, to trace)
+    INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+    BROKEN_PIPE = 141  # stdout was closed early (``| head``): 128 + SIGPIPE, as a shell says
+
 
 class TracemlError(Exception):
-    """Base of every error traceml-ci reports to a user. ``exit_code`` is what the CLI returns."""
+    """Base of every error traceml-ci reports to a user. ``exit_code`` is what the CLI returns;
+    a subclass that does not say is bad input, never a regression."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.BAD_INPUT
 
 
 class InputError(TracemlError):
     """A file given to us is unreadable, not JSON, schema-invalid or otherwise unusable (exit 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
     def __init__(self, path: str | None, problem: str) -> None:
         self.path = path
@@ -23,10 +45,24 @@ class InputError(TracemlError):
 class UsageError(TracemlError):
     """The command line itself is wrong (exit 2)."""
 
-    exit_code = 2
+    exit_code = ExitCode.BAD_INPUT
 
 
 class ApiError(TracemlError):
     """A call to a remote API (GitHub's) failed or was refused (exit 5)."""
 
-    exit_code = 5
+    exit_code = ExitCode.API
+
+
+#: What cannot be printed on one terminal line as it is: C0/C1 controls and DEL, line and
+#: paragraph separators, bidirectional overrides, and lone surrogates (undecodable file names).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def one_line(text: object, limit: int = 500) -> str:
+    """``text`` escaped for one line of a terminal or CI log (``\\n``, ``\\x1b``, ``\\udcff``),
+    shortened to about ``limit`` characters with a note."""
+    s = str(text)
+    if len(s) > limit:
+        s = f"{s[:limit]}… ({len(s) - limit:,} more characters)"
+    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], s)

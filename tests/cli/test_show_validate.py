@@ -6,6 +6,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,12 +57,67 @@ def test_validate_ok_and_errors_with_paths(summary_file, tmp_path, capsys) -> No
     assert not any("Traceback" in line for line in err)
 
 
-def test_tracemlai_summary_is_not_ours(capsys) -> None:
+def test_validate_reads_traceml_ai_summaries_as_what_they_are(tmp_path, capsys) -> None:
+    """TraceML's own summaries (schema_version 1.9, a number) are what diff accepts: valid when
+    they map to ours, and a broken or newer one says why."""
     from tests.conftest import FIXTURES
 
-    path = FIXTURES / "traceml-ai-0.5.0" / "input_bound.json"
-    assert main(["validate", str(path)]) == 2
-    assert "$.schema_version: 1.9 is not of type 'string'" in capsys.readouterr().err
+    good = [str(FIXTURES / "traceml-ai-0.5.0" / f) for f in ("input_bound.json",
+                                                              "compute_bound.json")]
+    assert main(["validate", *good]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert all("valid (traceml-ai summary, schema_version 1.9" in line for line in out), out
+    doc = json.loads(Path(good[0]).read_text())
+    no_steps = json.loads(json.dumps(doc))
+    del no_steps["step_time"]["global"]["median"], no_steps["step_time"]["global"]["average"]
+    newer = dict(doc, schema_version=2.0)
+    bad = [str(tmp_path / "no_steps.json"), str(tmp_path / "newer.json")]
+    for path, d in zip(bad, (no_steps, newer), strict=True):
+        Path(path).write_text(json.dumps(d))
+    assert main(["validate", *bad]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{bad[0]}: traceml-ai summary has no step_time figures to map",
+                   f"{bad[1]}: traceml-ai schema_version 2.0 is newer than this traceml-ci "
+                   "maps (1.x); upgrade traceml-ci"]
+    for path in bad:  # diff refuses the same files
+        assert main(["diff", path, good[0]]) == 2
+    capsys.readouterr()
+
+
+def test_validate_baseline_sets_each_entry_named_by_key(tmp_path, capsys) -> None:
+    """The plugin's baseline sets: the header, then every entry, each problem named by key."""
+    from traceml_ci.gate import write_baseline_set
+
+    doc = summary_doc({"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4})
+    good = tmp_path / "baseline.json"
+    write_baseline_set(good, {"tests/a.py::t[1]": doc, "tests/a.py::t[2]": doc, "b": doc})
+    assert main(["validate", str(good)]) == 0
+    assert capsys.readouterr().out == f"{good}: valid (baseline set of 3 summaries)\n"
+
+    bad_doc = json.loads(good.read_text())
+    entries = bad_doc["summaries"]
+    entries["tests/a.py::t[1]"]["step_time"]["forward_pct"] = None
+    del entries["b"]["run"]
+    entries["evil\n::error ::x"] = entries.pop("tests/a.py::t[2]")
+    entries["evil\n::error ::x"]["env"]["gpu_count"] = -1
+    bad = tmp_path / "bad_set.json"
+    bad.write_text(json.dumps(bad_doc))
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3, err
+    assert err[0] == f"{bad}: summaries[\"b\"]: invalid summary: $: 'run' is a required property"
+    assert err[1] == (f'{bad}: summaries["tests/a.py::t[1]"]: invalid summary: '
+                      "$.step_time.forward_pct: is null while other shares are numbers (null "
+                      "only when no step was analysed)")
+    assert err[2].startswith(f'{bad}: summaries["evil\\n::error ::x"]: invalid summary: '
+                             "$.env.gpu_count: -1 is less than the minimum of 0")
+    assert main(["diff", str(bad), str(good)]) == 2  # diff refuses it too, naming the first key
+    assert f'{err[0]}\n' == capsys.readouterr().err.replace("traceml-ci: error: ", "")
+
+    header = tmp_path / "newer_set.json"
+    header.write_text(json.dumps(dict(bad_doc, schema_version="9.0")))
+    assert main(["validate", str(header)]) == 2
+    assert "baseline set schema version 9.0 is newer" in capsys.readouterr().err
 
 
 def test_version_and_help() -> None:

@@ -37,6 +37,8 @@ def summaries(draw: st.DrawFn) -> dict[str, Any]:
     doc = copy.deepcopy(real())
     s = doc["step_time"]
     share = draw(pcts() | st.just(dict.fromkeys(PHASES)))
+    if share["other"] is None:  # shares are null only when no step was analysed (the schema)
+        s["steps_analyzed"] = 0
     for p in PHASES:
         s[f"{p}_pct"] = share[p]
         s["phase_ms"][p] = draw(maybe_ms)

@@ -150,3 +150,75 @@ def test_written_files_get_the_usual_mode(tmp_path, good) -> None:
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX named pipes")
+def test_streams_and_devices_are_refused_not_read(tmp_path) -> None:
+    """A FIFO (even one a writer keeps open) or /dev/zero is refused by its type, at once."""
+    fifo = tmp_path / "stream.json"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a writer that never closes
+    try:
+        with pytest.raises(InputError, match=r"is a named pipe \(FIFO\), not a regular file"):
+            read_json(fifo)
+    finally:
+        os.close(writer)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(InputError, match="/dev/zero: is a character device, not a regular"):
+            read_json("/dev/zero")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="Linux /proc")
+def test_a_file_longer_than_its_stat_size_is_bounded_while_reading() -> None:
+    """/proc files report size 0: the limit holds on what is read, not on what stat said."""
+    from traceml_ci.summary.io import read_text
+
+    assert os.stat("/proc/self/status").st_size == 0
+    with pytest.raises(InputError, match="over the 0 MB limit"):
+        read_text("/proc/self/status", max_bytes=16)
+
+
+def test_very_long_strings_are_refused_naming_where(tmp_path, good) -> None:
+    """A 9 MB run name (or key) is not a name: refused at once, its JSON path named."""
+    from traceml_ci.summary.io import MAX_STRING_CHARS
+
+    long_name = _write(tmp_path, json.dumps(_mutate(good, "run.name", "x" * 9_000_000)))
+    with pytest.raises(InputError, match=r"the string at \$\.run\.name is 9,000,000 characters"):
+        read_json(long_name)
+    key = "k" * (MAX_STRING_CHARS + 1)
+    long_key = _write(tmp_path, json.dumps({"summaries": {key: good}}), "set.json")
+    with pytest.raises(InputError, match=r"a key in \$\.summaries is 65,537 characters"):
+        read_json(long_key)
+    at_limit = _mutate(good, "run.name", "x" * MAX_STRING_CHARS)
+    assert read_json(_write(tmp_path, json.dumps(at_limit), "ok.json")) == at_limit
+
+
+def test_null_shares_are_null_all_together_and_only_without_steps(good) -> None:
+    """A null share cannot skip the sum-to-100 check: one null among numbers is invalid, five
+    nulls are invalid once steps were analysed, and valid for a run with none."""
+    one = summary_problems(_mutate(good, "step_time.forward_pct", None))
+    assert [p.path for p in one] == ["$.step_time.forward_pct"]
+    five = _mutate(good, "step_time", {**good["step_time"], **{
+        f"{p}_pct": None for p in ("dataloader", "forward", "backward", "optimizer", "other")}})
+    assert [str(p) for p in summary_problems(five)] == [
+        "$.step_time: the five *_pct are null although 50 steps were analysed"]
+    empty = summary_doc({"forward": 1.0}, steps=0)
+    assert empty["step_time"]["forward_pct"] is None and summary_problems(empty) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "ok"),
+    [("iqr", 35.0, True), ("iqr", 100.0, True), ("iqr", 100.5, False), ("iqr", 1e6, False),
+     ("median", 101.0, False), ("median", -1.0, False)],
+)
+def test_a_share_cannot_claim_noise_beyond_its_0_100_range(good, field, value, ok) -> None:
+    doc = summary_doc({"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4},
+                      jitter=0.2)
+    assert doc["step_time"]["noise"] is not None
+    bad = _mutate(doc, f"step_time.noise.pct.dataloader.{field}", value)
+    problems = [str(p) for p in summary_problems(bad)]
+    assert (problems == []) is ok, problems
+    if not ok:
+        assert problems[0].startswith(f"$.step_time.noise.pct.dataloader.{field}: ")
+    big_step_noise = _mutate(doc, "step_time.noise.step_ms.iqr", 1e6)  # milliseconds: no cap
+    assert summary_problems(big_step_noise) == []

@@ -11,15 +11,15 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from traceml_ci.errors import InputError
+from traceml_ci.errors import ExitCode, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
 
-EXIT_PASS = 0
-EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
-EXIT_INCOMPARABLE = 3
+EXIT_PASS = ExitCode.OK
+EXIT_REGRESSION = ExitCode.REGRESSION
+EXIT_BAD_INPUT = ExitCode.BAD_INPUT
+EXIT_INCOMPARABLE = ExitCode.INCOMPARABLE
 FORMATS = ("text", "markdown", "json")
 
 

@@ -1,6 +1,9 @@
 """``traceml-ci`` entry point: parse, dispatch to a subcommand, map errors to exit codes.
 
-Errors become exit codes here and nowhere else.
+Errors become exit codes here and nowhere else (the codes: :class:`traceml_ci.errors.ExitCode`).
+Whatever goes wrong, the user sees one line on stderr, never a traceback, and never exit 1,
+which means "regression" only: a bug is exit 4 with the exception's type (set
+``TRACEML_CI_DEBUG=1`` for the traceback).
 
 Each subcommand is a module in this package with ``register(subparsers)``, which adds its parser
 and sets ``func`` (``args -> int``). Modules import their heavy dependencies inside ``func`` so
@@ -11,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from traceml_ci._version import __version__
-from traceml_ci.errors import TracemlError
+from traceml_ci.errors import ExitCode, TracemlError, one_line
 
 #: Subcommand modules, in --help order.
 SUBCOMMANDS: tuple[str, ...] = (
@@ -32,9 +36,13 @@ SUBCOMMANDS: tuple[str, ...] = (
 #: Command names (and aliases) that differ from their module's name.
 COMMAND_MODULES: dict[str, str] = {"compare": "diff", "action-gate": "action_gate"}
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+#: Commands that exit with a traced child's own code rather than one of ours.
+PASSTHROUGH: frozenset[str] = frozenset({"run"})
+
+_CODES: frozenset[int] = frozenset(ExitCode)
+
+#: Set to show the traceback of an internal error (for a bug report).
+ENV_DEBUG = "TRACEML_CI_DEBUG"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -57,21 +65,75 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI in-process and return its exit code (tests call this directly)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    return int(_guarded(argv))
+
+
+def _guarded(argv: list[str]) -> int:
+    """Every way a command can end, as one of the codes in the table."""
+    try:
+        return _dispatch(argv)
+    except TracemlError as exc:
+        if exc.exit_code not in _CODES or exc.exit_code in (ExitCode.OK, ExitCode.REGRESSION):
+            return _internal(exc)  # an error class that claims success or a verdict is a bug
+        _say(f"traceml-ci: error: {one_line(exc)}")
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return ExitCode.BROKEN_PIPE
+    except SystemExit as exc:  # argparse's --help (0) and usage errors (2); others are bugs
+        if exc.code in (None, ExitCode.OK, ExitCode.BAD_INPUT):
+            raise
+        return _internal(exc)
+    except Exception as exc:  # noqa: BLE001 -- the contract: one line and exit 4, whatever it is
+        return _internal(exc)
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv == ["--version"]:  # without importing every subcommand to build the full parser
         print(f"traceml-ci {__version__}")
-        return EXIT_OK
+        return ExitCode.OK
     parser = build_parser(_command_module(argv))
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.BAD_INPUT
+    code = int(args.func(args))
+    if args.command in PASSTHROUGH or code in _CODES:
+        return code
+    # Any other code would be read as something in the table (a stray 1 as a regression).
+    return _internal(ValueError(f"command {args.command} returned undefined exit code {code}"))
+
+
+def _internal(exc: BaseException) -> int:
+    if os.environ.get(ENV_DEBUG):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    kind = type(exc).__name__
+    detail = f"{kind}: {exc}" if str(exc) else kind
+    _say(f"traceml-ci: internal error ({one_line(detail)}) - please report it "
+         f"(set {ENV_DEBUG}=1 for the traceback)")
+    return ExitCode.INTERNAL
+
+
+def _say(line: str) -> None:
+    """One line on stderr; if even that fails (stderr closed), stay silent."""
     try:
-        return int(args.func(args))
-    except TracemlError as exc:
-        print(f"traceml-ci: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush does not
+    print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _command_module(argv: Sequence[str]) -> str | None:
@@ -83,4 +145,12 @@ def _command_module(argv: Sequence[str]) -> str | None:
 
 
 def entry() -> None:
+    """The console script (and ``python -m traceml_ci``): ``sys.exit(main())``, with output
+    that cannot crash on what it prints: a character the stream cannot encode (a lone surrogate
+    from an undecodable file name) is written as its escape, ``\\udcff``, like ``one_line``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError):  # replaced by something that cannot
+            pass
     sys.exit(main())

@@ -51,8 +51,9 @@ def summary_problem(doc: Any) -> str | None:
     return f"{problems[0]}{more}"
 
 
-def _one_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any], bool]:
-    """Validate (or map) one summary; returns it and whether it was mapped from traceml-ai."""
+def check_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any], bool]:
+    """Validate (or map) one summary; returns it and whether it was mapped from traceml-ai.
+    InputError(path, "WHERE: problem") when it is unusable (``validate`` reports the same)."""
     from traceml_ci.gate import traceml_ai
 
     prefix = f"{where}: " if where else ""
@@ -77,7 +78,17 @@ def _key_for(summary: Mapping[str, Any], path: Path) -> str:
     return name if isinstance(name, str) and name else path.stem
 
 
-def _set_summaries(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
+def input_kind(doc: Mapping[str, Any]) -> InputKind:
+    """What a parsed input document is: the one place that tells sets, ours and traceml-ai's."""
+    from traceml_ci.gate import traceml_ai
+
+    if SET_KEY in doc and "step_time" not in doc:
+        return InputKind.SET
+    return InputKind.TRACEML_AI if traceml_ai.is_traceml_ai(doc) else InputKind.SUMMARY
+
+
+def set_entries(doc: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A baseline set's entries, unchecked, after checking its header (InputError if bad)."""
     from traceml_ci.summary.schema import major
 
     version = doc.get("schema_version")
@@ -95,9 +106,18 @@ def _set_summaries(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
     summaries = doc.get(SET_KEY)
     if not isinstance(summaries, dict):
         raise InputError(path, f"baseline set: {SET_KEY!r} must be an object of summaries by key")
+    return summaries
+
+
+def entry_where(key: str) -> str:
+    """How a set's entry is named in messages: ``summaries["key"]`` (JSON-escaped)."""
+    return f"{SET_KEY}[{json.dumps(key)}]"
+
+
+def _set_summaries(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for key, summary in summaries.items():
-        out[key], _ = _one_summary(summary, path, f"summaries[{json.dumps(key)}]")
+    for key, summary in set_entries(doc, path).items():
+        out[key], _ = check_summary(summary, path, entry_where(key))
     return out
 
 
@@ -109,9 +129,9 @@ def read_input(path: str | os.PathLike[str]) -> LoadedInput:
         raise InputError(
             str(p), f"expected a JSON object (a summary or a baseline set), got {json_type(doc)}"
         )
-    if SET_KEY in doc and "step_time" not in doc:
+    if input_kind(doc) is InputKind.SET:
         return LoadedInput(str(p), InputKind.SET, _set_summaries(doc, str(p)))
-    summary, mapped = _one_summary(doc, str(p))
+    summary, mapped = check_summary(doc, str(p))
     kind = InputKind.TRACEML_AI if mapped else InputKind.SUMMARY
     return LoadedInput(str(p), kind, {_key_for(summary, p): summary})
 

@@ -178,13 +178,13 @@ def _without_stale_warn(rule: Rule, overrides: dict[str, Any]) -> dict[str, Any]
 
 def rules_problem(doc: Any) -> str | None:
     """The first problem of a rules document, as 'JSON-PATH: reason'; None when valid."""
-    from traceml_ci.summary.fastschema import checker_for
+    from traceml_ci.summary.schema import document_problems
 
     if not isinstance(doc, Mapping):
         return f"$: expected a table, got {type(doc).__name__}"
-    problems = checker_for(RULES_SCHEMA).problems(dict(doc))
+    problems = document_problems(dict(doc), RULES_SCHEMA)
     if problems:
-        path, message = problems[0]
+        path, message = problems[0].path, problems[0].message
         if message.startswith("unknown key") and path == "$":
             message += f" (allowed: {', '.join(RULES_KEYS)})"
         elif message.startswith("unknown key"):
