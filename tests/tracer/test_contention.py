@@ -1,0 +1,64 @@
+"""The contention probe sees a CPU shared with a busy neighbour, and an idle run as quiet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists("/proc/self/schedstat") and hasattr(os, "sched_setaffinity")),
+    reason="needs Linux schedstats and sched_setaffinity",
+)
+
+#: A child that pins itself to one CPU, runs the probe around WORK, and prints the reading.
+PROBE = textwrap.dedent("""
+    import dataclasses, json, os, sys, time
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    from traceml_ci.tracer.contention import ContentionProbe
+    probe = ContentionProbe()
+    end = time.perf_counter() + float(sys.argv[2])
+    if sys.argv[3] == "busy":
+        while time.perf_counter() < end:
+            pass
+    else:
+        while time.perf_counter() < end:
+            time.sleep(0.01)
+    print(json.dumps(dataclasses.asdict(probe.read())))
+""")
+HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass\n"
+
+
+def _probe(cpu: int, seconds: float, work: str) -> dict[str, float | None]:
+    out = subprocess.run([sys.executable, "-c", PROBE, str(cpu), str(seconds), work],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_two_busy_loops_on_one_cpu_read_as_contended() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(cpu)])
+    try:
+        reading = _probe(cpu, 1.5, "busy")
+    finally:
+        hog.kill()
+        hog.wait(timeout=10)
+    # Two runnable loops on one CPU: each waits about half the time (loose: other work too).
+    assert reading["runqueue_wait_pct"] is not None
+    assert reading["runqueue_wait_pct"] > 20.0, reading
+    assert reading["involuntary_switches_per_s"] is not None
+    assert reading["involuntary_switches_per_s"] > 5.0, reading
+    assert reading["load_per_cpu"] is not None and reading["load_per_cpu"] >= 0.0
+
+
+def test_an_idle_run_reads_as_quiet() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    reading = _probe(cpu, 1.0, "idle")
+    # A sleeping loop hardly runs, so it can hardly wait for a CPU, whatever else runs.
+    assert reading["runqueue_wait_pct"] is not None
+    assert reading["runqueue_wait_pct"] < 5.0, reading
+    assert reading["cpu_steal_pct"] is None or 0.0 <= reading["cpu_steal_pct"] <= 100.0
