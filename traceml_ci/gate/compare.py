@@ -46,6 +46,19 @@ REPORT_VERSION = "1.0"
 SHARE_ONLY_MAX_MS_GROWTH_PCT = 10.0
 
 
+#: The noise allowance is capped at this many fail tolerances: a summary's own spread can widen
+#: what counts as noise, but not without bound (docs/gate.md, "The noise rule"). Not 1: under
+#: the default "beyond" rule a cap at the tolerance itself would switch the noise rule off for
+#: every change past the fail tier, honest noisy runs included.
+NOISE_CAP_TOLERANCES = 2.0
+
+#: Contention guard: a run whose main thread waited for a CPU this much of its wall time (its
+#: ``run.contention.runqueue_wait_pct``) ran on a contended CPU. Load stretches compute and
+#: spin phases and not sleeps, so it moves shares; a share that regressed while either side ran
+#: contended is only a warning -- if the shift is one contention could cause (below).
+CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
+
+
 class Status(str, Enum):
     """The outcome of one metric."""
 
@@ -251,12 +264,31 @@ def _beyond(tier_abs: float | None, tier_rel: float | None, d_abs: float, d_rel:
     return (tier_abs is None or d_abs > tier_abs) and (tier_rel is None or d_rel > tier_rel)
 
 
-def _noise_threshold(metric: Metric, base: Mapping[str, Any], head: Mapping[str, Any],
-                     factor: float) -> float | None:
+def _noise_threshold(metric: Metric, rule: Rule, base: Mapping[str, Any],
+                     head: Mapping[str, Any], factor: float) -> float | None:
+    """``factor`` × √(IQR_base² + IQR_head²), symmetric in base and head, and never more than
+    NOISE_CAP_TOLERANCES × the rule's fail tolerance: the spread a summary reports about itself
+    can widen its allowance only that far (a head reporting an IQR of 35 pp, or 1e6, for a
+    share cannot turn a +30 pp regression into "within noise")."""
     spreads = [s for s in (metric.noise(base), metric.noise(head)) if s is not None]
     if not spreads or factor <= 0:
         return None
-    return factor * math.hypot(*spreads)
+    noise = factor * math.hypot(*spreads)
+    cap = _noise_cap(rule, metric.value(base))
+    return noise if cap is None else min(noise, cap)
+
+
+def _noise_cap(rule: Rule, b: Any) -> float | None:
+    """The largest noise allowance (metric's unit) a rule admits: NOISE_CAP_TOLERANCES × the
+    change its fail tier (else its warn tier) calls too large from base ``b``."""
+    tier_abs, tier_rel = (rule.abs, rule.rel) if rule.has_fail_tier else (rule.warn_abs,
+                                                                          rule.warn_rel)
+    if tier_abs is None and tier_rel is None:
+        return None
+    limits = [tier_abs or 0.0]
+    if tier_rel is not None and isinstance(b, float):
+        limits.append(tier_rel / 100.0 * abs(b))
+    return NOISE_CAP_TOLERANCES * max(limits)
 
 
 def _relative(d: float, b: float) -> float:
@@ -460,7 +492,7 @@ def compare(
             status, note = _judge_label(metric, rule, b, h)
             rows.append(Row(metric.name, b, h, None, tol, status, **common, note=note))
             continue
-        noise = _noise_threshold(metric, base, head, rules.noise_factor)
+        noise = _noise_threshold(metric, rule, base, head, rules.noise_factor)
         status, delta, note = _judge_number(metric, rule, b, h, noise, fails=fails,
                                             margin=rules.noise_rule == "margin")
         if note == "beyond tolerance (warn only)" and rule.fail is None:
@@ -469,6 +501,7 @@ def compare(
 
     rows = _share_context(rows, base, head, skip_env)
     rows = _load_guard(rows, base, head, rules)
+    rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
 
     head_status = _run_status(head)
@@ -545,6 +578,50 @@ def _load_guard(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any
         ) and (rule.abs is None or h_q - b_q <= rule.abs):
             row = _with(row, Status.WARN, f"fastest steps (p10) moved only {growth:+.0f}%: "
                         "more likely machine load than a slower step")
+        out.append(row)
+    return out
+
+
+def runqueue_wait_pct(summary: Mapping[str, Any]) -> float | None:
+    """The run's measured runqueue wait (percent of wall time), None when not recorded."""
+    run = summary.get("run")
+    contention = run.get("contention") if isinstance(run, Mapping) else None
+    value = contention.get("runqueue_wait_pct") if isinstance(contention, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and 0.0 <= value < 100.0 else None
+
+
+def contention_bound_pp(wait_pct: float) -> float:
+    """The largest share shift (pp) a runqueue wait of ``wait_pct`` can cause: waiting w of the
+    wall time inside some phases moves any phase's share by at most w / (1 - w)."""
+    w = wait_pct / 100.0
+    return 100.0 * w / (1.0 - w)
+
+
+def _contention_guard(rows: list[Row], base: Mapping[str, Any],
+                      head: Mapping[str, Any]) -> list[Row]:
+    """A share that regressed while either side ran on a contended CPU (runqueue wait at or above
+    CONTENDED_RUNQUEUE_WAIT_PCT) is a warning, when the shift is within what the measured
+    waits can explain; a larger shift, or one between two quiet runs, still regresses."""
+    waits = {"base": runqueue_wait_pct(base), "head": runqueue_wait_pct(head)}
+    contended = {s: w for s, w in waits.items() if w is not None
+                 and w >= CONTENDED_RUNQUEUE_WAIT_PCT}
+    if not contended:
+        return rows
+    bound = sum(contention_bound_pp(w) for w in contended.values())
+    if len(contended) == 2:
+        note = ("both runs ran on contended CPUs: runqueue wait "
+                f"{contended['base']:.0f} % (base), {contended['head']:.0f} % (head)")
+    else:
+        ((side, wait),) = contended.items()
+        note = f"{side} ran on a contended CPU: runqueue wait {wait:.0f} %"
+    out = []
+    for row in rows:
+        phase = row.name.removeprefix("step_time.").removesuffix("_pct")
+        if (phase in PHASES and row.status is Status.REGRESSED and row.delta is not None
+                and abs(row.delta) <= bound):
+            row = _with(row, Status.WARN, note)
         out.append(row)
     return out
 

@@ -1,0 +1,78 @@
+"""The contention guard: a share shift on a contended CPU warns with a note; on quiet CPUs it
+still fails. Summaries carry measured ``run.contention`` as the tracer writes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gate.summaries import make, shift
+from traceml_ci.gate.compare import (
+    CONTENDED_RUNQUEUE_WAIT_PCT,
+    Status,
+    Verdict,
+    compare,
+    contention_bound_pp,
+)
+from traceml_ci.summary.schema import summary_problems
+
+
+def contended(doc: dict, wait: float | None) -> dict:
+    doc["run"]["contention"] = {"runqueue_wait_pct": wait, "involuntary_switches_per_s": 40.0,
+                                "load_per_cpu": 1.4, "cpu_steal_pct": 0.0}
+    return doc
+
+
+def test_a_summary_with_contention_validates():
+    assert summary_problems(contended(make(), 23.0)) == []
+
+
+def test_an_injected_8pp_shift_on_a_quiet_head_still_fails():
+    base = contended(make(), 1.0)
+    head = contended(make(shift(dataloader=2.2)), 0.5)  # +8 pp
+    c = compare(base, head)
+    assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
+    assert c.verdict is Verdict.REGRESSION
+
+
+def test_the_same_shift_on_a_contended_head_warns_with_a_note():
+    base = contended(make(), 1.0)
+    head = contended(make(shift(dataloader=2.2)), 23.0)
+    c = compare(base, head)
+    row = c.row("step_time.dataloader_pct")
+    assert row.status is Status.WARN
+    assert row.note == "head ran on a contended CPU: runqueue wait 23 %"
+    assert c.verdict is Verdict.WARN
+
+
+def test_a_contended_base_explains_a_shift_too():
+    # Compute stretched in a loaded base lowers its dataloader share: a quiet head looks worse.
+    c = compare(contended(make(), 30.0), contended(make(shift(dataloader=2.2)), 0.8))
+    row = c.row("step_time.dataloader_pct")
+    assert row.status is Status.WARN
+    assert row.note == "base ran on a contended CPU: runqueue wait 30 %"
+
+
+def test_both_loaded_warns_naming_both():
+    c = compare(contended(make(), 15.0), contended(make(shift(dataloader=2.2)), 25.0))
+    row = c.row("step_time.dataloader_pct")
+    assert row.status is Status.WARN
+    assert row.note == "both runs ran on contended CPUs: runqueue wait 15 % (base), 25 % (head)"
+
+
+def test_a_shift_larger_than_the_contention_can_cause_still_fails():
+    wait = CONTENDED_RUNQUEUE_WAIT_PCT  # can move a share by at most ~11 pp
+    assert contention_bound_pp(wait) == pytest.approx(100 * 0.1 / 0.9)
+    c = compare(contended(make(), 0.5), contended(make(shift(dataloader=12.0)), wait))  # +30 pp
+    assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
+
+
+@pytest.mark.parametrize("wait", [None, CONTENDED_RUNQUEUE_WAIT_PCT - 0.1])
+def test_below_the_threshold_or_unmeasured_is_quiet(wait):
+    c = compare(make(), contended(make(shift(dataloader=2.2)), wait))
+    assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
+
+
+def test_summaries_without_contention_are_judged_as_before():
+    base, head = make(), make(shift(dataloader=2.2))
+    assert "contention" not in base["run"]
+    assert compare(base, head).verdict is Verdict.REGRESSION
