@@ -19,7 +19,11 @@ one whose median step time is the median -- with these fields replaced:
   the standard error of the mean across runs and the runs' median window IQR;
 - ``step_time.step_ms`` and ``phase_ms``: the median over the runs of each figure, and
   ``noise.step_ms`` likewise;
-- ``repeats``: ``{"count": n, "runs": [...]}``.
+- ``repeats``: ``{"count": n, "runs": [run names], "step_time": [each run's step_time]}``.
+
+A combined summary can be combined again: its runs are taken apart first (from
+``repeats.step_time``), so three runs combined, plus one more, make a summary of four runs, not
+of two.
 
 Labels and diagnoses are those of the median run: a label is a threshold on the shares, and the
 gate judges the shares themselves.
@@ -40,10 +44,31 @@ from traceml_ci.summary.keys import PHASES
 IQR_PER_SD = 1.349
 
 
+def runs_of(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The single runs a summary stands for: itself, or a combined summary's runs taken apart
+    (each with its own name and step_time, the rest shared). ValueError for a combined summary
+    that does not carry its runs' step times (written before they were kept)."""
+    repeats = doc.get("repeats")
+    if not isinstance(repeats, Mapping):
+        return [doc]
+    names, step_times = repeats.get("runs") or [], repeats.get("step_time")
+    if not isinstance(step_times, list) or len(step_times) != repeats.get("count"):
+        raise ValueError("combines runs it does not keep apart (an older traceml-ci wrote it): "
+                         "combine its original runs instead")
+    base = {k: v for k, v in doc.items() if k != "repeats"}
+    return [
+        {**base, "run": {**(doc.get("run") or {}), "name": names[i] if i < len(names) else ""},
+         "step_time": step_time}
+        for i, step_time in enumerate(step_times)
+    ]
+
+
 def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One summary for repeated runs of the same job (schema-valid summaries, at least one)."""
+    """One summary for repeated runs of the same job (schema-valid summaries, at least one).
+    Combined summaries among ``docs`` count as the runs they combine."""
     if not docs:
         raise ValueError("no summaries to combine")
+    docs = [run for doc in docs for run in runs_of(doc)]
     medians = [_num(d, "step_ms", "median") for d in docs]
     order = sorted(range(len(docs)), key=lambda i: (math.isnan(medians[i]), medians[i], i))
     out = copy.deepcopy(dict(docs[order[(len(docs) - 1) // 2]]))
@@ -81,6 +106,7 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["repeats"] = {
         "count": n,
         "runs": [str((d.get("run") or {}).get("name", "")) for d in docs],
+        "step_time": [copy.deepcopy(r) for r in runs],  # so that it can be combined again
     }
     return out
 
