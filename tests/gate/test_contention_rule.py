@@ -60,10 +60,22 @@ def test_both_loaded_warns_naming_both():
 
 
 def test_a_shift_larger_than_the_contention_can_cause_still_fails():
-    wait = CONTENDED_RUNQUEUE_WAIT_PCT  # can move a share by at most ~11 pp
-    assert contention_bound_pp(wait) == pytest.approx(100 * 0.1 / 0.9)
+    wait = 20.0  # a head share of 50 % can have been raised by at most 0.2 * 0.5 / 0.8 = 12.5 pp
+    assert contention_bound_pp(30.0, 20.0, 50.0, 0.5, wait) == pytest.approx(12.5)
     c = compare(contended(make(), 0.5), contended(make(shift(dataloader=12.0)), wait))  # +30 pp
     assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
+
+
+def test_the_bound_follows_the_direction_and_the_side():
+    # a rise: a contended head explains w(1 - s_head)/(1 - w), a contended base w s_base/(1 - w)
+    assert contention_bound_pp(5.0, 20.0, 25.0, None, 25.0) == pytest.approx(25 * 0.75 / 0.75)
+    assert contention_bound_pp(5.0, 20.0, 25.0, 25.0, None) == pytest.approx(25 * 0.20 / 0.75)
+    # a fall: the other way round
+    assert contention_bound_pp(-5.0, 25.0, 20.0, None, 25.0) == pytest.approx(25 * 0.20 / 0.75)
+    assert contention_bound_pp(-5.0, 25.0, 20.0, 25.0, None) == pytest.approx(25 * 0.75 / 0.75)
+    # quiet sides explain nothing; both contended: the sum
+    assert contention_bound_pp(5.0, 20.0, 25.0, 9.9, 0.0) == 0.0
+    assert contention_bound_pp(5.0, 20.0, 25.0, 25.0, 25.0) == pytest.approx(25 + 25 * 0.2 / 0.75)
 
 
 @pytest.mark.parametrize("wait", [None, CONTENDED_RUNQUEUE_WAIT_PCT - 0.1])

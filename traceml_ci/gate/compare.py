@@ -24,6 +24,7 @@ from traceml_ci.gate.metrics import (
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
 from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
 
 #: Load guard: other work on a shared machine stretches the slow steps, so it moves the median
 #: step time a lot and the fastest steps (p10) little; a real slowdown moves both. A median that
@@ -224,11 +225,6 @@ class SetComparison:
 # --- environment ---------------------------------------------------------------------------
 
 
-def _env(summary: Mapping[str, Any]) -> Mapping[str, Any]:
-    env = summary.get("env")
-    return env if isinstance(env, Mapping) else {}
-
-
 def _torch_major(version: Any) -> str | None:
     if not isinstance(version, str) or not version:
         return None
@@ -239,7 +235,7 @@ def _torch_major(version: Any) -> str | None:
 def env_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
     """What makes absolute times and memory of two runs incomparable: device type, GPU model,
     torch major version. A field unknown on either side is not a difference."""
-    b, h = _env(base), _env(head)
+    b, h = SummaryView(base).env, SummaryView(head).env
     out: list[str] = []
     bt, ht = b.get("device_type"), h.get("device_type")
     if isinstance(bt, str) and isinstance(ht, str) and bt != ht:
@@ -374,24 +370,9 @@ def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, st
 # --- compare ---------------------------------------------------------------------------------
 
 
-def _run_name(summary: Mapping[str, Any]) -> str:
-    run = summary.get("run")
-    name = run.get("name") if isinstance(run, Mapping) else None
-    name = name if isinstance(name, str) else ""
-    repeats = summary.get("repeats")
-    count = repeats.get("count") if isinstance(repeats, Mapping) else None
-    return f"{name} (×{count} runs)" if isinstance(count, int) else name
-
-
-def _run_status(summary: Mapping[str, Any]) -> str | None:
-    run = summary.get("run")
-    status = run.get("status") if isinstance(run, Mapping) else None
-    return status if isinstance(status, str) else None
-
-
-def _host_clock(summary: Mapping[str, Any]) -> bool:
-    st = summary.get("step_time")
-    return not (isinstance(st, Mapping) and st.get("clock") == "device_event")
+def _run_name(v: SummaryView) -> str:
+    count = v.repeats_count
+    return f"{v.run_name} (×{count} runs)" if count is not None else v.run_name
 
 
 def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:
@@ -403,14 +384,9 @@ def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:
                 and metric.env_dependent)
 
 
-def _has_noise(summary: Mapping[str, Any]) -> bool:
-    st = summary.get("step_time")
-    return isinstance(st, Mapping) and isinstance(st.get("noise"), Mapping)
-
-
 def _mapping_notes(side: str, summary: Mapping[str, Any]) -> list[str]:
-    mapped = summary.get("mapped_from")
-    if not isinstance(mapped, Mapping):
+    mapped = SummaryView(summary).mapped_from
+    if mapped is None:
         return []
     tool = mapped.get("tool", "another tool")
     version = mapped.get("schema_version", "?")
@@ -453,14 +429,15 @@ def compare(
         )
     elif diffs:
         reasons.append("environments differ (" + "; ".join(diffs) + "); compared anyway")
-    missing_noise = [s for s, doc in (("base", base), ("head", head)) if not _has_noise(doc)]
+    bv, hv = SummaryView(base), SummaryView(head)
+    missing_noise = [s for s, v in (("base", bv), ("head", hv)) if not v.has_noise]
     if missing_noise and rules.noise_factor > 0:
         reasons.append(
             f"no noise estimate in {' and '.join(missing_noise)} (too few steps, or not recorded)"
             ": the noise rule uses what the other side reports, else tolerances alone"
         )
 
-    host_clock = _host_clock(base) or _host_clock(head)
+    host_clock = bv.host_clock or hv.host_clock
     rows: list[Row] = []
     for metric in METRICS:
         rule = rules.rule_for(metric.name)
@@ -504,7 +481,7 @@ def compare(
     rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
 
-    head_status = _run_status(head)
+    head_status = hv.run_status
     run_warn = head_status not in (None, "completed")
     if run_warn:
         reasons.append(f"head run {head_status}: its figures may cover only part of the run")
@@ -514,8 +491,8 @@ def compare(
     notes = list(reasons)
     reasons += [_describe(row) for row in rows if row.status is Status.REGRESSED]
     return Comparison(
-        verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(base),
-        head_run=_run_name(head), skipped=skipped, rules_source=rules.source,
+        verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(bv),
+        head_run=_run_name(hv), skipped=skipped, rules_source=rules.source,
     )
 
 
@@ -582,34 +559,40 @@ def _load_guard(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any
     return out
 
 
-def runqueue_wait_pct(summary: Mapping[str, Any]) -> float | None:
-    """The run's measured runqueue wait (percent of wall time), None when not recorded."""
-    run = summary.get("run")
-    contention = run.get("contention") if isinstance(run, Mapping) else None
-    value = contention.get("runqueue_wait_pct") if isinstance(contention, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and 0.0 <= value < 100.0 else None
+def contention_bound_pp(delta: float, base_pct: float, head_pct: float,
+                        base_wait: float | None, head_wait: float | None) -> float:
+    """The largest share shift (pp) in the direction of ``delta`` that the contended sides'
+    runqueue waits (percent of wall time; None: quiet) can cause.
 
-
-def contention_bound_pp(wait_pct: float) -> float:
-    """The largest share shift (pp) a runqueue wait of ``wait_pct`` can cause: waiting w of the
-    wall time inside some phases moves any phase's share by at most w / (1 - w)."""
-    w = wait_pct / 100.0
-    return 100.0 * w / (1.0 - w)
+    A run that waited a fraction w of its wall time inside some phases, with a phase at share s,
+    would have that phase at a share at most w·(1 − s)/(1 − w) lower, and at most w·s/(1 − w)
+    higher, on a quiet CPU (the extremes: all the waiting outside, or inside, that phase). So a
+    share that rose is explained by up to w·(1 − s)/(1 − w) of a contended head, plus up to
+    w·s/(1 − w) of a contended base; a fall, the other way round.
+    """
+    rise = delta > 0
+    total = 0.0
+    for wait, pct, contended_side_rises in ((head_wait, head_pct, rise),
+                                            (base_wait, base_pct, not rise)):
+        if wait is None or wait < CONTENDED_RUNQUEUE_WAIT_PCT:
+            continue
+        w, share = wait / 100.0, min(max(pct / 100.0, 0.0), 1.0)
+        total += 100.0 * w * ((1.0 - share) if contended_side_rises else share) / (1.0 - w)
+    return total
 
 
 def _contention_guard(rows: list[Row], base: Mapping[str, Any],
                       head: Mapping[str, Any]) -> list[Row]:
     """A share that regressed while either side ran on a contended CPU (runqueue wait at or above
     CONTENDED_RUNQUEUE_WAIT_PCT) is a warning, when the shift is within what the measured
-    waits can explain; a larger shift, or one between two quiet runs, still regresses."""
-    waits = {"base": runqueue_wait_pct(base), "head": runqueue_wait_pct(head)}
+    waits can cause (contention_bound_pp); a larger shift, or one between two quiet runs,
+    still regresses."""
+    waits = {"base": SummaryView(base).runqueue_wait_pct,
+             "head": SummaryView(head).runqueue_wait_pct}
     contended = {s: w for s, w in waits.items() if w is not None
                  and w >= CONTENDED_RUNQUEUE_WAIT_PCT}
     if not contended:
         return rows
-    bound = sum(contention_bound_pp(w) for w in contended.values())
     if len(contended) == 2:
         note = ("both runs ran on contended CPUs: runqueue wait "
                 f"{contended['base']:.0f} % (base), {contended['head']:.0f} % (head)")
@@ -620,7 +603,9 @@ def _contention_guard(rows: list[Row], base: Mapping[str, Any],
     for row in rows:
         phase = row.name.removeprefix("step_time.").removesuffix("_pct")
         if (phase in PHASES and row.status is Status.REGRESSED and row.delta is not None
-                and abs(row.delta) <= bound):
+                and isinstance(row.base, float) and isinstance(row.head, float)
+                and abs(row.delta) <= contention_bound_pp(row.delta, row.base, row.head,
+                                                          waits["base"], waits["head"])):
             row = _with(row, Status.WARN, note)
         out.append(row)
     return out

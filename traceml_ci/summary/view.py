@@ -91,6 +91,12 @@ class SummaryView:
         return value if value is not None and 0.0 <= value < 100.0 else None
 
     @property
+    def mapped_from(self) -> Mapping[str, Any] | None:
+        """What a summary mapped from another tool's says about the mapping, else None."""
+        mapped = self.doc.get("mapped_from")
+        return mapped if isinstance(mapped, Mapping) else None
+
+    @property
     def repeats_count(self) -> int | None:
         """How many runs a combined summary stands for; None for a single run."""
         count = _table(self.doc.get("repeats")).get("count")
