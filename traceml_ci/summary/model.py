@@ -1,4 +1,5 @@
-"""Typed model of final_summary.json; the one module that knows its JSON key names."""
+"""Typed model of final_summary.json, the writer's side: ``Summary.to_dict`` lays out its keys.
+Readers use summary/view.py's SummaryView."""
 
 from __future__ import annotations
 
