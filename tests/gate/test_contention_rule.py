@@ -42,6 +42,8 @@ def test_the_same_shift_on_a_contended_head_warns_with_a_note():
     assert row.status is Status.WARN
     assert row.note == "head ran on a contended CPU: runqueue wait 23 %"
     assert c.verdict is Verdict.WARN
+    assert ("head ran on a contended CPU (runqueue wait 23 %): share shifts it can explain only "
+            "warn") in c.notes
 
 
 def test_a_contended_base_explains_a_shift_too():
@@ -88,3 +90,11 @@ def test_summaries_without_contention_are_judged_as_before():
     base, head = make(), make(shift(dataloader=2.2))
     assert "contention" not in base["run"]
     assert compare(base, head).verdict is Verdict.REGRESSION
+
+
+def test_the_note_reaches_every_report_format():
+    from traceml_ci.gate.render import render_json, render_markdown, render_text
+
+    c = compare(contended(make(), 1.0), contended(make(shift(dataloader=2.2)), 23.0))
+    for text in (render_text(c, width=200), render_markdown(c), render_json(c)):
+        assert "head ran on a contended CPU: runqueue wait 23 %" in text

@@ -436,6 +436,11 @@ def compare(
             f"no noise estimate in {' and '.join(missing_noise)} (too few steps, or not recorded)"
             ": the noise rule uses what the other side reports, else tolerances alone"
         )
+    for side, v in (("base", bv), ("head", hv)):
+        wait = v.runqueue_wait_pct
+        if wait is not None and wait >= CONTENDED_RUNQUEUE_WAIT_PCT:
+            reasons.append(f"{side} ran on a contended CPU (runqueue wait {wait:.0f} %): share "
+                           "shifts it can explain only warn")
 
     host_clock = bv.host_clock or hv.host_clock
     rows: list[Row] = []
