@@ -8,6 +8,7 @@ import pytest
 from tests.gate.summaries import make, shift
 from traceml_ci.gate.compare import (
     CONTENDED_RUNQUEUE_WAIT_PCT,
+    CONTENTION_MAX_SHIFT_PP,
     Status,
     Verdict,
     compare,
@@ -62,22 +63,33 @@ def test_both_loaded_warns_naming_both():
 
 
 def test_a_shift_larger_than_the_contention_can_cause_still_fails():
-    wait = 20.0  # a head share of 50 % can have been raised by at most 0.2 * 0.5 / 0.8 = 12.5 pp
-    assert contention_bound_pp(30.0, 20.0, 50.0, 0.5, wait) == pytest.approx(12.5)
+    wait = 15.0  # a head share of 50 % can have been raised by at most 0.15 * 0.5 / 0.85 pp
+    assert contention_bound_pp(30.0, 20.0, 50.0, 0.5, wait) == pytest.approx(100 * 0.075 / 0.85)
     c = compare(contended(make(), 0.5), contended(make(shift(dataloader=12.0)), wait))  # +30 pp
     assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
 
 
 def test_the_bound_follows_the_direction_and_the_side():
     # a rise: a contended head explains w(1 - s_head)/(1 - w), a contended base w s_base/(1 - w)
-    assert contention_bound_pp(5.0, 20.0, 25.0, None, 25.0) == pytest.approx(25 * 0.75 / 0.75)
-    assert contention_bound_pp(5.0, 20.0, 25.0, 25.0, None) == pytest.approx(25 * 0.20 / 0.75)
+    assert contention_bound_pp(5.0, 20.0, 25.0, None, 10.0) == pytest.approx(10 * 0.75 / 0.9)
+    assert contention_bound_pp(5.0, 20.0, 25.0, 10.0, None) == pytest.approx(10 * 0.20 / 0.9)
     # a fall: the other way round
-    assert contention_bound_pp(-5.0, 25.0, 20.0, None, 25.0) == pytest.approx(25 * 0.20 / 0.75)
-    assert contention_bound_pp(-5.0, 25.0, 20.0, 25.0, None) == pytest.approx(25 * 0.75 / 0.75)
+    assert contention_bound_pp(-5.0, 25.0, 20.0, None, 10.0) == pytest.approx(10 * 0.20 / 0.9)
+    assert contention_bound_pp(-5.0, 25.0, 20.0, 10.0, None) == pytest.approx(10 * 0.75 / 0.9)
     # quiet sides explain nothing; both contended: the sum
     assert contention_bound_pp(5.0, 20.0, 25.0, 9.9, 0.0) == 0.0
-    assert contention_bound_pp(5.0, 20.0, 25.0, 25.0, 25.0) == pytest.approx(25 + 25 * 0.2 / 0.75)
+    assert contention_bound_pp(5.0, 10.0, 90.0, 10.0, 10.0) == pytest.approx(2 * 10 * 0.1 / 0.9)
+
+
+def test_no_wait_excuses_more_than_the_cap():
+    assert contention_bound_pp(30.0, 15.0, 45.0, 42.0, 57.0) == CONTENTION_MAX_SHIFT_PP
+    # a tiny step on a heavily loaded runner: +26 pp still fails
+    base = contended(make({"dataloader": 0.003, "forward": 0.007, "backward": 0.006,
+                           "optimizer": 0.002, "other": 0.002}), 42.0)
+    head = contended(make({"dataloader": 0.086, "forward": 0.07, "backward": 0.03,
+                           "optimizer": 0.01, "other": 0.012}), 57.0)
+    row = compare(base, head).row("step_time.dataloader_pct")
+    assert row.delta > CONTENTION_MAX_SHIFT_PP and row.status is Status.REGRESSED
 
 
 @pytest.mark.parametrize("wait", [None, CONTENDED_RUNQUEUE_WAIT_PCT - 0.1])

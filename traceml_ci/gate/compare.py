@@ -58,6 +58,10 @@ NOISE_CAP_TOLERANCES = 2.0
 #: spin phases and not sleeps, so it moves shares; a share that regressed while either side ran
 #: contended is only a warning -- if the shift is one contention could cause (below).
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
+#: ... and never a shift larger than this (pp), whatever the waits: on the 2-core calibration
+#: machine two CPU hogs moved shares by 5-9 pp, while the worst case contention_bound_pp allows
+#: at waits of 40-60 % would excuse almost any shift.
+CONTENTION_MAX_SHIFT_PP = 10.0
 
 
 class Status(str, Enum):
@@ -573,17 +577,18 @@ def contention_bound_pp(delta: float, base_pct: float, head_pct: float,
     would have that phase at a share at most w·(1 − s)/(1 − w) lower, and at most w·s/(1 − w)
     higher, on a quiet CPU (the extremes: all the waiting outside, or inside, that phase). So a
     share that rose is explained by up to w·(1 − s)/(1 − w) of a contended head, plus up to
-    w·s/(1 − w) of a contended base; a fall, the other way round.
+    w·s/(1 − w) of a contended base; a fall, the other way round. Never more than
+    CONTENTION_MAX_SHIFT_PP: the worst case is loose, and heavy load would excuse anything.
     """
     rise = delta > 0
-    total = 0.0
+    total = 0.0  # capped at CONTENTION_MAX_SHIFT_PP below
     for wait, pct, contended_side_rises in ((head_wait, head_pct, rise),
                                             (base_wait, base_pct, not rise)):
         if wait is None or wait < CONTENDED_RUNQUEUE_WAIT_PCT:
             continue
         w, share = wait / 100.0, min(max(pct / 100.0, 0.0), 1.0)
         total += 100.0 * w * ((1.0 - share) if contended_side_rises else share) / (1.0 - w)
-    return total
+    return min(total, CONTENTION_MAX_SHIFT_PP)
 
 
 def _contention_guard(rows: list[Row], base: Mapping[str, Any],
