@@ -48,8 +48,8 @@ def test_show_gives_the_mean_the_share_comes_from_and_the_median_apart(tmp_path,
 
     doc = make()
     st = doc["step_time"]
-    for phase, pct in zip(("dataloader", "forward", "backward", "optimizer", "other"),
-                          (94.8, 2.0, 2.0, 0.7, 0.5)):
+    shares = {"dataloader": 94.8, "forward": 2.0, "backward": 2.0, "optimizer": 0.7, "other": 0.5}
+    for phase, pct in shares.items():
         st[f"{phase}_pct"] = pct
     st["phase_ms"]["dataloader"] = 0.35
     st["step_ms"]["mean"] = 10.0
