@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,50 @@ def run_job(script: Path, out: Path, args: Sequence[str] = ()) -> dict[str, Any]
     return json.loads(summary.read_text())
 
 
+#: A CPU hog: a busy loop, in its own interpreter.
+HOG = "while True: pass"
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` busy-loop processes running beside the block; always stopped after it."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(count):
+            procs.append(subprocess.Popen([sys.executable, "-c", HOG]))
+        time.sleep(0.2 if count else 0.0)  # let them reach the scheduler first
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
 def run_many(script: Path, root: Path, n: int, args: Sequence[str] = (),
-             label: str = "") -> list[dict[str, Any]]:
+             label: str = "", hogs: int = 0) -> list[dict[str, Any]]:
+    """``n`` traced runs of ``script``; ``hogs`` CPU hogs beside each (not beside reused ones)."""
     docs = []
     t0 = time.perf_counter()
     for i in range(n):
-        docs.append(run_job(script, root / f"run-{i:02d}", args))
+        out = root / f"run-{i:02d}"
+        with cpu_hogs(0 if (out / "final_summary.json").exists() else hogs):
+            docs.append(run_job(script, out, args))
         print(f"  {label or script.stem}: {i + 1}/{n} runs ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
     return docs
+
+
+def runqueue_waits(docs: Sequence[dict[str, Any]]) -> str:
+    """The runs' measured runqueue waits (run.contention), as 'median (min–max) %'."""
+    import statistics
+
+    from traceml_ci.summary.view import SummaryView
+
+    waits = [w for w in (SummaryView(d).runqueue_wait_pct for d in docs) if w is not None]
+    if not waits:
+        return "not measured"
+    return f"{statistics.median(waits):.1f} % ({min(waits):.1f}–{max(waits):.1f})"
 
 
 def judge_pairs(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, Any]] | None = None,

@@ -134,6 +134,31 @@ def test_tolerances_file_and_pyproject(tmp_path, capsys):
     assert "pyproject.toml [tool.traceml-ci]" in out
 
 
+@pytest.mark.parametrize(("table", "problem"), [
+    ('[tool.traceml-ci.tolerance]\n"step_time.*" = {fail = false}\n',
+     "$: unknown key 'tolerance' (allowed: noise_factor, noise_rule, tolerances)"),
+    ("[tool.traceml-ci]\nnoise_factr = 3\n", "$: unknown key 'noise_factr'"),
+    ('[tool.traceml-ci.tolerances]\n"step_time.*" = {fial = false}\n', "unknown key 'fial'"),
+])
+def test_a_typo_under_tool_traceml_ci_is_an_error_exit_2(tmp_path, capsys, table, problem):
+    base = dump(tmp_path / "b.json", make())
+    head = dump(tmp_path / "h.json", make(shift(dataloader=4.0)))
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n' + table)
+    code, out, err = run(capsys, base, head)
+    assert code == 2 and out == ""
+    assert err.startswith(f"traceml-ci: error: {tmp_path / 'pyproject.toml'}: invalid rules: ")
+    assert problem in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pyproject_without_the_table_or_with_an_empty_one_uses_the_defaults(tmp_path, capsys):
+    base = dump(tmp_path / "b.json", make())
+    head = dump(tmp_path / "h.json", make(shift(dataloader=4.0)))
+    for text in ('[project]\nname = "x"\n', "[tool.traceml-ci]\n", "[tool.other]\nx = 1\n"):
+        (tmp_path / "pyproject.toml").write_text(text)
+        code, out, _ = run(capsys, base, head)
+        assert code == 1 and "rules: defaults" in out
+
+
 def _pcts_250(doc):
     for p in ("dataloader", "forward", "backward", "optimizer", "other"):
         doc["step_time"][f"{p}_pct"] = 50.0

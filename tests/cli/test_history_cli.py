@@ -34,3 +34,16 @@ def test_history_bad_path_is_exit_2(tmp_path, capsys):
     assert main(["history", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err == f"traceml-ci: error: {tmp_path / 'missing'}: no such file or folder\n"
+
+
+def test_history_csv_escapes_run_names(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for i, name in enumerate(["x\n::error ::x\x1b[2J", "train_\udcff"]):
+        doc = make(name=name)
+        doc["run"]["started_at"] = f"2026-11-{10 + i:02d}T08:00:00Z"
+        (tmp_path / f"run-{i}.json").write_text(json.dumps(doc))
+    assert main(["history", "--format", "csv", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # no lone surrogate left
+    assert "\x1b" not in out and not any(line.startswith("::") for line in out.splitlines())
+    assert len(out.strip().splitlines()) == 3

@@ -31,6 +31,39 @@ def test_show_prints_split_memory_and_next_step(summary_file, capsys) -> None:
     assert "peak RSS" in out
 
 
+def test_show_reads_a_run_folder(summary_file, capsys) -> None:
+    assert main(["show", str(summary_file.parent), "--width", "120"]) == 0
+    assert "INPUT_BOUND" in capsys.readouterr().out
+
+
+def test_show_a_folder_without_a_summary_is_one_line_exit_2(tmp_path, capsys) -> None:
+    assert main(["show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "final_summary.json" in err[0]
+
+
+def test_show_gives_the_mean_the_share_comes_from_and_the_median_apart(tmp_path, capsys):
+    """Worker DataLoaders: most steps wait ~0.35 ms, every few steps one waits long. The share
+    (a ratio of sums) is large while the median is tiny; shown side by side, each labelled."""
+    from tests.gate.summaries import make
+
+    doc = make()
+    st = doc["step_time"]
+    shares = {"dataloader": 94.8, "forward": 2.0, "backward": 2.0, "optimizer": 0.7, "other": 0.5}
+    for phase, pct in shares.items():
+        st[f"{phase}_pct"] = pct
+    st["phase_ms"]["dataloader"] = 0.35
+    st["step_ms"]["mean"] = 10.0
+    path = tmp_path / "final_summary.json"
+    path.write_text(json.dumps(doc))
+    assert main(["show", str(path), "--width", "160"]) == 0
+    out = capsys.readouterr().out
+    assert "mean ms" in out and "median ms" in out
+    row = next(line for line in out.splitlines() if "dataloader" in line and "%" in line)
+    assert "94.8%" in row and "9.48" in row and "0.35" in row
+    assert "mean ms = share × mean step" in out
+
+
 def test_show_bad_file_is_one_line_exit_2(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")

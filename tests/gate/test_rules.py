@@ -54,17 +54,25 @@ def test_rules_file_overrides_by_glob(tmp_path):
     assert r.source == str(f)
 
 
-def test_pyproject_table_is_read_and_other_keys_in_it_ignored(tmp_path):
+def test_pyproject_table_is_read(tmp_path):
     p = tmp_path / "pyproject.toml"
     p.write_text(
-        '[project]\nname = "x"\n[tool.traceml-ci]\nbaseline = "b.json"\n'
+        '[project]\nname = "x"\n[tool.traceml-ci]\nnoise_factor = 1.5\n'
         '[tool.traceml-ci.tolerances]\n"step_memory.peak_rss_mb" = {skip = true}\n'
     )
     r = load_rules(pyproject=p)
-    assert r.rule_for("step_memory.peak_rss_mb").skip
+    assert r.rule_for("step_memory.peak_rss_mb").skip and r.noise_factor == 1.5
     assert "[tool.traceml-ci]" in r.source
     # the same file given as --tolerances reads the same table
     assert load_rules(p).rule_for("step_memory.peak_rss_mb").skip
+
+
+@pytest.mark.parametrize("given", [None, "as --tolerances"])
+def test_an_unknown_key_under_tool_traceml_ci_is_an_error(tmp_path, given):
+    p = tmp_path / "pyproject.toml"
+    p.write_text('[tool.traceml-ci]\nbaseline = "b.json"\n')
+    with pytest.raises(InputError, match=r"\$: unknown key 'baseline' \(allowed: "):
+        load_rules(p) if given else load_rules(pyproject=p)
 
 
 def test_pyproject_without_our_table_gives_defaults(tmp_path):

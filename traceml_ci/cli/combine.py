@@ -21,7 +21,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout"
     )
+    p.add_argument(
+        "--allow-different-jobs", action="store_true",
+        help="combine runs with different run names (a job is one run name on one kind of "
+        "machine; different machines are always refused)",
+    )
     p.set_defaults(func=run)
+
+
+def _job(doc: dict) -> tuple[str, str]:
+    """What makes runs the same job: the run name (the script, or the name given to init or
+    --name) and the kind of machine (device type and model)."""
+    from traceml_ci.summary.view import SummaryView
+
+    v = SummaryView(doc)
+    device = f"{v.env.get('device_type')} {v.env.get('device_name') or ''}".strip()
+    return v.run_name, device
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.errors import InputError
     from traceml_ci.fsutil import atomic_write_text
     from traceml_ci.gate.inputs import InputKind, read_input
-    from traceml_ci.summary.repeats import combine_repeats
+    from traceml_ci.summary.repeats import combine_repeats, runs_of
 
     docs = []
-    devices: dict[str, str] = {}
+    jobs: dict[str, tuple[str, str]] = {}
+    count = 0
     for given in args.runs:
         path = Path(given)
         if path.is_dir():
@@ -45,21 +61,30 @@ def run(args: argparse.Namespace) -> int:
         if loaded.kind is InputKind.SET:
             raise InputError(str(path), "is a baseline set; combine takes one run's summary each")
         (doc,) = loaded.summaries.values()
-        env = doc.get("env") or {}
-        devices[str(path)] = f"{env.get('device_type')} {env.get('device_name') or ''}".strip()
+        try:
+            count += len(runs_of(doc))
+        except ValueError as exc:
+            raise InputError(str(path), str(exc)) from None
+        jobs[str(path)] = _job(doc)
         docs.append(doc)
-    if len(set(devices.values())) > 1:
-        first, *_ = devices
-        other = next(p for p, d in devices.items() if d != devices[first])
-        raise InputError(
-            other,
-            f"ran on {devices[other]!r}, {first} on {devices[first]!r}: "
-            "combine repeated runs of one job on one kind of machine",
-        )
+    (first, (first_name, first_device)), *rest = jobs.items()
+    for other, (name, device) in rest:
+        if device != first_device:
+            raise InputError(
+                other,
+                f"ran on {device!r}, {first} on {first_device!r}: "
+                "combine repeated runs of one job on one kind of machine",
+            )
+        if name != first_name and not args.allow_different_jobs:
+            raise InputError(
+                other,
+                f"is run {name!r}, {first} is run {first_name!r}: combine repeated runs of one "
+                "job (--allow-different-jobs to combine them anyway)",
+            )
     text = json.dumps(combine_repeats(docs), indent=1) + "\n"
     if args.output:
         atomic_write_text(args.output, text)
-        print(f"combined {len(docs)} runs into {args.output}", file=sys.stderr)
+        print(f"combined {count} runs into {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0

@@ -25,12 +25,14 @@ FORMATS = ("text", "markdown", "json")
 
 def exit_code(verdict: Verdict) -> int:
     """pass and warn 0, regression 1, incomparable 3 (bad input is 2, raised as InputError)."""
+    from traceml_ci.gate.compare import Verdict  # the one definition; already loaded by diff
+
     return {
-        "pass": EXIT_PASS,
-        "warn": EXIT_PASS,
-        "regression": EXIT_REGRESSION,
-        "incomparable": EXIT_INCOMPARABLE,
-    }[verdict.value]
+        Verdict.PASS: EXIT_PASS,
+        Verdict.WARN: EXIT_PASS,
+        Verdict.REGRESSION: EXIT_REGRESSION,
+        Verdict.INCOMPARABLE: EXIT_INCOMPARABLE,
+    }[Verdict(verdict)]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,22 +1,29 @@
-"""``traceml-ci show FILE``: a summary, readably, in the terminal."""
+"""``traceml-ci show FILE_OR_DIR``: a summary, readably, in the terminal.
+
+Every string taken from the summary goes through ``fmt.plain`` (gate/fmt.py): a crafted run
+name can neither start a CI workflow command nor move the cursor, nor crash the output.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from traceml_ci.summary.keys import PHASES, SUMMARY_FILENAME
+
 BAR_WIDTH = 30
 SEVERITY_STYLE = {"info": "green", "warn": "yellow", "crit": "bold red"}
-PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "show",
         help="print a summary readably",
-        description="Print a final_summary.json: the step-time split, memory and diagnoses.",
+        description="Print a final_summary.json (or the one in a run's output folder): the "
+        "step-time split, memory and diagnoses.",
     )
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE_OR_DIR",
+                   help=f"a summary, or a folder holding {SUMMARY_FILENAME}")
     p.add_argument("--width", type=int, default=None, help="terminal width (default: detected)")
     p.set_defaults(func=run)
 
@@ -34,65 +41,90 @@ def render(doc: dict[str, Any]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    run, st, mem = doc["run"], doc["step_time"], doc["step_memory"]
-    env = doc["env"]
+    from traceml_ci.gate.fmt import plain
+    from traceml_ci.summary.view import SummaryView
+
+    v = SummaryView(doc)
+    env = v.env
+    device = plain(env.get("device_type"))
+    if env.get("device_name"):
+        device += " " + plain(env["device_name"])
     head = Text.assemble(
-        (f"{run['name']}", "bold"),
-        f" · {run['status']} · {st['steps_analyzed']} steps analysed "
-        f"(+{st['warmup_steps']} warmup) · {env['device_type']}"
-        f"{' ' + env['device_name'] if env.get('device_name') else ''} · clock {st['clock']}",
+        (plain(v.run_name), "bold"),
+        f" · {plain(v.run_status)} · {v.steps_analyzed} steps analysed "
+        f"(+{v.warmup_steps} warmup) · {device} · clock {plain(v.clock)}",
     )
     times = Table(title="Step time", title_justify="left", show_edge=False, expand=False)
     times.add_column("phase")
     times.add_column("share", justify="right")
+    # The share is a ratio of summed (trimmed) times, i.e. of means: its ms column is the mean.
+    # The median is shown apart, labelled: with steps that alternate between waiting and not,
+    # a phase can take 95 % of the time with a median of almost nothing.
+    times.add_column("mean ms", justify="right")
     times.add_column("median ms", justify="right")
     times.add_column("noise ±pp", justify="right")
     times.add_column("")
-    noise = (st.get("noise") or {}).get("pct", {})
+    step_mean = v.step_ms("mean")
     for phase in PHASES:
-        pct = st.get(f"{phase}_pct")
+        pct = v.share(phase)
         bar = "█" * round((pct or 0) / 100 * BAR_WIDTH)
-        spread = noise.get(phase, {}).get("iqr")
+        spread = v.share_noise(phase)
+        mean_ms = pct / 100.0 * step_mean if pct is not None and step_mean is not None else None
         times.add_row(
             phase,
             _fmt(pct, "%"),
-            _fmt(st["phase_ms"].get(phase), digits=2),
+            _fmt(mean_ms, digits=2),
+            _fmt(v.phase_ms(phase), digits=2),
             _fmt(spread, digits=2) if spread is not None else "",
             Text(bar, style="cyan"),
         )
-    step_ms, tput = st["step_ms"], st["throughput"]
     # A line of its own: as the table's caption it would wrap at the table's width.
+    samples = v.samples_per_s
     step_line = Text(
-        f"step {_fmt(step_ms['median'], ' ms', 2)} median "
-        f"(p10 {_fmt(step_ms['p10'], '', 2)}, p90 {_fmt(step_ms['p90'], '', 2)}) · "
-        f"{_fmt(tput['steps_per_s'], ' steps/s')}"
-        + (f" · {_fmt(tput['samples_per_s'], ' samples/s')}" if tput.get("samples_per_s") else ""),
+        f"step {_fmt(v.step_ms('mean'), ' ms', 2)} mean, {_fmt(v.step_ms('median'), ' ms', 2)} "
+        f"median (p10 {_fmt(v.step_ms('p10'), '', 2)}, p90 {_fmt(v.step_ms('p90'), '', 2)}) · "
+        f"{_fmt(v.steps_per_s, ' steps/s')}"
+        + (f" · {_fmt(samples, ' samples/s')}" if samples else "")
+        + "\nshare = that phase's part of the summed step time (outliers left out); "
+        "mean ms = share × mean step",
         style="dim",
     )
+    parts: list[Any] = [head, Text(""), times, step_line]
+    wait = v.runqueue_wait_pct
+    if wait is not None:
+        parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "
+                          "time", style="dim"))
     memory = Table(title="Memory", title_justify="left", show_edge=False, show_header=False)
     memory.add_column("what")
     memory.add_column("value", justify="right")
-    memory.add_row("device", mem["device"])
-    memory.add_row("peak allocated", _fmt(mem["peak_allocated_mb"], " MB"))
-    memory.add_row("peak reserved", _fmt(mem["peak_reserved_mb"], " MB"))
-    memory.add_row("peak RSS", _fmt(mem["peak_rss_mb"], " MB"))
-    growth = mem.get("growth_mb_per_1k_steps")
-    memory.add_row(f"growth ({mem.get('growth_basis') or 'n/a'})", _fmt(growth, " MB/1k steps", 2))
+    memory.add_row("device", plain(v.memory_device))
+    memory.add_row("peak allocated", _fmt(v.memory_mb("peak_allocated_mb"), " MB"))
+    memory.add_row("peak reserved", _fmt(v.memory_mb("peak_reserved_mb"), " MB"))
+    memory.add_row("peak RSS", _fmt(v.memory_mb("peak_rss_mb"), " MB"))
+    basis = plain(v.growth_basis or "n/a")
+    memory.add_row(f"growth ({basis})", _fmt(v.growth_mb_per_1k_steps, " MB/1k steps", 2))
     verdicts = []
-    for d in doc.get("diagnoses", []):
-        style = SEVERITY_STYLE.get(d["severity"], "")
-        verdicts.append(Text.assemble((f"{d['kind']}", style), f"  {d['message']}"))
-        verdicts.append(Text(f"  → {d['next_step']}", style="dim"))
-    title = f"traceml-ci · {st['diagnosis']} · memory {mem['diagnosis']}"
-    body = Group(head, Text(""), times, step_line, Text(""), memory, Text(""), *verdicts)
+    for d in v.diagnoses:
+        style = SEVERITY_STYLE.get(d.get("severity", ""), "")
+        verdicts.append(Text.assemble((plain(d.get("kind", "")), style),
+                                      f"  {plain(d.get('message', ''))}"))
+        verdicts.append(Text(f"  → {plain(d.get('next_step', ''))}", style="dim"))
+    title = (f"traceml-ci · {plain(v.label('step_time'))} · memory "
+             f"{plain(v.label('step_memory'))}")
+    body = Group(*parts, Text(""), memory, Text(""), *verdicts)
     return Panel(body, title=title)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from rich.console import Console
 
     from traceml_ci.summary.io import load_summary
 
-    doc = load_summary(args.file)
+    path = Path(args.file)
+    if path.is_dir():
+        path = path / SUMMARY_FILENAME
+    doc = load_summary(path)
     Console(width=args.width).print(render(doc))
     return 0

@@ -24,6 +24,7 @@ from traceml_ci.gate.metrics import (
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
 from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
 
 #: Load guard: other work on a shared machine stretches the slow steps, so it moves the median
 #: step time a lot and the fastest steps (p10) little; a real slowdown moves both. A median that
@@ -44,6 +45,23 @@ REPORT_VERSION = "1.0"
 #: phase's own median ms grew by at most this much (percent): its share rose because the *other*
 #: phases got faster, not because it got slower.
 SHARE_ONLY_MAX_MS_GROWTH_PCT = 10.0
+
+
+#: The noise allowance is capped at this many fail tolerances: a summary's own spread can widen
+#: what counts as noise, but not without bound (docs/gate.md, "The noise rule"). Not 1: under
+#: the default "beyond" rule a cap at the tolerance itself would switch the noise rule off for
+#: every change past the fail tier, honest noisy runs included.
+NOISE_CAP_TOLERANCES = 2.0
+
+#: Contention guard: a run whose main thread waited for a CPU this much of its wall time (its
+#: ``run.contention.runqueue_wait_pct``) ran on a contended CPU. Load stretches compute and
+#: spin phases and not sleeps, so it moves shares; a share that regressed while either side ran
+#: contended is only a warning -- if the shift is one contention could cause (below).
+CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
+#: ... and never a shift larger than this (pp), whatever the waits: on the 2-core calibration
+#: machine two CPU hogs moved shares by 5-9 pp, while the worst case contention_bound_pp allows
+#: at waits of 40-60 % would excuse almost any shift.
+CONTENTION_MAX_SHIFT_PP = 10.0
 
 
 class Status(str, Enum):
@@ -211,11 +229,6 @@ class SetComparison:
 # --- environment ---------------------------------------------------------------------------
 
 
-def _env(summary: Mapping[str, Any]) -> Mapping[str, Any]:
-    env = summary.get("env")
-    return env if isinstance(env, Mapping) else {}
-
-
 def _torch_major(version: Any) -> str | None:
     if not isinstance(version, str) or not version:
         return None
@@ -226,7 +239,7 @@ def _torch_major(version: Any) -> str | None:
 def env_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
     """What makes absolute times and memory of two runs incomparable: device type, GPU model,
     torch major version. A field unknown on either side is not a difference."""
-    b, h = _env(base), _env(head)
+    b, h = SummaryView(base).env, SummaryView(head).env
     out: list[str] = []
     bt, ht = b.get("device_type"), h.get("device_type")
     if isinstance(bt, str) and isinstance(ht, str) and bt != ht:
@@ -251,12 +264,31 @@ def _beyond(tier_abs: float | None, tier_rel: float | None, d_abs: float, d_rel:
     return (tier_abs is None or d_abs > tier_abs) and (tier_rel is None or d_rel > tier_rel)
 
 
-def _noise_threshold(metric: Metric, base: Mapping[str, Any], head: Mapping[str, Any],
-                     factor: float) -> float | None:
+def _noise_threshold(metric: Metric, rule: Rule, base: Mapping[str, Any],
+                     head: Mapping[str, Any], factor: float) -> float | None:
+    """``factor`` × √(IQR_base² + IQR_head²), symmetric in base and head, and never more than
+    NOISE_CAP_TOLERANCES × the rule's fail tolerance: the spread a summary reports about itself
+    can widen its allowance only that far (a head reporting an IQR of 35 pp, or 1e6, for a
+    share cannot turn a +30 pp regression into "within noise")."""
     spreads = [s for s in (metric.noise(base), metric.noise(head)) if s is not None]
     if not spreads or factor <= 0:
         return None
-    return factor * math.hypot(*spreads)
+    noise = factor * math.hypot(*spreads)
+    cap = _noise_cap(rule, metric.value(base))
+    return noise if cap is None else min(noise, cap)
+
+
+def _noise_cap(rule: Rule, b: Any) -> float | None:
+    """The largest noise allowance (metric's unit) a rule admits: NOISE_CAP_TOLERANCES × the
+    change its fail tier (else its warn tier) calls too large from base ``b``."""
+    tier_abs, tier_rel = (rule.abs, rule.rel) if rule.has_fail_tier else (rule.warn_abs,
+                                                                          rule.warn_rel)
+    if tier_abs is None and tier_rel is None:
+        return None
+    limits = [tier_abs or 0.0]
+    if tier_rel is not None and isinstance(b, float):
+        limits.append(tier_rel / 100.0 * abs(b))
+    return NOISE_CAP_TOLERANCES * max(limits)
 
 
 def _relative(d: float, b: float) -> float:
@@ -342,24 +374,9 @@ def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, st
 # --- compare ---------------------------------------------------------------------------------
 
 
-def _run_name(summary: Mapping[str, Any]) -> str:
-    run = summary.get("run")
-    name = run.get("name") if isinstance(run, Mapping) else None
-    name = name if isinstance(name, str) else ""
-    repeats = summary.get("repeats")
-    count = repeats.get("count") if isinstance(repeats, Mapping) else None
-    return f"{name} (×{count} runs)" if isinstance(count, int) else name
-
-
-def _run_status(summary: Mapping[str, Any]) -> str | None:
-    run = summary.get("run")
-    status = run.get("status") if isinstance(run, Mapping) else None
-    return status if isinstance(status, str) else None
-
-
-def _host_clock(summary: Mapping[str, Any]) -> bool:
-    st = summary.get("step_time")
-    return not (isinstance(st, Mapping) and st.get("clock") == "device_event")
+def _run_name(v: SummaryView) -> str:
+    count = v.repeats_count
+    return f"{v.run_name} (×{count} runs)" if count is not None else v.run_name
 
 
 def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:
@@ -371,14 +388,9 @@ def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:
                 and metric.env_dependent)
 
 
-def _has_noise(summary: Mapping[str, Any]) -> bool:
-    st = summary.get("step_time")
-    return isinstance(st, Mapping) and isinstance(st.get("noise"), Mapping)
-
-
 def _mapping_notes(side: str, summary: Mapping[str, Any]) -> list[str]:
-    mapped = summary.get("mapped_from")
-    if not isinstance(mapped, Mapping):
+    mapped = SummaryView(summary).mapped_from
+    if mapped is None:
         return []
     tool = mapped.get("tool", "another tool")
     version = mapped.get("schema_version", "?")
@@ -421,14 +433,20 @@ def compare(
         )
     elif diffs:
         reasons.append("environments differ (" + "; ".join(diffs) + "); compared anyway")
-    missing_noise = [s for s, doc in (("base", base), ("head", head)) if not _has_noise(doc)]
+    bv, hv = SummaryView(base), SummaryView(head)
+    missing_noise = [s for s, v in (("base", bv), ("head", hv)) if not v.has_noise]
     if missing_noise and rules.noise_factor > 0:
         reasons.append(
             f"no noise estimate in {' and '.join(missing_noise)} (too few steps, or not recorded)"
             ": the noise rule uses what the other side reports, else tolerances alone"
         )
+    for side, v in (("base", bv), ("head", hv)):
+        wait = v.runqueue_wait_pct
+        if wait is not None and wait >= CONTENDED_RUNQUEUE_WAIT_PCT:
+            reasons.append(f"{side} ran on a contended CPU (runqueue wait {wait:.0f} %): share "
+                           "shifts it can explain only warn")
 
-    host_clock = _host_clock(base) or _host_clock(head)
+    host_clock = bv.host_clock or hv.host_clock
     rows: list[Row] = []
     for metric in METRICS:
         rule = rules.rule_for(metric.name)
@@ -460,7 +478,7 @@ def compare(
             status, note = _judge_label(metric, rule, b, h)
             rows.append(Row(metric.name, b, h, None, tol, status, **common, note=note))
             continue
-        noise = _noise_threshold(metric, base, head, rules.noise_factor)
+        noise = _noise_threshold(metric, rule, base, head, rules.noise_factor)
         status, delta, note = _judge_number(metric, rule, b, h, noise, fails=fails,
                                             margin=rules.noise_rule == "margin")
         if note == "beyond tolerance (warn only)" and rule.fail is None:
@@ -469,9 +487,10 @@ def compare(
 
     rows = _share_context(rows, base, head, skip_env)
     rows = _load_guard(rows, base, head, rules)
+    rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
 
-    head_status = _run_status(head)
+    head_status = hv.run_status
     run_warn = head_status not in (None, "completed")
     if run_warn:
         reasons.append(f"head run {head_status}: its figures may cover only part of the run")
@@ -481,8 +500,8 @@ def compare(
     notes = list(reasons)
     reasons += [_describe(row) for row in rows if row.status is Status.REGRESSED]
     return Comparison(
-        verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(base),
-        head_run=_run_name(head), skipped=skipped, rules_source=rules.source,
+        verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(bv),
+        head_run=_run_name(hv), skipped=skipped, rules_source=rules.source,
     )
 
 
@@ -545,6 +564,59 @@ def _load_guard(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any
         ) and (rule.abs is None or h_q - b_q <= rule.abs):
             row = _with(row, Status.WARN, f"fastest steps (p10) moved only {growth:+.0f}%: "
                         "more likely machine load than a slower step")
+        out.append(row)
+    return out
+
+
+def contention_bound_pp(delta: float, base_pct: float, head_pct: float,
+                        base_wait: float | None, head_wait: float | None) -> float:
+    """The largest share shift (pp) in the direction of ``delta`` that the contended sides'
+    runqueue waits (percent of wall time; None: quiet) can cause.
+
+    A run that waited a fraction w of its wall time inside some phases, with a phase at share s,
+    would have that phase at a share at most w·(1 − s)/(1 − w) lower, and at most w·s/(1 − w)
+    higher, on a quiet CPU (the extremes: all the waiting outside, or inside, that phase). So a
+    share that rose is explained by up to w·(1 − s)/(1 − w) of a contended head, plus up to
+    w·s/(1 − w) of a contended base; a fall, the other way round. Never more than
+    CONTENTION_MAX_SHIFT_PP: the worst case is loose, and heavy load would excuse anything.
+    """
+    rise = delta > 0
+    total = 0.0  # capped at CONTENTION_MAX_SHIFT_PP below
+    for wait, pct, contended_side_rises in ((head_wait, head_pct, rise),
+                                            (base_wait, base_pct, not rise)):
+        if wait is None or wait < CONTENDED_RUNQUEUE_WAIT_PCT:
+            continue
+        w, share = wait / 100.0, min(max(pct / 100.0, 0.0), 1.0)
+        total += 100.0 * w * ((1.0 - share) if contended_side_rises else share) / (1.0 - w)
+    return min(total, CONTENTION_MAX_SHIFT_PP)
+
+
+def _contention_guard(rows: list[Row], base: Mapping[str, Any],
+                      head: Mapping[str, Any]) -> list[Row]:
+    """A share that regressed while either side ran on a contended CPU (runqueue wait at or above
+    CONTENDED_RUNQUEUE_WAIT_PCT) is a warning, when the shift is within what the measured
+    waits can cause (contention_bound_pp); a larger shift, or one between two quiet runs,
+    still regresses."""
+    waits = {"base": SummaryView(base).runqueue_wait_pct,
+             "head": SummaryView(head).runqueue_wait_pct}
+    contended = {s: w for s, w in waits.items() if w is not None
+                 and w >= CONTENDED_RUNQUEUE_WAIT_PCT}
+    if not contended:
+        return rows
+    if len(contended) == 2:
+        note = ("both runs ran on contended CPUs: runqueue wait "
+                f"{contended['base']:.0f} % (base), {contended['head']:.0f} % (head)")
+    else:
+        ((side, wait),) = contended.items()
+        note = f"{side} ran on a contended CPU: runqueue wait {wait:.0f} %"
+    out = []
+    for row in rows:
+        phase = row.name.removeprefix("step_time.").removesuffix("_pct")
+        if (phase in PHASES and row.status is Status.REGRESSED and row.delta is not None
+                and isinstance(row.base, float) and isinstance(row.head, float)
+                and abs(row.delta) <= contention_bound_pp(row.delta, row.base, row.head,
+                                                          waits["base"], waits["head"])):
+            row = _with(row, Status.WARN, note)
         out.append(row)
     return out
 

@@ -1,8 +1,86 @@
-"""Plain-text formatting of values and deltas, shared by reasons and every renderer."""
+"""Formatting of values and deltas, and the one escaping helper per output medium.
+
+Anything that comes from a summary (run names, keys, labels, environment strings, notes built
+from them) goes through the helper of the medium it is written to, and only that one:
+
+- :func:`plain` for terminal text and CI logs (``diff --format text``, ``show``, CSV);
+- :func:`markdown` for GitHub markdown (PR comments, ``--format markdown``, history);
+- :func:`json_safe` for JSON reports.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
+
+#: Characters a terminal or a CI log reads as more than text: C0 and C1 controls (newline,
+#: carriage return, ESC), DEL, line and paragraph separators, bidirectional embeddings,
+#: overrides and isolates (they reorder what is shown), and lone surrogates (not encodable).
+_UNSAFE_PLAIN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                           "\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group()
+    named = _NAMED.get(ch)
+    if named:
+        return named
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def plain(text: Any) -> str:
+    """Text safe to print to a terminal or a CI log: one line, nothing a terminal or a runner
+    acts on. Newlines and other controls, bidirectional overrides and lone surrogates become
+    visible backslash escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\udcff``), so no input can
+    start a ``::workflow-command::`` line or move the cursor."""
+    return _UNSAFE_PLAIN.sub(_escape_char, str(text))
+
+
+#: A zero-width space, as an entity: GitHub links mentions, issue references and bare URLs in
+#: the rendered text, after entities are decoded, so only a character in between stops them.
+_ZWSP = "&#8203;"
+_MD_ESCAPES = {
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "@": "@" + _ZWSP,
+    "#": "#" + _ZWSP, "[": "&#91;", "]": "&#93;", "\\": "&#92;", "*": "&#42;",
+}
+#: Bare-URL starts GitHub autolinks: ``https://x``, ``www.x``.
+_AUTOLINKS = (("://", ":" + _ZWSP + "//"), ("www.", "www" + _ZWSP + "."))
+#: ``GH-7``: GitHub's other issue-reference form (case-insensitive).
+_GH_REF = re.compile(r"(?i)\b(gh)-(?=\d)")
+_MD_SPACE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: Shown as a visible escape rather than applied: bidirectional controls and lone surrogates.
+_MD_VISIBLE = re.compile("[\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def markdown(text: Any) -> str:
+    """Make input text inert in GitHub markdown: no table breaks, HTML, code spans, links,
+    autolinks, mentions, ``#n`` or ``GH-n`` references or ``*`` emphasis; newlines and other
+    control characters become spaces; bidirectional overrides and lone surrogates a visible
+    escape (``\\u202e``). (``_`` is left alone: GitHub never reads it as emphasis inside a word like
+    ``step_ms``.)"""
+    s = _MD_SPACE.sub(" ", str(text))
+    s = "".join(_MD_ESCAPES.get(ch, ch) for ch in s)
+    # after the escapes: this backslash is text (markdown escapes only ASCII punctuation)
+    s = _MD_VISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
+    for start, broken in _AUTOLINKS:
+        s = s.replace(start, broken)
+    return _GH_REF.sub(lambda m: m.group(1) + _ZWSP + "-", s)
+
+
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every string (keys too) free of lone surrogates, which no UTF-8 output can
+    encode: each becomes the visible text ``\\udcff``. JSON escapes control characters itself."""
+    if isinstance(obj, str):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", obj)
+    if isinstance(obj, Mapping):
+        return {json_safe(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def number(x: float) -> str:

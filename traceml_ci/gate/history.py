@@ -165,7 +165,8 @@ def render_history(points: Sequence[RunPoint], rules: Rules = DEFAULT_RULES, *,
                    output: str = "markdown") -> str:
     """``output``: "markdown" (a trend table per series) or "csv" (one row per run)."""
     df = frame(points)
-    if output == "csv":
+    if output == "csv":  # CSV goes to a terminal or a CI log: escaped like any text output
+        df = df.map(lambda x: fmt.plain(x) if isinstance(x, str) else x)
         return str(df.to_csv(index=False))
     return _markdown(df, rules)
 

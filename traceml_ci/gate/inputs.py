@@ -73,9 +73,9 @@ def check_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any],
 
 
 def _key_for(summary: Mapping[str, Any], path: Path) -> str:
-    run = summary.get("run")
-    name = run.get("name") if isinstance(run, Mapping) else None
-    return name if isinstance(name, str) and name else path.stem
+    from traceml_ci.summary.view import SummaryView
+
+    return SummaryView(summary).run_name or path.stem
 
 
 def input_kind(doc: Mapping[str, Any]) -> InputKind:

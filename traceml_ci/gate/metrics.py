@@ -1,18 +1,18 @@
 """The metrics the gate compares: their names, units, which way is worse, and where they live.
 
 Names are dotted paths into final_summary.json (``step_time.dataloader_pct``); tolerance rules
-match them with glob patterns. This module is the gate's only reader of summary key names.
+match them with glob patterns. Values are read through summary/view.py's SummaryView.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
 
 
 class Kind(str, Enum):
@@ -51,33 +51,15 @@ class Metric:
 
     def value(self, summary: Mapping[str, Any]) -> Any:
         """This metric's value in ``summary``: a finite float, a label string, or None."""
-        node: Any = summary
-        for key in self.path:
-            if not isinstance(node, Mapping):
-                return None
-            node = node.get(key)
-        if self.kind is Kind.LABEL:
-            return node if isinstance(node, str) else None
-        return _finite(node)
+        view = SummaryView(summary)
+        return view.text(self.path) if self.kind is Kind.LABEL else view.number(self.path)
 
     def noise(self, summary: Mapping[str, Any]) -> float | None:
         """The IQR across windows of steps that ``summary`` reports for this metric, if any."""
         if self.noise_path is None:
             return None
-        node: Any = summary
-        for key in self.noise_path:
-            if not isinstance(node, Mapping):
-                return None
-            node = node.get(key)
-        value = _finite(node)
+        value = SummaryView(summary).number(self.noise_path)
         return None if value is None or value < 0 else value
-
-
-def _finite(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def _catalogue() -> tuple[Metric, ...]:

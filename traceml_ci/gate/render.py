@@ -2,7 +2,8 @@
 
 Pure functions; width and colour are parameters. tabulate and rich are imported inside the
 renderer that needs them. Everything taken from input (run names, keys, labels, notes) goes
-through :func:`md_escape` before it reaches markdown.
+through its medium's escaping helper in gate/fmt.py: ``fmt.markdown`` for markdown,
+``fmt.plain`` for terminal text, ``fmt.json_safe`` for JSON.
 """
 
 from __future__ import annotations
@@ -38,27 +39,8 @@ VERDICT_STYLE = {
     Verdict.INCOMPARABLE: "bold magenta",
 }
 
-#: A zero-width space, as an entity: GitHub links mentions, issue references and bare URLs in
-#: the rendered text, after entities are decoded, so only a character in between stops them.
-_ZWSP = "&#8203;"
-_MD_ESCAPES = {
-    "&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;", "@": "@" + _ZWSP,
-    "#": "#" + _ZWSP, "[": "&#91;", "]": "&#93;", "\\": "&#92;", "*": "&#42;",
-}
-#: Bare-URL starts GitHub autolinks: ``https://x``, ``www.x``.
-_AUTOLINKS = (("://", ":" + _ZWSP + "//"), ("www.", "www" + _ZWSP + "."))
-
-
-def md_escape(text: Any) -> str:
-    """Make input text inert in GitHub markdown: no table breaks, HTML, code spans, links,
-    autolinks, mentions, issue references or ``*`` emphasis; newlines and other control
-    characters become spaces. (``_`` is left alone: GitHub never reads it as emphasis inside a
-    word like ``step_ms``.)"""
-    s = "".join(" " if (ord(ch) < 32 or ch in "\u2028\u2029\x7f") else ch for ch in str(text))
-    s = "".join(_MD_ESCAPES.get(ch, ch) for ch in s)
-    for start, broken in _AUTOLINKS:
-        s = s.replace(start, broken)
-    return s
+#: The markdown escaping helper (defined, with the other media's, in gate/fmt.py).
+md_escape = fmt.markdown
 
 
 # --- shared pieces -------------------------------------------------------------------------
@@ -272,9 +254,10 @@ def _rich_table(rows: list[Row]) -> Any:
     for r in rows:
         status = Text(r.status.value, style=STATUS_STYLE[r.status])
         if r.note:
-            status.append(f" — {r.note}", style="dim")
+            status.append(f" — {fmt.plain(r.note)}", style="dim")
         table.add_row(
-            Text(r.name), Text(fmt.value(r.base, r.unit)), Text(fmt.value(r.head, r.unit)),
+            Text(r.name), Text(fmt.plain(fmt.value(r.base, r.unit))),
+            Text(fmt.plain(fmt.value(r.head, r.unit))),
             Text(_delta(r)), Text(str(r.tolerance) if r.tolerance else "—"), status,
             style="dim" if r.status is Status.OK else None,
         )
@@ -288,16 +271,18 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     if title:
         parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
     if c.base_run or c.head_run:
-        parts.append(Text(f"base {c.base_run or '?'} → head {c.head_run or '?'}", style="dim"))
+        base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
+        parts.append(Text(f"base {base} → head {head}", style="dim"))
     for reason in c.reasons:
-        parts.append(Text(f"• {reason}"))
+        parts.append(Text(f"• {fmt.plain(reason)}"))
     table_rows = [r for r in c.rows if r.gating or r.note or r.status is not Status.OK]
     if table_rows:
         parts.append(_rich_table(table_rows))
     info = [r for r in c.rows if r not in table_rows]
     if info:  # informational rows on one line: a table of them costs more than it tells
         parts.append(Text("also: " + ", ".join(
-            f"{r.name.removeprefix('step_time.')} {_delta(r) or fmt.value(r.head, r.unit)}"
+            f"{r.name.removeprefix('step_time.')} "
+            f"{_delta(r) or fmt.plain(fmt.value(r.head, r.unit))}"
             for r in info), style="dim"))
     bars = _bars(c, max(10, min(BAR_WIDTH, width - 8)))
     if bars:
@@ -322,12 +307,13 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
             console.print(part)
     else:
         for reason in c.reasons:
-            console.print(Text(f"• {reason}"))
+            console.print(Text(f"• {fmt.plain(reason)}"))
         for key, item in c.items.items():
             console.print()
-            for part in _rich_comparison(item, width, title=f"{key}: {item.verdict.value}"):
+            title = f"{fmt.plain(key)}: {item.verdict.value}"
+            for part in _rich_comparison(item, width, title=title):
                 console.print(part)
-    console.print(Text(f"rules: {c.rules_source}", style="dim"))
+    console.print(Text(f"rules: {fmt.plain(c.rules_source)}", style="dim"))
     return buf.getvalue()
 
 
@@ -336,4 +322,5 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
 
 def render_json(c: Comparison | SetComparison, *, indent: int | None = 2) -> str:
     """The comparison as JSON, for machines (``schema_version`` versions the report shape)."""
-    return json.dumps(c.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(fmt.json_safe(c.to_dict()), indent=indent, ensure_ascii=False,
+                      allow_nan=False) + "\n"

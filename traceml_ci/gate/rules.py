@@ -33,7 +33,7 @@ from traceml_ci.gate.metrics import METRIC_NAMES
 RULES_SCHEMA = "rules.schema.json"
 #: A rules file is a few lines; refuse to parse anything this large.
 MAX_RULES_BYTES = 1024 * 1024
-#: The pyproject.toml table the gate reads (other traceml-ci parts may own other keys in it).
+#: The pyproject.toml table the gate reads; every key in it is a rules key (RULES_KEYS).
 PYPROJECT_TABLE = "traceml-ci"
 #: Keys of a rules document that belong to the gate.
 RULES_KEYS = ("noise_factor", "noise_rule", "tolerances")
@@ -274,27 +274,25 @@ def load_rules(
 
     A rules file holds ``noise_factor`` and ``[tolerances]`` at its top level and nothing else;
     a file with a ``[tool.traceml-ci]`` table (a pyproject.toml) is read like ``pyproject``.
-    In pyproject.toml only the gate's keys are read: others belong to other traceml-ci parts.
+    Every key of ``[tool.traceml-ci]`` is the gate's: an unknown one (a typo such as
+    ``noise_factr``, or a ``[tool.traceml-ci.tolerance]`` table) is an error, as in a rules
+    file, never silently ignored.
     """
     if path is not None:
         p = Path(path)
         doc = _read_toml(p)
         table = _tool_table(doc)
         if table is not None:
-            sub = {k: table[k] for k in RULES_KEYS if k in table}
-            return _from_doc(sub, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
+            return _from_doc(table, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
         return _from_doc(doc, str(p), str(p))
     if pyproject is not None:
         p = Path(pyproject)
         if not _may_have_tool_table(p):
             return DEFAULT_RULES
         table = _tool_table(_read_toml(p))
-        if table is None:
+        if not table:
             return DEFAULT_RULES
-        sub = {k: table[k] for k in RULES_KEYS if k in table}
-        if not sub:
-            return DEFAULT_RULES
-        return _from_doc(sub, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
+        return _from_doc(table, f"{p} [tool.{PYPROJECT_TABLE}]", str(p))
     return DEFAULT_RULES
 
 

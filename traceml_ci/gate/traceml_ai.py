@@ -7,11 +7,12 @@ traceml-ai base and a traceml-ci head are judged by one rule.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.errors import InputError
+from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import finite
 
 TOOL = "traceml-ai"
 #: The major schema version of traceml-ai summaries this mapping reads.
@@ -52,20 +53,14 @@ def _get(node: Any, *keys: str) -> Any:
     return node
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    return float(x) if math.isfinite(x) else None
-
-
 def _stat(section: Any, metric: str) -> float | None:
     """A metric of a traceml-ai section's global view: the median, else the average."""
-    median = _num(_get(section, "global", "median", metric, "value"))
-    return median if median is not None else _num(_get(section, "global", "average", metric))
+    median = finite(_get(section, "global", "median", metric, "value"))
+    return median if median is not None else finite(_get(section, "global", "average", metric))
 
 
 def _worst(section: Any, metric: str) -> float | None:
-    return _num(_get(section, "global", "worst", metric, "value"))
+    return finite(_get(section, "global", "worst", metric, "value"))
 
 
 def _mb(x: float | None) -> float | None:
@@ -104,8 +99,7 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
     phase_ms = {k: v * scale for k, v in known.items()}
     phase_ms["other"] = max(step - sum(phase_ms.values()), 0.0)
     pct = {k: round(v / step * 100.0, 2) for k, v in phase_ms.items()}
-    named = ("dataloader", "forward", "backward", "optimizer")
-    pct["other"] = round(max(100.0 - sum(pct[k] for k in named), 0.0), 2)
+    pct["other"] = round(max(100.0 - sum(pct[k] for k in PHASES if k != "other"), 0.0), 2)
 
     window = _get(st, "global", "window") or {}
     analyzed = window.get("steps_analyzed") if isinstance(window, Mapping) else None
@@ -134,7 +128,7 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
                  "throughput.samples_per_s"]
 
     run_status = _get(doc, "run_context", "run", "status")
-    duration = _num(doc.get("duration_s"))
+    duration = finite(doc.get("duration_s"))
     generated = doc.get("generated_at")
     return {
         "schema_version": "1.0",
@@ -152,14 +146,13 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
         },
         "step_time": {
             "diagnosis": label,
-            **{f"{k}_pct": pct[k] for k in ("dataloader", "forward", "backward", "optimizer",
-                                            "other")},
+            **{f"{k}_pct": pct[k] for k in PHASES},
             "steps_total": total_steps,
             "steps_analyzed": analyzed,
             "warmup_steps": 0,
             "outlier_steps": 0,
             "step_ms": {"median": round(step, 4), "p10": None, "p90": None,
-                        "mean": _num(_get(st, "global", "average", "step_time_ms"))},
+                        "mean": finite(_get(st, "global", "average", "step_time_ms"))},
             "phase_ms": {k: round(v, 4) for k, v in phase_ms.items()},
             "throughput": {"steps_per_s": round(1000.0 / step, 3), "samples_per_s": None,
                            "batch_size": None},

@@ -1,4 +1,5 @@
-"""Typed model of final_summary.json; the one module that knows its JSON key names."""
+"""Typed model of final_summary.json, the writer's side: ``Summary.to_dict`` lays out its keys.
+Readers use summary/view.py's SummaryView."""
 
 from __future__ import annotations
 
@@ -120,6 +121,17 @@ class GpuUtil:
 
 
 @dataclass(frozen=True)
+class Contention:
+    """How contended the CPU was while the run was traced (tracer/contention.py); None where a
+    figure cannot be read on this platform."""
+
+    runqueue_wait_pct: float | None = None  # main thread runnable but waiting, % of wall time
+    involuntary_switches_per_s: float | None = None
+    load_per_cpu: float | None = None  # 1-minute load average / CPU count, at finish
+    cpu_steal_pct: float | None = None  # hypervisor steal, % of all CPU time
+
+
+@dataclass(frozen=True)
 class RunInfo:
     name: str
     status: RunStatus
@@ -128,6 +140,7 @@ class RunInfo:
     mode: str  # "auto" | "manual" | "zero-change"
     rank: int = 0
     world_size: int = 1
+    contention: Contention | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +180,7 @@ class Summary:
                 **dataclasses.asdict(self.run),
                 "status": self.run.status.value,
                 "duration_s": round(self.run.duration_s, 3),
+                "contention": _contention_dict(self.run.contention),
             },
             "env": dict(self.env),
             "step_time": step_time,
@@ -184,6 +198,10 @@ def _round(value: float | None, digits: int) -> float | None:
 
 def _rounded(d: dict[str, Any], digits: int) -> dict[str, Any]:
     return {k: round(v, digits) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def _contention_dict(c: Contention | None) -> dict[str, float | None] | None:
+    return None if c is None else _rounded(dataclasses.asdict(c), 3)
 
 
 def _noise_dict(noise: Noise | None) -> dict[str, Any] | None:

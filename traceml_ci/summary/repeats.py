@@ -19,7 +19,11 @@ one whose median step time is the median -- with these fields replaced:
   the standard error of the mean across runs and the runs' median window IQR;
 - ``step_time.step_ms`` and ``phase_ms``: the median over the runs of each figure, and
   ``noise.step_ms`` likewise;
-- ``repeats``: ``{"count": n, "runs": [...]}``.
+- ``repeats``: ``{"count": n, "runs": [run names], "step_time": [each run's step_time]}``.
+
+A combined summary can be combined again: its runs are taken apart first (from
+``repeats.step_time``), so three runs combined, plus one more, make a summary of four runs, not
+of two.
 
 Labels and diagnoses are those of the median run: a label is a threshold on the shares, and the
 gate judges the shares themselves.
@@ -28,79 +32,89 @@ gate judges the shares themselves.
 from __future__ import annotations
 
 import copy
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
 
 #: Interquartile range of a normal distribution, in standard deviations: turns the standard
 #: error across runs into the unit of the per-window IQRs it is compared and combined with.
 IQR_PER_SD = 1.349
 
 
+def runs_of(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The single runs a summary stands for: itself, or a combined summary's runs taken apart
+    (each with its own name and step_time, the rest shared). ValueError for a combined summary
+    that does not carry its runs' step times (written before they were kept)."""
+    repeats = doc.get("repeats")
+    if not isinstance(repeats, Mapping):
+        return [doc]
+    names, step_times = repeats.get("runs") or [], repeats.get("step_time")
+    if not isinstance(step_times, list) or len(step_times) != repeats.get("count"):
+        raise ValueError("combines runs it does not keep apart (an older traceml-ci wrote it): "
+                         "combine its original runs instead")
+    base = {k: v for k, v in doc.items() if k != "repeats"}
+    return [
+        {**base, "run": {**(doc.get("run") or {}), "name": names[i] if i < len(names) else ""},
+         "step_time": step_time}
+        for i, step_time in enumerate(step_times)
+    ]
+
+
 def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One summary for repeated runs of the same job (schema-valid summaries, at least one)."""
+    """One summary for repeated runs of the same job (schema-valid summaries, at least one).
+    Combined summaries among ``docs`` count as the runs they combine."""
     if not docs:
         raise ValueError("no summaries to combine")
-    medians = [_num(d, "step_ms", "median") for d in docs]
-    order = sorted(range(len(docs)), key=lambda i: (math.isnan(medians[i]), medians[i], i))
+    docs = [run for doc in docs for run in runs_of(doc)]
+    views = [SummaryView(d) for d in docs]
+    medians = [v.step_ms("median") for v in views]
+    order = sorted(range(len(docs)), key=lambda i: (medians[i] is None, medians[i] or 0.0, i))
     out = copy.deepcopy(dict(docs[order[(len(docs) - 1) // 2]]))
     if len(docs) == 1:
         return out
     st = out["step_time"]
     runs = [d["step_time"] for d in docs]
     n = len(runs)
-    if all(r.get(f"{p}_pct") is not None for r in runs for p in PHASES):
-        noise = st.get("noise") or {}
-        pct_noise = noise.get("pct") or {}
-        values = {p: [float(r[f"{p}_pct"]) for r in runs] for p in PHASES}
+    shares = [v.shares() for v in views]
+    if all(s[p] is not None for s in shares for p in PHASES):
+        pct_noise = (st.get("noise") or {}).get("pct") or {}
+        values = {p: [float(s[p]) for s in shares] for p in PHASES}  # type: ignore[arg-type]
         centers = {p: statistics.fmean(v) for p, v in values.items()}
         total = sum(centers.values()) or 1.0  # 100 up to rounding: rescale the rest away
         for p in PHASES:
             share = round(centers[p] * 100.0 / total, 2)
             st[f"{p}_pct"] = share
             spread = IQR_PER_SD * statistics.stdev(values[p]) / n**0.5
-            iqr = max(spread, _median_iqr(runs, "pct", p))
+            iqr = max(spread, _median([v.share_noise(p) for v in views]))
             if p in pct_noise:
                 pct_noise[p] = {"median": share, "iqr": round(iqr, 3)}
     for key in ("median", "p10", "p90", "mean"):
-        values = [r["step_ms"][key] for r in runs if (r.get("step_ms") or {}).get(key) is not None]
-        if values and st.get("step_ms"):
-            st["step_ms"][key] = round(statistics.median(values), 4)
+        found = [x for x in (v.step_ms(key) for v in views) if x is not None]
+        if found and st.get("step_ms"):
+            st["step_ms"][key] = round(statistics.median(found), 4)
     for p in (st.get("phase_ms") or {}):
-        values = [r["phase_ms"][p] for r in runs if (r.get("phase_ms") or {}).get(p) is not None]
-        if values:
-            st["phase_ms"][p] = round(statistics.median(values), 4)
+        found = [x for x in (v.phase_ms(p) for v in views) if x is not None]
+        if found:
+            st["phase_ms"][p] = round(statistics.median(found), 4)
     step_noise = (st.get("noise") or {}).get("step_ms")
-    if step_noise and not any(math.isnan(m) for m in medians):
-        spread = IQR_PER_SD * statistics.stdev(medians) / n**0.5
-        step_noise["median"] = round(statistics.median(medians), 4)
-        step_noise["iqr"] = round(max(spread, _median_iqr(runs, "step_ms")), 4)
+    if step_noise and all(m is not None for m in medians):
+        known = [m for m in medians if m is not None]
+        spread = IQR_PER_SD * statistics.stdev(known) / n**0.5
+        step_noise["median"] = round(statistics.median(known), 4)
+        step_noise["iqr"] = round(max(spread, _median([v.step_noise_ms for v in views])), 4)
     out["repeats"] = {
         "count": n,
-        "runs": [str((d.get("run") or {}).get("name", "")) for d in docs],
+        "runs": [v.run_name for v in views],
+        "step_time": [copy.deepcopy(r) for r in runs],  # so that it can be combined again
     }
     return out
 
 
-def _num(doc: Mapping[str, Any], *path: str) -> float:
-    node: Any = doc.get("step_time")
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return float(node) if isinstance(node, (int, float)) else float("nan")
-
-
-def _median_iqr(runs: Sequence[Mapping[str, Any]], *path: str) -> float:
+def _median(iqrs: Sequence[float | None]) -> float:
     """The runs' typical window IQR for one figure (0 when none reports it): a floor under the
     spread across runs, which two or three runs can underestimate by chance."""
-    found = []
-    for step_time in runs:
-        node: Any = step_time.get("noise")
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        value = node.get("iqr") if isinstance(node, Mapping) else None
-        if isinstance(value, (int, float)):
-            found.append(float(value))
+    found = [x for x in iqrs if x is not None]
     return statistics.median(found) if found else 0.0

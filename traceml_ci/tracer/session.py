@@ -14,6 +14,7 @@ from traceml_ci.summary.io import write_summary
 from traceml_ci.summary.model import GpuUtil, RunInfo, RunStatus, Summary
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
     AutoPatches,
@@ -54,6 +55,7 @@ class Tracer:
         self._explicit_steps = False
         self._gpu_sampler: Any = None
         self._last_scope: StepScope | None = None
+        self._contention = start_probe()  # read once more at finish, never per step
         try:
             self.rss: RssSampler | None = RssSampler()
         except Exception:
@@ -242,6 +244,7 @@ class Tracer:
                 mode=mode,
                 rank=_env_int("RANK", 0),
                 world_size=_env_int("WORLD_SIZE", 1),
+                contention=read_probe(self._contention),
             ),
             env=fingerprint(device),
             clock=store.clock.kind,

@@ -1,0 +1,92 @@
+"""The contention probe sees a CPU shared with a busy neighbour, and an idle run as quiet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists("/proc/self/schedstat") and hasattr(os, "sched_setaffinity")),
+    reason="needs Linux schedstats and sched_setaffinity",
+)
+
+#: A child that pins itself to one CPU, runs the probe around WORK, and prints the reading.
+PROBE = textwrap.dedent("""
+    import dataclasses, json, os, sys, time
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    from traceml_ci.tracer.contention import ContentionProbe
+    probe = ContentionProbe()
+    end = time.perf_counter() + float(sys.argv[2])
+    if sys.argv[3] == "busy":
+        while time.perf_counter() < end:
+            pass
+    else:
+        while time.perf_counter() < end:
+            time.sleep(0.01)
+    print(json.dumps(dataclasses.asdict(probe.read())))
+""")
+HOG = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass\n"
+
+
+def _probe(cpu: int, seconds: float, work: str) -> dict[str, float | None]:
+    out = subprocess.run([sys.executable, "-c", PROBE, str(cpu), str(seconds), work],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_two_busy_loops_on_one_cpu_read_as_contended() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(cpu)])
+    try:
+        reading = _probe(cpu, 1.5, "busy")
+    finally:
+        hog.kill()
+        hog.wait(timeout=10)
+    # Two runnable loops on one CPU: each waits about half the time (loose: other work too).
+    assert reading["runqueue_wait_pct"] is not None
+    assert reading["runqueue_wait_pct"] > 20.0, reading
+    assert reading["involuntary_switches_per_s"] is not None
+    assert reading["involuntary_switches_per_s"] > 5.0, reading
+    assert reading["load_per_cpu"] is not None and reading["load_per_cpu"] >= 0.0
+
+
+def test_an_idle_run_reads_as_quiet() -> None:
+    cpu = min(os.sched_getaffinity(0))
+    reading = _probe(cpu, 1.0, "idle")
+    # A sleeping loop hardly runs, so it can hardly wait for a CPU, whatever else runs.
+    assert reading["runqueue_wait_pct"] is not None
+    assert reading["runqueue_wait_pct"] < 5.0, reading
+    assert reading["cpu_steal_pct"] is None or 0.0 <= reading["cpu_steal_pct"] <= 100.0
+
+
+TRACED = textwrap.dedent("""
+    import sys, torch, traceml_ci as traceml
+    torch.set_num_threads(1)
+    traceml.init(out_dir=sys.argv[1])
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(20):
+        with traceml.trace_step(model):
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    traceml.finish()
+""")
+
+
+def test_a_traced_run_records_its_contention_in_a_valid_summary(tmp_path) -> None:
+    from traceml_ci.summary.io import load_summary
+
+    subprocess.run([sys.executable, "-c", TRACED, str(tmp_path)], check=True, timeout=120,
+                   capture_output=True)
+    doc = load_summary(tmp_path / "final_summary.json")  # validates against the schema
+    contention = doc["run"]["contention"]
+    assert set(contention) == {"runqueue_wait_pct", "involuntary_switches_per_s",
+                               "load_per_cpu", "cpu_steal_pct"}
+    assert 0.0 <= contention["runqueue_wait_pct"] <= 100.0
+    assert contention["involuntary_switches_per_s"] >= 0.0

@@ -1,0 +1,189 @@
+"""One read-side view over a summary dict: typed accessors, so no reader walks raw keys.
+
+Every reader of final_summary.json documents -- the gate's compare and metrics, the traceml-ai
+mapping, ``combine``, ``show`` -- reads through :class:`SummaryView` (or :func:`finite` for a
+value it already holds). Values that are missing, of the wrong type, or not finite read as
+None, so readers never need their own checks. Pure Python and cheap to import: it sits on the
+path of ``traceml-ci diff``, whose whole run has a 0.25 s budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from traceml_ci.summary.keys import PHASES
+
+__all__ = ["PHASES", "SummaryView", "finite"]
+
+
+def finite(x: Any) -> float | None:
+    """``x`` as a finite float; None for anything else (bool, str, None, NaN, infinity)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _table(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
+class SummaryView:
+    """Typed, forgiving read access to one summary dict (validated or mapped)."""
+
+    __slots__ = ("doc",)
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        self.doc = doc
+
+    # -- generic ----------------------------------------------------------------------------
+    def at(self, path: Sequence[str]) -> Any:
+        """The raw value at a path of keys, or None where the path breaks."""
+        node: Any = self.doc
+        for key in path:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(key)
+        return node
+
+    def number(self, path: Sequence[str]) -> float | None:
+        """A finite number at ``path``, else None."""
+        return finite(self.at(path))
+
+    def text(self, path: Sequence[str]) -> str | None:
+        value = self.at(path)
+        return value if isinstance(value, str) else None
+
+    # -- sections ---------------------------------------------------------------------------
+    @property
+    def run(self) -> Mapping[str, Any]:
+        return _table(self.doc.get("run"))
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        return _table(self.doc.get("env"))
+
+    @property
+    def step_time(self) -> Mapping[str, Any]:
+        return _table(self.doc.get("step_time"))
+
+    @property
+    def step_memory(self) -> Mapping[str, Any]:
+        return _table(self.doc.get("step_memory"))
+
+    # -- run --------------------------------------------------------------------------------
+    @property
+    def run_name(self) -> str:
+        name = self.run.get("name")
+        return name if isinstance(name, str) else ""
+
+    @property
+    def run_status(self) -> str | None:
+        status = self.run.get("status")
+        return status if isinstance(status, str) else None
+
+    @property
+    def runqueue_wait_pct(self) -> float | None:
+        """Measured CPU contention: the main thread's runqueue wait, % of wall time."""
+        value = finite(_table(self.run.get("contention")).get("runqueue_wait_pct"))
+        return value if value is not None and 0.0 <= value < 100.0 else None
+
+    @property
+    def mapped_from(self) -> Mapping[str, Any] | None:
+        """What a summary mapped from another tool's says about the mapping, else None."""
+        mapped = self.doc.get("mapped_from")
+        return mapped if isinstance(mapped, Mapping) else None
+
+    @property
+    def repeats_count(self) -> int | None:
+        """How many runs a combined summary stands for; None for a single run."""
+        count = _table(self.doc.get("repeats")).get("count")
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    # -- step time --------------------------------------------------------------------------
+    def share(self, phase: str) -> float | None:
+        """A phase's share of the step time, in percent."""
+        return finite(self.step_time.get(f"{phase}_pct"))
+
+    def shares(self) -> dict[str, float | None]:
+        return {p: self.share(p) for p in PHASES}
+
+    def share_noise(self, phase: str) -> float | None:
+        """The IQR (pp) of a phase's share across windows of steps; None if not reported."""
+        value = self.number(("step_time", "noise", "pct", phase, "iqr"))
+        return value if value is None or value >= 0 else None
+
+    def step_ms(self, stat: str = "median") -> float | None:
+        """A statistic (``median``, ``p10``, ``p90``, ``mean``) of the step time, in ms."""
+        return finite(_table(self.step_time.get("step_ms")).get(stat))
+
+    @property
+    def step_noise_ms(self) -> float | None:
+        value = self.number(("step_time", "noise", "step_ms", "iqr"))
+        return value if value is None or value >= 0 else None
+
+    @property
+    def has_noise(self) -> bool:
+        return isinstance(self.step_time.get("noise"), Mapping)
+
+    def phase_ms(self, phase: str) -> float | None:
+        """A phase's median milliseconds per step."""
+        return finite(_table(self.step_time.get("phase_ms")).get(phase))
+
+    @property
+    def steps_analyzed(self) -> int | None:
+        n = self.step_time.get("steps_analyzed")
+        return n if isinstance(n, int) else None
+
+    @property
+    def warmup_steps(self) -> int | None:
+        n = self.step_time.get("warmup_steps")
+        return n if isinstance(n, int) else None
+
+    @property
+    def clock(self) -> str | None:
+        clock = self.step_time.get("clock")
+        return clock if isinstance(clock, str) else None
+
+    @property
+    def host_clock(self) -> bool:
+        """Whether times were taken with the host clock (anything but device events)."""
+        return self.clock != "device_event"
+
+    @property
+    def steps_per_s(self) -> float | None:
+        return finite(_table(self.step_time.get("throughput")).get("steps_per_s"))
+
+    @property
+    def samples_per_s(self) -> float | None:
+        return finite(_table(self.step_time.get("throughput")).get("samples_per_s"))
+
+    # -- labels, memory, diagnoses ----------------------------------------------------------
+    def label(self, area: str) -> str | None:
+        """The diagnosis label of ``step_time`` or ``step_memory``."""
+        return self.text((area, "diagnosis"))
+
+    def memory_mb(self, key: str) -> float | None:
+        """A ``step_memory`` figure in MB (``peak_rss_mb``, ``peak_allocated_mb``, ...)."""
+        return finite(self.step_memory.get(key))
+
+    @property
+    def memory_device(self) -> str | None:
+        device = self.step_memory.get("device")
+        return device if isinstance(device, str) else None
+
+    @property
+    def growth_mb_per_1k_steps(self) -> float | None:
+        return finite(self.step_memory.get("growth_mb_per_1k_steps"))
+
+    @property
+    def growth_basis(self) -> str | None:
+        basis = self.step_memory.get("growth_basis")
+        return basis if isinstance(basis, str) else None
+
+    @property
+    def diagnoses(self) -> list[Mapping[str, Any]]:
+        found = self.doc.get("diagnoses")
+        return [d for d in found if isinstance(d, Mapping)] if isinstance(found, list) else []
