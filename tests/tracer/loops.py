@@ -119,9 +119,8 @@ def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, .
     from traceml_ci.tracer.recorder import PHASE_INDEX
 
     skip = tracer.store.warmup_steps
-    cols = tracer.store.columns
     for phase in phases:
-        traced = cols.column(1 + PHASE_INDEX[phase])
+        traced = tracer.store.column(1 + PHASE_INDEX[phase])
         truth = watch.column(phase, skip)
         assert len(traced) == len(truth), phase
         diffs = [abs(a - b) for a, b in zip(traced, truth, strict=True)]

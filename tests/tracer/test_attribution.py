@@ -108,5 +108,5 @@ def test_validation_loop_between_steps_is_not_charged_to_the_next_step(fresh_tra
             optimizer.step()
     # Had validation leaked in, step 10 would carry +50 ms of dataloader time.
     assert_matches_stopwatch(tracer, watch, ("dataloader",))
-    dl = tracer.store.columns.column(1)
+    dl = tracer.store.column(1)
     assert dl[10] < watch.steps[10]["dataloader"] + 5.0
