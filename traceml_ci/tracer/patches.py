@@ -238,13 +238,17 @@ class AutoPatches:
 
 class RootForwardHooks:
     """Zero-change mode: no model was named, so find the outermost modules of the first step with
-    global module hooks, then time only those roots with ordinary forward hooks."""
+    global module hooks, then time only those roots with ordinary forward hooks.
+
+    Discovery settles at the first optimizer step -- or, when that step runs the forward itself
+    (``optimizer.step(closure)``), as soon as a root with parameters has finished its forward."""
 
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
         self.roots: dict[int, Any] = {}
         self.timed: list[Any] = []
         self._depth = 0
+        self._pending = False
         self._handles: list[Any] = []
         self._global: list[Any] = []
 
@@ -261,6 +265,8 @@ class RootForwardHooks:
             self._depth -= 1
             if self._depth == 0:
                 self.rec.phase_end(FWD)
+                if self._pending and _has_params(mod):
+                    self.settle()
 
         self._global = [
             module_mod.register_module_forward_pre_hook(pre),
@@ -268,13 +274,19 @@ class RootForwardHooks:
         ]
 
     def settle(self) -> None:
-        """Replace global discovery hooks with hooks on the roots found so far."""
+        """Replace global discovery hooks with hooks on the roots found so far (later, at the
+        end of the first root forward with parameters, if none was found yet)."""
         if not self._global:
+            return
+        models = [m for m in self.roots.values() if _has_params(m)]
+        if not models:  # a closure runs the forward inside the first optimizer step
+            self._pending = True
             return
         for h in self._global:
             h.remove()
         self._global = []
         self._depth = 0
+        self._pending = False
         rec = self.rec
 
         def pre(mod: Any, args: Any) -> None:
@@ -284,7 +296,7 @@ class RootForwardHooks:
             rec.phase_end(FWD)
 
         # Loss functions are modules too; a model is a root with parameters.
-        self.timed = [m for m in self.roots.values() if next(m.parameters(), None) is not None]
+        self.timed = models
         for mod in self.timed:
             self._handles.append(mod.register_forward_pre_hook(pre))
             self._handles.append(mod.register_forward_hook(post, always_call=True))
@@ -293,3 +305,7 @@ class RootForwardHooks:
         for h in self._global + self._handles:
             h.remove()
         self._global, self._handles = [], []
+
+
+def _has_params(module: Any) -> bool:
+    return next(module.parameters(), None) is not None
