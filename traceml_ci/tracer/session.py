@@ -11,7 +11,7 @@ from typing import Any
 
 from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
-from traceml_ci.summary.model import GpuUtil, RunInfo, RunStatus, Summary
+from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunStatus, Summary
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
@@ -227,7 +227,7 @@ class Tracer:
             except Exception as exc:
                 self.fail(exc)
         gpu = self._gpu_sampler.stop() if self._gpu_sampler is not None else GpuUtil()
-        store, cols = self.store, self.store.columns
+        store = self.store
         on_device = store.cuda_memory is not None
         if self.rss is not None:
             self.rss.sample(store.steps_total)
@@ -262,11 +262,13 @@ class Tracer:
             series=StepSeries(
                 step_ms=store.column(STEP),
                 phase_ms={p: store.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
-                stride=cols.stride,
-                allocated_mb=cols.column(ALLOC_COL) if on_device else None,
-                reserved_mb=cols.column(RESERVED_COL) if on_device else None,
+                stride=store.columns.stride,
+                allocated_mb=store.column(ALLOC_COL) if on_device else None,
+                reserved_mb=store.column(RESERVED_COL) if on_device else None,
             ),
             batch_size=self.batch_size,
+            samples_per_step=self._samples_per_step(),
+            dataloader=self._dataloader_settings(),
             memory_device=str(device) if device is not None else "cpu",
             rss_samples=rss_samples,
             peak_rss_mb=self.rss.peak_mb() if self.rss else None,
@@ -276,6 +278,23 @@ class Tracer:
             ooms=ooms,
             gpu=gpu,
         )
+
+    def _samples_per_step(self) -> float | None:
+        """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
+        samples fetched per analysed step, on average (None when none was counted)."""
+        if self.config.batch_size is not None:
+            return float(self.config.batch_size)
+        store = self.store
+        analysed = store.resolved - store.warmup_steps
+        if analysed <= 0 or not store.samples_analyzed:
+            return None
+        return store.samples_analyzed / analysed
+
+    def _dataloader_settings(self) -> DataLoaderSettings | None:
+        if self.dataloader is None:
+            return None
+        device = self.device.type if self.device is not None else "cpu"
+        return DataLoaderSettings(**self.dataloader, device=device)
 
 
 class StepScope(StepGate):

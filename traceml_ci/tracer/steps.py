@@ -15,8 +15,9 @@ from traceml_ci.tracer.memory import CudaMemory, RssSampler
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
 MAX_PENDING_STEPS = 64
 
-# Column layout of StepColumns rows.
-STEP, DL_COL, FWD_COL, BWD_COL, OPT_COL, ALLOC_COL, RESERVED_COL = range(7)
+# Column layout of StepColumns rows: the step's time, one column per phase (1 + the recorder's
+# phase index), then the step's device memory peaks.
+STEP, ALLOC_COL, RESERVED_COL = 0, 5, 6
 
 
 class StepStore:
@@ -103,7 +104,7 @@ class StepStore:
     def column(self, i: int) -> list[float]:
         """Column ``i`` of the kept rows, times in milliseconds."""
         values = self.columns.column(i)
-        if self.host and i <= OPT_COL:  # host rows hold nanoseconds (see host_step)
+        if self.host and i < ALLOC_COL:  # host rows hold nanoseconds (see host_step)
             return [v / 1e6 for v in values]
         return values
 
