@@ -54,7 +54,8 @@ def test_each_phase_within_3pp_of_the_truth(fresh_tracer) -> None:
         spent = sum(v for v, k in zip(watch.column(phase, 3), keep, strict=True) if k)
         assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=3.0), phase
     assert sum(pct(doc, p) for p in (*COSTS, "other")) == pytest.approx(100.0, abs=0.1)
-    assert st["diagnosis"] == "INPUT_BOUND"
+    # No label here: CPU hogs beside the suite can stretch compute past the input share and
+    # flip it. Labels are tested on fixed shares (tests/summary) and for stability (10 runs).
     assert st["clock"] == "host"
     assert st["throughput"]["batch_size"] == 4
     assert st["throughput"]["samples_per_s"] == pytest.approx(

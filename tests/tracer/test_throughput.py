@@ -63,21 +63,21 @@ def test_zero_change_samples_per_optimizer_step(fresh_tracer) -> None:
     tracer = fresh_tracer(zero_change=True, warmup_steps=2)
     model = BusyModel(0.5, 0.5)
     optimizer = BusySGD(model.parameters(), step_ms=0.5)
+    batches = iter(busy_loader(16 * MICRO, 0.5, batch_size=BATCH))
     starts: list[int] = []
-    for i, (x, y) in enumerate(busy_loader(16 * MICRO, 0.5, batch_size=BATCH)):
-        if i % MICRO == 0:
-            starts.append(time.perf_counter_ns())
-        (((model(x) - y) ** 2).mean() / MICRO).backward()
-        if i % MICRO == MICRO - 1:
-            optimizer.step()
-            optimizer.zero_grad()
-    end = time.perf_counter_ns()
+    for _ in range(16):
+        starts.append(time.perf_counter_ns())  # a step begins at its first fetch
+        for _ in range(MICRO):
+            x, y = next(batches)
+            (((model(x) - y) ** 2).mean() / MICRO).backward()
+        optimizer.step()
+        end = time.perf_counter_ns()  # the last step ends at its optimizer step
+        optimizer.zero_grad()
     doc = finish_and_load(tracer)
     st = doc["step_time"]
     assert st["steps_total"] == 16
     assert st["throughput"]["samples_per_step"] == MICRO * BATCH
-    # A step runs from its first fetch to the next step's first fetch (the last: to its
-    # optimizer step), so the truth is samples over that same span.
+    # Steps run from one step's first fetch to the next one's: samples over that same span.
     truth = MICRO * BATCH * (len(starts) - 2) / ((end - starts[2]) / 1e9)
     assert st["throughput"]["samples_per_s"] == pytest.approx(truth, rel=0.05)
 
