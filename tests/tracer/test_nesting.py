@@ -23,53 +23,14 @@ from tests.tracer.loops import (
     Stopwatch,
     assert_matches_stopwatch,
     busy_loader,
+    closure_loop,
+    optimizer_step,
 )
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
 from traceml_ci.tracer.steps import StepStore
 
 ALL = ("dataloader", "forward", "backward", "optimizer")
-
-
-def _closure_loop(
-    optimizer: Any, model: nn.Module, batches: Any, steps: int, trace: bool = True
-) -> tuple[Stopwatch, list[float]]:
-    """``optimizer.step(closure)`` with forward and backward in the closure; returns the
-    stopwatch (optimizer = its own time) and each step's wall time in ms."""
-    watch = Stopwatch()
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
-
-        def closure(x: Any = x, y: Any = y) -> torch.Tensor:
-            optimizer.zero_grad()
-            loss = ((watch.time("forward", model, x) - y) ** 2).mean()
-            watch.time("backward", loss.backward)
-            return loss
-
-        with traceml.trace_step(model) if trace else _null():
-            optimizer_step(watch, optimizer, closure)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-    return watch, walls
-
-
-def optimizer_step(watch: Stopwatch, optimizer: Any, closure: Any) -> None:
-    """``optimizer.step(closure)`` on the stopwatch: the optimizer's own time is the call's
-    time minus the phases the stopwatch saw inside it (the closure's glue stays its own)."""
-    step = watch.steps[-1]
-    before = sum(v for p, v in step.items() if p != "optimizer")
-    watch.time("optimizer", optimizer.step, closure)
-    step["optimizer"] -= sum(v for p, v in step.items() if p != "optimizer") - before
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
 
 
 def assert_shares_match(doc: dict, watch: Stopwatch, walls: list[float], skip: int) -> None:
@@ -88,7 +49,7 @@ def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer
     tracer = fresh_tracer(warmup_steps=2)
     model = BusyModel(3.0, 4.0)
     optimizer = BusySGD(model.parameters(), step_ms=2.0)
-    watch, walls = _closure_loop(optimizer, model, iter(busy_loader(14, 1.0)), 14)
+    watch, walls = closure_loop(optimizer, model, iter(busy_loader(14, 1.0)), 14)
     assert_matches_stopwatch(tracer, watch, ALL)
     doc = finish_and_load(tracer)
     assert_shares_match(doc, watch, walls, 2)
@@ -101,7 +62,7 @@ def test_lbfgs_runs_the_closure_several_times_each_counted(fresh_tracer) -> None
     tracer = fresh_tracer(warmup_steps=2)
     model = BusyModel(1.0, 1.5)
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3, history_size=3)
-    watch, walls = _closure_loop(optimizer, model, iter(busy_loader(12, 1.0)), 12)
+    watch, walls = closure_loop(optimizer, model, iter(busy_loader(12, 1.0)), 12)
     assert_matches_stopwatch(tracer, watch, ALL)
     doc = finish_and_load(tracer)
     assert_shares_match(doc, watch, walls, 2)
