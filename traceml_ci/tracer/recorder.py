@@ -37,7 +37,8 @@ PRE, SAMPLES = 4, 5
 #: ``acc`` of a step that has not begun.
 ACC_ZERO = (0, 0, 0, 0, 0, 0)
 
-#: Dataloader fetches kept between two steps (e.g. several zipped loaders); older ones drop.
+#: General path: fetches kept between two steps (e.g. several zipped loaders); older ones drop.
+#: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both.)
 MAX_OUTSIDE_FETCHES = 16
 
 #: Set on each DataLoader iterator (class default None): samples per batch it yields, 0 unknown.

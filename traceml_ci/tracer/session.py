@@ -207,10 +207,11 @@ class Tracer:
         self.patches.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
-        if self.config.mode == "manual" and not self._explicit_steps:
-            _warn("manual mode recorded no steps: wrap the loop body in trace_step")
         try:
-            self.summary = build_summary(self._record(), self.config.thresholds)
+            record = self._record()
+            if self.config.mode == "manual" and not record.steps_total:
+                _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+            self.summary = build_summary(record, self.config.thresholds)
             self.path = write_summary(self.config.summary_path, self.summary)
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
