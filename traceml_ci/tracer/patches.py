@@ -168,20 +168,29 @@ class AutoPatches:
         of the optimizer phase: the step is timed once. Only registered when optimizers may
         predate the tracer: they cost two more calls per step."""
         rec, fail, patches = self.rec, self.fail, self
+        #: Per open step call: whether its pre hook began the phase (False: our class wrapper
+        #: already times it -- the usual case, kept to a read and an append, as it runs inside
+        #: the optimizer phase).
+        began: list[bool] = []
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
+            if rec.active == OPT:
+                began.append(False)
+                return
+            began.append(True)
             try:
                 if patches.want_optimizer:
                     patches.on_optimizer(opt)
-                rec.phase_begin(OPT)  # inside our class wrapper: a re-entry, counted once
+                rec.phase_begin(OPT)
             except Exception as exc:
                 fail(exc)
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
-            try:
-                rec.phase_end(OPT)
-            except Exception as exc:
-                fail(exc)
+            if began and began.pop():
+                try:
+                    rec.phase_end(OPT)
+                except Exception as exc:
+                    fail(exc)
 
         self._undo.append(optim_mod.register_optimizer_step_pre_hook(pre).remove)
         self._undo.append(optim_mod.register_optimizer_step_post_hook(post).remove)
