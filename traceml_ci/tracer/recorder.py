@@ -488,7 +488,7 @@ class StepGate:
             timer = self.timer
             if timer is not None:
                 self.saved = timer.wrap()
-            rec.in_step = 1  # a phase open now (trace_step inside it) goes on counting
+            rec.in_step = 1  # (no check for a phase left open: the step's end clears it)
             rec.enter = rec.mark()
         except Exception as exc:
             self._fail(exc)
