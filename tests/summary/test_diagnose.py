@@ -36,7 +36,8 @@ def test_insufficient_data() -> None:
 def test_input_bound_next_step_points_at_the_dataloader() -> None:
     doc = summary_doc({"dataloader": 9, "forward": 1}, other_ms=0.1)
     nxt = doc["diagnoses"][0]["next_step"]
-    assert "num_workers" in nxt and "pin_memory" in nxt and "__getitem__" in nxt
+    assert "num_workers" in nxt and "__getitem__" in nxt
+    assert "pin_memory" not in nxt  # a CPU run: pinned memory cannot help (more: tests/tracer)
     assert doc["diagnoses"][0]["severity"] == "crit"
 
 

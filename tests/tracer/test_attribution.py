@@ -54,7 +54,8 @@ def test_each_phase_within_3pp_of_the_truth(fresh_tracer) -> None:
         spent = sum(v for v, k in zip(watch.column(phase, 3), keep, strict=True) if k)
         assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=3.0), phase
     assert sum(pct(doc, p) for p in (*COSTS, "other")) == pytest.approx(100.0, abs=0.1)
-    assert st["diagnosis"] == "INPUT_BOUND"
+    # No label here: CPU hogs beside the suite can stretch compute past the input share and
+    # flip it. Labels are tested on fixed shares (tests/summary) and for stability (10 runs).
     assert st["clock"] == "host"
     assert st["throughput"]["batch_size"] == 4
     assert st["throughput"]["samples_per_s"] == pytest.approx(
@@ -108,5 +109,5 @@ def test_validation_loop_between_steps_is_not_charged_to_the_next_step(fresh_tra
             optimizer.step()
     # Had validation leaked in, step 10 would carry +50 ms of dataloader time.
     assert_matches_stopwatch(tracer, watch, ("dataloader",))
-    dl = tracer.store.columns.column(1)
+    dl = tracer.store.column(1)
     assert dl[10] < watch.steps[10]["dataloader"] + 5.0

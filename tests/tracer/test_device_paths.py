@@ -198,3 +198,19 @@ def test_steps_past_max_steps_give_their_events_back() -> None:
     store.drain_all()
     assert store.steps_total == 3
     assert log.created < 40  # recycled, not one new set of events per dropped step
+
+
+def test_device_marks_count_a_closure_to_forward_and_backward(fresh_tracer, fake_cuda) -> None:
+    """The general path (device events) splits optimizer.step(closure) like the host one."""
+    from tests.tracer.loops import Stopwatch, assert_matches_stopwatch, closure_loop
+
+    log, _ = fake_cuda
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(2.0, 3.0)
+    optimizer = BusySGD(model.parameters(), step_ms=1.0)
+    watch, _ = closure_loop(optimizer, model, iter(busy_loader(14, 1.0)), 14)
+    assert isinstance(watch, Stopwatch)
+    tracer.store.drain_all()
+    assert log.syncs <= 1  # only the drain at the end waited
+    assert tracer.store.clock.kind == "device_event"
+    assert_matches_stopwatch(tracer, watch, ("dataloader", "forward", "backward", "optimizer"))

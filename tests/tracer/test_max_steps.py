@@ -17,7 +17,7 @@ def test_store_drops_steps_after_max_steps() -> None:
     for i in range(9):
         store(0, (i + 1) * 1_000_000, [], [])  # host marks are nanoseconds
     assert store.steps_total == 5
-    assert store.columns.column(0) == [3.0, 4.0, 5.0]  # steps 3..5: after warmup, before the cap
+    assert store.column(0) == [3.0, 4.0, 5.0]  # steps 3..5: after warmup, before the cap
 
 
 def test_store_without_cap_keeps_everything() -> None:

@@ -11,6 +11,7 @@ from traceml_ci.summary import stats
 from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
 from traceml_ci.summary.model import (
     PHASES,
+    DataLoaderSettings,
     GpuUtil,
     MemoryLabel,
     Noise,
@@ -55,6 +56,10 @@ class RunRecord:
     warmup_steps: int
     series: StepSeries
     batch_size: int | None = None
+    #: Samples per step, averaged over the analysed steps (None: unknown).
+    samples_per_step: float | None = None
+    #: The first DataLoader's settings (None: no DataLoader seen).
+    dataloader: DataLoaderSettings | None = None
     memory_device: str = "cpu"
     #: (step number, RSS MB) samples taken at most every ~100 ms, after warmup.
     rss_samples: Sequence[tuple[int, float]] = ()
@@ -71,7 +76,12 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
     step_time = _step_time(record, thresholds)
     step_memory, mem_diags = _step_memory(record, thresholds)
     st_diags = diagnose_step_time(
-        step_time.pct, step_time.steps_analyzed, step_time.warmup_steps, thresholds
+        step_time.pct,
+        step_time.steps_analyzed,
+        step_time.warmup_steps,
+        thresholds,
+        dataloader=record.dataloader,
+        device=_device_type(record.memory_device),
     )
     step_time = _with_label(step_time, StepTimeLabel(st_diags[0].kind))
     return Summary(
@@ -89,6 +99,11 @@ def _with_label(st: StepTime, label: StepTimeLabel) -> StepTime:
     from dataclasses import replace
 
     return replace(st, diagnosis=label)
+
+
+def _device_type(device: str) -> str:
+    """``cuda:0`` -> ``cuda``."""
+    return device.split(":", 1)[0] or "cpu"
 
 
 def _other_ms(series: StepSeries) -> list[float]:
@@ -119,9 +134,10 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
             outlier_steps=0,
             step_ms=empty_ms,
             phase_ms={p: None for p in PHASES},
-            throughput=Throughput(None, None, record.batch_size),
+            throughput=Throughput(None, None, record.batch_size, record.samples_per_step),
             clock=record.clock,
             noise=None,
+            dataloader=record.dataloader,
         )
     cols: dict[str, Sequence[float]] = {p: series.phase_ms[p] for p in MEASURED_PHASES}
     cols["other"] = _other_ms(series)
@@ -138,9 +154,8 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         mean=mean,
     )
     steps_per_s = 1000.0 / mean if mean > 0 else None
-    samples_per_s = (
-        steps_per_s * record.batch_size if steps_per_s is not None and record.batch_size else None
-    )
+    per_step = record.samples_per_step or record.batch_size
+    samples_per_s = steps_per_s * per_step if steps_per_s is not None and per_step else None
     return StepTime(
         diagnosis=StepTimeLabel.BALANCED,  # replaced by build_summary
         pct=pct,
@@ -150,9 +165,10 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         outlier_steps=(n - len(kept)) * series.stride,
         step_ms=step_ms,
         phase_ms={p: stats.median(cols[p]) for p in PHASES},
-        throughput=Throughput(steps_per_s, samples_per_s, record.batch_size),
+        throughput=Throughput(steps_per_s, samples_per_s, record.batch_size, per_step),
         clock=record.clock,
         noise=_noise(kept, cols, series.step_ms, th),
+        dataloader=record.dataloader,
     )
 
 

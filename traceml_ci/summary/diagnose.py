@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from traceml_ci.summary.model import Diagnosis, MemoryLabel, Severity, StepTimeLabel
+from traceml_ci.summary.model import (
+    DataLoaderSettings,
+    Diagnosis,
+    MemoryLabel,
+    Severity,
+    StepTimeLabel,
+)
 from traceml_ci.summary.thresholds import Thresholds
 
 NEXT_STEP: dict[str, str] = {
@@ -50,6 +56,34 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
+def input_next_step(settings: DataLoaderSettings | None, device: str = "cpu") -> str:
+    """INPUT_BOUND's next step, from the DataLoader's own settings: only the changes that can
+    help this run (pinned memory only speeds copies to an accelerator; persistent workers only
+    matter with workers, and only if not already set)."""
+    if settings is None:  # no DataLoader seen (manual mode, a hand-written loader)
+        hints = ["raise DataLoader num_workers", "set persistent_workers=True"]
+        if device != "cpu":
+            hints.insert(1, "set pin_memory=True")
+        return (
+            f"Look at the input pipeline: {', '.join(hints)}, and time the dataset's __getitem__ "
+            "(decoding, augmentation, I/O)."
+        )
+    hints = []
+    if settings.num_workers == 0:
+        hints.append(
+            "num_workers=0: every batch is loaded in the training process, between steps; "
+            "set DataLoader num_workers (e.g. 4) to load batches in parallel"
+        )
+    else:
+        hints.append(f"num_workers={settings.num_workers} do not keep up: raise it")
+        if not settings.persistent_workers:
+            hints.append("set persistent_workers=True, so workers outlive each epoch")
+    if device != "cpu" and not settings.pin_memory:
+        hints.append("set pin_memory=True for faster copies to the device")
+    hints.append("time the dataset's __getitem__ (decoding, augmentation, I/O)")
+    return "Look at the input pipeline: " + "; ".join(hints) + "."
+
+
 def _severity_for_share(share: float, th: Thresholds) -> Severity:
     return Severity.CRIT if share >= th.critical_pct else Severity.WARN
 
@@ -59,8 +93,12 @@ def diagnose_step_time(
     steps_analyzed: int,
     warmup_steps: int,
     th: Thresholds,
+    *,
+    dataloader: DataLoaderSettings | None = None,
+    device: str = "cpu",
 ) -> list[Diagnosis]:
-    """All step-time diagnoses that apply, the primary one first.
+    """All step-time diagnoses that apply, the primary one first. ``dataloader`` and ``device``
+    (a device type: ``cpu``, ``cuda``, ...) shape INPUT_BOUND's next step.
 
     Priority when several apply: INPUT_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND > COMPUTE_BOUND,
     because waiting on data or on the host is wasted device time, while compute is the work.
@@ -94,9 +132,12 @@ def diagnose_step_time(
     for label, share, limit, what in checks:
         if share >= limit:
             msg = f"{what} is {share:.1f}% of step time (threshold {limit:g}%)."
-            found.append(
-                Diagnosis(area, label.value, _severity_for_share(share, th), msg, NEXT_STEP[label])
+            nxt = (
+                input_next_step(dataloader, device)
+                if label is StepTimeLabel.INPUT_BOUND
+                else NEXT_STEP[label]
             )
+            found.append(Diagnosis(area, label.value, _severity_for_share(share, th), msg, nxt))
     if compute >= th.compute_bound_pct:
         limit = th.compute_bound_pct
         msg = f"Forward + backward is {compute:.1f}% of step time (threshold {limit:g}%)."

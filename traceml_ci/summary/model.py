@@ -80,6 +80,21 @@ class Throughput:
     steps_per_s: float | None
     samples_per_s: float | None
     batch_size: int | None
+    #: Samples per (optimizer) step: all micro-batches of an accumulation step.
+    samples_per_step: float | None = None
+
+
+@dataclass(frozen=True)
+class DataLoaderSettings:
+    """The DataLoader's own settings, as its iterator had them; ``device`` is the run's device
+    type (``cpu``, ``cuda``, ...), which decides whether pinned memory can help."""
+
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    batch_size: int | None
+    device: str
 
 
 @dataclass(frozen=True)
@@ -95,6 +110,7 @@ class StepTime:
     throughput: Throughput
     clock: str  # "host" | "device_event"
     noise: Noise | None
+    dataloader: DataLoaderSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,7 @@ class Summary:
             throughput=_rounded(dataclasses.asdict(st.throughput), 3),
             clock=st.clock,
             noise=_noise_dict(st.noise),
+            dataloader=None if st.dataloader is None else dataclasses.asdict(st.dataloader),
         )
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value

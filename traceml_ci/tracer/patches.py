@@ -4,8 +4,10 @@
 - backward: ``torch.autograd.backward`` (what ``Tensor.backward`` calls)
 - optimizer: torch's global optimizer step pre/post hooks (every optimizer)
 - GradScaler.step: a step boundary even when it skips ``optimizer.step()``
-- forward: the traced model's ``forward`` for the duration of one step (see ``wrap_forward``)
+- forward: the traced model's ``forward`` for the duration of one step (``recorder.ForwardTimer``)
 
+The wrappers themselves are built by the recorder (``Recorder.timed``/``timed_next``), the one
+owner of the per-step state; this module only decides where they go and takes them out again.
 Every wrapper keeps the user's call and exceptions untouched; a failure of our own code goes to
 ``fail`` (warn once, stop tracing), never to the training loop.
 """
@@ -13,11 +15,28 @@ Every wrapper keeps the user's call and exceptions untouched; a failure of our o
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from traceml_ci.tracer.recorder import BWD, DL, FWD, MAX_OUTSIDE_FETCHES, OPT, Recorder
+from traceml_ci.tracer.recorder import BWD, FWD, OPT, SAMPLES_ATTR, Recorder
+
+
+def loader_settings(iterator: Any) -> dict[str, Any]:
+    """A DataLoader iterator's own settings, as its loader gave them (read once per iterator).
+
+    ``pin_memory`` is what the loader does: torch turns it off where no accelerator exists.
+    ``prefetch_factor`` only applies with worker processes (None without)."""
+    batch = None
+    if getattr(iterator, "_auto_collation", False):  # else each item is a whole batch
+        batch = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
+    workers = int(getattr(iterator, "_num_workers", 0) or 0)
+    return {
+        "num_workers": workers,
+        "pin_memory": bool(getattr(iterator, "_pin_memory", False)),
+        "persistent_workers": bool(getattr(iterator, "_persistent_workers", False)),
+        "prefetch_factor": getattr(iterator, "_prefetch_factor", None) if workers else None,
+        "batch_size": int(batch) if isinstance(batch, int) and batch > 0 else None,
+    }
 
 
 def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
@@ -37,70 +56,14 @@ def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-def timed_call(
-    orig: Callable[..., Any],
-    p: int,
-    rec: Recorder,
-    fail: Callable[[BaseException], None],
-    before: Callable[[tuple], None] | None = None,
-) -> Callable[..., Any]:
-    """``orig`` timed as phase ``p``.
-
-    The common case -- host clock, tracing settled, no phase open -- is inlined here: one
-    Python frame per phase and an integer addition, which is most of what tracing costs a small
-    step. Everything else (device clocks, zero-change mode, the first step, nested phases) goes
-    through the recorder's general methods. ``before`` runs on the general path only, i.e.
-    until the tracer knows its device.
-    """
-
-    def general(args: tuple, kwargs: dict) -> Any:
-        try:
-            if before is not None:
-                before(args)
-            rec.phase_begin(p)
-        except Exception as exc:
-            fail(exc)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            try:
-                rec.phase_end(p)
-            except Exception as exc:
-                fail(exc)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not rec.fast or rec.active != -1:
-            return general(args, kwargs)
-        try:
-            t0 = rec.mark()
-            rec.active = p
-            rec.t_open = t0
-        except Exception as exc:
-            fail(exc)
-            return orig(*args, **kwargs)
-        try:
-            return orig(*args, **kwargs)
-        finally:
-            try:
-                if rec.active == p and not rec.depth:  # else the state was reset under us
-                    t1 = rec.mark()
-                    rec.active = -1
-                    if rec.in_step:
-                        rec.acc[p] += t1 - t0  # host nanoseconds: the fast path's clock
-                    else:
-                        rec.record(p, t0, t1)
-            except Exception as exc:
-                fail(exc)
-
-    return wrapper
-
-
 class AutoPatches:
+    """The auto-mode patches of one tracer, installed and removed as a whole."""
+
     def __init__(
         self,
         rec: Recorder,
         fail: Callable[[BaseException], None],
-        on_first_batch: Callable[[Any], None],
+        on_first_batch: Callable[[Any, Any], int],
         on_optimizer: Callable[[Any], None],
     ) -> None:
         self.rec = rec
@@ -111,10 +74,6 @@ class AutoPatches:
         self.want_optimizer = True
         self._undo: list[Callable[[], None]] = []
         self._instantiated: set[type] = set()
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._undo)
 
     def install(self) -> None:
         if self._undo:
@@ -140,66 +99,11 @@ class AutoPatches:
 
         cls = dataloader._BaseDataLoaderIter
         orig = cls.__next__
-        rec, fail = self.rec, self.fail
-        state = {"first": True}
-        on_first_batch = self.on_first_batch
-
-        owner = threading.get_ident()
-        get_ident = threading.get_ident
-
-        def general(it: Any) -> Any:
-            if get_ident() != owner:  # a prefetch thread: not the training loop
-                return orig(it)
-            try:
-                rec.phase_begin(DL)
-            except Exception as exc:
-                fail(exc)
-            try:
-                batch = orig(it)
-            except BaseException:  # StopIteration included: the loop ended
-                rec.phase_abort(DL)
-                raise
-            try:
-                rec.phase_end(DL)
-                if state["first"]:
-                    state["first"] = False
-                    on_first_batch(batch)
-            except Exception as exc:
-                fail(exc)
-            return batch
-
-        def __next__(it: Any) -> Any:
-            # Inline fast path, as in timed_call; the first batch goes the general way.
-            if not rec.fast or rec.active != -1 or state["first"] or get_ident() != owner:
-                return general(it)
-            try:
-                t0 = rec.mark()
-                rec.active = DL
-                rec.t_open = t0
-            except Exception as exc:
-                fail(exc)
-                return orig(it)
-            try:
-                batch = orig(it)
-            except BaseException:
-                rec.phase_abort(DL)
-                raise
-            try:
-                if rec.active == DL and not rec.depth:
-                    t1 = rec.mark()
-                    rec.active = -1
-                    if rec.in_step:
-                        rec.acc[DL] += t1 - t0
-                    else:  # the usual place, before its step: Recorder.record, inline
-                        outside = rec.outside
-                        outside.append((DL, t0, t1))
-                        if len(outside) > MAX_OUTSIDE_FETCHES:
-                            del outside[0]
-            except Exception as exc:
-                fail(exc)
-            return batch
-
+        __next__ = self.rec.timed_next(orig, self.fail, self.on_first_batch)
         __next__.__wrapped__ = orig  # type: ignore[attr-defined]
+        # A new iterator's samples per batch: unknown until its first fetch. The default stays
+        # after uninstall, so a wrapper someone still holds never meets a missing attribute.
+        setattr(cls, SAMPLES_ATTR, None)
         cls.__next__ = __next__
         self._undo.append(lambda: setattr(cls, "__next__", orig))
 
@@ -208,7 +112,7 @@ class AutoPatches:
         orig = autograd.backward
         rec, fail = self.rec, self.fail
 
-        backward = timed_call(orig, BWD, rec, fail)
+        backward = rec.timed(orig, BWD, fail)
         backward.__wrapped__ = orig  # type: ignore[attr-defined]
         backward.__doc__ = orig.__doc__
         autograd.backward = backward
@@ -260,15 +164,20 @@ class AutoPatches:
     def _fallback_hooks(self, optim_mod: Any) -> None:
         """A caller holding a class's step from before we wrapped it (an LR scheduler created
         before init() keeps the function it found, as does ``step = opt.step``) bypasses our
-        wrapper; torch's global hooks still see that step. Nested in our wrapper they only count
-        depth: the step is timed once. Only registered when optimizers may predate the tracer:
-        they cost two more calls per step."""
+        wrapper; torch's global hooks still see that step. Inside our wrapper they are a re-entry
+        of the optimizer phase: the step is timed once. Only registered when optimizers may
+        predate the tracer: they cost two more calls per step."""
         rec, fail, patches = self.rec, self.fail, self
+        #: Per open step call: whether its pre hook began the phase (False: our class wrapper
+        #: already times it -- the usual case, kept to a read and an append, as it runs inside
+        #: the optimizer phase).
+        began: list[bool] = []
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
-            if rec.active == OPT:  # inside our class wrapper (the usual case): already timed
-                rec.depth += 1
+            if rec.active == OPT:
+                began.append(False)
                 return
+            began.append(True)
             try:
                 if patches.want_optimizer:
                     patches.on_optimizer(opt)
@@ -277,46 +186,43 @@ class AutoPatches:
                 fail(exc)
 
         def post(opt: Any, args: Any, kwargs: Any) -> None:
-            if rec.active == OPT and rec.depth:
-                rec.depth -= 1
-                return
-            try:
-                rec.phase_end(OPT)
-            except Exception as exc:
-                fail(exc)
+            if began and began.pop():
+                try:
+                    rec.phase_end(OPT)
+                except Exception as exc:
+                    fail(exc)
 
         self._undo.append(optim_mod.register_optimizer_step_pre_hook(pre).remove)
         self._undo.append(optim_mod.register_optimizer_step_post_hook(post).remove)
 
     def _wrap_optimizer_class(self, optim_mod: Any, cls: type) -> None:
+        """Time ``cls.step`` once torch has hooked it (its first instance does): torch's own
+        wrapper (record_function + global hooks) stays inside ours, as in an untraced run.
+
+        A class torch never hooked is left alone: its step is only reached through a
+        subclass's ``super().step()`` (already timed) or hooked at its own first instance.
+        Adding torch's wrapper to it here would run record_function and every global
+        optimizer hook twice per step, charging that work to the optimizer phase."""
         orig = cls.__dict__.get("step")
-        if orig is None or not callable(orig) or getattr(orig, "_traceml_ci", False):
+        if (
+            orig is None
+            or not callable(orig)
+            or not getattr(orig, "hooked", False)
+            or getattr(orig, "_traceml_ci", False)
+        ):
             return
-        # Keep torch's own wrapper (record_function + global hooks) inside ours; a class never
-        # instantiated yet gets it now, as its first __init__ would have done.
-        hooked = orig
-        if not getattr(orig, "hooked", False):
-            hooked = optim_mod.Optimizer.profile_hook_step(orig)
-            hooked.hooked = True  # type: ignore[attr-defined]
         patches = self
 
         def before(args: tuple) -> None:
             if patches.want_optimizer:  # zero-change mode: the first step names the device
                 patches.on_optimizer(args[0])
 
-        step = timed_call(hooked, OPT, self.rec, self.fail, before)
-        functools.update_wrapper(step, hooked)
+        step = self.rec.timed(orig, OPT, self.fail, before)
+        functools.update_wrapper(step, orig)
         step.hooked = True  # type: ignore[attr-defined]
         step._traceml_ci = True  # type: ignore[attr-defined]
         cls.step = step  # type: ignore[attr-defined]
-
-        def undo() -> None:
-            # A class first hooked by us and never instantiated meanwhile gets its plain step
-            # back, so it does not look as if it had instances to a later tracer.
-            keep_hooked = hooked is orig or cls in self._instantiated
-            cls.step = hooked if keep_hooked else orig  # type: ignore[attr-defined]
-
-        self._undo.append(undo)
+        self._undo.append(lambda: setattr(cls, "step", orig))
 
     def _patch_grad_scaler(self, torch: Any) -> None:
         amp = getattr(torch, "amp", None)
@@ -339,73 +245,19 @@ class AutoPatches:
         self._undo.append(lambda: setattr(cls, "step", orig))
 
 
-def wrap_forward(
-    model: Any, rec: Recorder, fail: Callable[[BaseException], None]
-) -> tuple[dict, str, bool, Any]:
-    """Time ``model``'s outermost forward until ``unwrap_forward``: an instance attribute that
-    shadows ``forward`` (or a compiled module's ``_compiled_call_impl``).
-
-    Cheaper than module hooks (which force nn.Module's slow call path) and outside any
-    torch.compile'd region, so it causes no graph break. It lives for one step only, so a
-    ``copy.deepcopy(model)`` or ``torch.save(model)`` outside the step never sees it.
-    """
-    d = model.__dict__
-    key = "_compiled_call_impl" if d.get("_compiled_call_impl") is not None else "forward"
-    had = key in d
-    orig = d[key] if had else getattr(model, key)
-
-    timed = timed_call(orig, FWD, rec, fail)
-    d[key] = timed
-    return d, key, had, orig
-
-
-class ForwardTimer:
-    """``wrap_forward`` for one model, step after step, without building a wrapper each step:
-    while the model has no instance ``forward`` and is not compiled in place, the same timed
-    bound method is set and removed (two dict operations)."""
-
-    __slots__ = ("model", "d", "func", "timed", "undo", "rec", "fail")
-
-    def __init__(self, model: Any, rec: Recorder, fail: Callable[[BaseException], None]) -> None:
-        self.model = model
-        self.d = model.__dict__
-        self.rec = rec
-        self.fail = fail
-        self.func = getattr(type(model), "forward", None)
-        bind = getattr(self.func, "__get__", None)
-        self.timed = timed_call(bind(model, type(model)), FWD, rec, fail) if bind else None
-        self.undo = (self.d, "forward", False, None)
-
-    def wrap(self) -> tuple[dict, str, bool, Any]:
-        d = self.d
-        if (
-            self.timed is not None
-            and "forward" not in d
-            and d.get("_compiled_call_impl") is None
-            and type(self.model).forward is self.func
-        ):
-            d["forward"] = self.timed
-            return self.undo
-        return wrap_forward(self.model, self.rec, self.fail)
-
-
-def unwrap_forward(saved: tuple[dict, str, bool, Any]) -> None:
-    d, key, had, orig = saved
-    if had:
-        d[key] = orig
-    else:
-        d.pop(key, None)
-
-
 class RootForwardHooks:
     """Zero-change mode: no model was named, so find the outermost modules of the first step with
-    global module hooks, then time only those roots with ordinary forward hooks."""
+    global module hooks, then time only those roots with ordinary forward hooks.
+
+    Discovery settles at the first optimizer step -- or, when that step runs the forward itself
+    (``optimizer.step(closure)``), as soon as a root with parameters has finished its forward."""
 
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
         self.roots: dict[int, Any] = {}
         self.timed: list[Any] = []
         self._depth = 0
+        self._pending = False
         self._handles: list[Any] = []
         self._global: list[Any] = []
 
@@ -422,6 +274,8 @@ class RootForwardHooks:
             self._depth -= 1
             if self._depth == 0:
                 self.rec.phase_end(FWD)
+                if self._pending and _has_params(mod):
+                    self.settle()
 
         self._global = [
             module_mod.register_module_forward_pre_hook(pre),
@@ -429,13 +283,19 @@ class RootForwardHooks:
         ]
 
     def settle(self) -> None:
-        """Replace global discovery hooks with hooks on the roots found so far."""
+        """Replace global discovery hooks with hooks on the roots found so far (later, at the
+        end of the first root forward with parameters, if none was found yet)."""
         if not self._global:
+            return
+        models = [m for m in self.roots.values() if _has_params(m)]
+        if not models:  # a closure runs the forward inside the first optimizer step
+            self._pending = True
             return
         for h in self._global:
             h.remove()
         self._global = []
         self._depth = 0
+        self._pending = False
         rec = self.rec
 
         def pre(mod: Any, args: Any) -> None:
@@ -445,7 +305,7 @@ class RootForwardHooks:
             rec.phase_end(FWD)
 
         # Loss functions are modules too; a model is a root with parameters.
-        self.timed = [m for m in self.roots.values() if next(m.parameters(), None) is not None]
+        self.timed = models
         for mod in self.timed:
             self._handles.append(mod.register_forward_pre_hook(pre))
             self._handles.append(mod.register_forward_hook(post, always_call=True))
@@ -454,3 +314,7 @@ class RootForwardHooks:
         for h in self._global + self._handles:
             h.remove()
         self._global, self._handles = [], []
+
+
+def _has_params(module: Any) -> bool:
+    return next(module.parameters(), None) is not None

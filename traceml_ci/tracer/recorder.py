@@ -1,39 +1,67 @@
-"""The hot path: phase boundaries and step boundaries, nothing else.
+"""The hot path: phase and step boundaries, and the only code that writes the per-step state.
 
 Every call here runs on every step of a user's run. It takes one clock mark per boundary,
-appends a tuple, and hands a finished step to the sink. No I/O, no statistics, no dicts.
+adds to a per-phase sum or appends a tuple, and hands a finished step to the store. No I/O,
+no statistics, no dicts. The patches (``patches.py``) and the step scope (``session.py``) only
+call into this module: the timed wrappers they install are built here, by ``Recorder.timed``
+and ``Recorder.timed_next``.
+
+Phases are exclusive time of the innermost phase: a phase that begins while another is open
+suspends it (a forward and backward inside ``optimizer.step(closure)`` are forward and backward;
+the optimizer keeps only its own time) and resumes it when it ends. Two exceptions, both counted
+once to the phase already open: a phase re-entered inside itself (a nested model call, a
+subclass's ``step`` calling ``super().step()``), and a forward that runs inside backward -- the
+recomputation of activation checkpointing, which is backward's cost.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 DL, FWD, BWD, OPT = 0, 1, 2, 3
 PHASE_INDEX = {"dataloader": DL, "forward": FWD, "backward": BWD, "optimizer": OPT}
 
-#: Dataloader fetches kept between two steps (e.g. several zipped loaders); older ones drop.
+#: For each phase ``p``: the open phases that keep counting when ``p`` begins inside them.
+ABSORBED_BY: tuple[frozenset[int], ...] = (
+    frozenset({DL}),
+    frozenset({FWD, BWD}),  # a forward recomputed in backward (activation checkpointing)
+    frozenset({BWD}),
+    frozenset({OPT}),
+)
+
+#: Extra slots of ``Recorder.acc`` after the four phases: dataloader nanoseconds fetched
+#: before the step (fast path), and DataLoader samples in the step.
+PRE, SAMPLES = 4, 5
+#: ``acc`` of a step that has not begun.
+ACC_ZERO = (0, 0, 0, 0, 0, 0)
+
+#: General path: fetches kept between two steps (e.g. several zipped loaders); older ones drop.
+#: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both.)
 MAX_OUTSIDE_FETCHES = 16
 
-# A finished step: (enter mark, exit mark, [(phase, t0, t1), ...] inside, [...] fetched before)
-StepSink = Callable[[Any, Any, list, list], None]
+#: Set on each DataLoader iterator (class default None): samples per batch it yields, 0 unknown.
+SAMPLES_ATTR = "_traceml_ci_samples"
+
+Fail = Callable[[BaseException], None]
 
 
 class Recorder:
     """Phase and step boundaries for one process.
 
-    Phases are exclusive: a phase that begins while another is open (a forward re-run inside
-    backward by activation checkpointing, a nested model call) counts to the open one.
-    ``implicit`` is zero-change mode: with no ``trace_step``, a step ends where the next
-    dataloader fetch or forward begins after an optimizer step.
+    ``active`` is the phase whose time runs now (-1: none), ``t_open`` when it last started or
+    resumed; ``stack`` holds what each open phase of the general path suspended. ``implicit`` is
+    zero-change mode: with no ``trace_step``, a step ends where the next dataloader fetch or
+    forward begins, outside any phase, after an optimizer step.
     """
 
     __slots__ = (
         "mark",
-        "sink",
+        "store",
         "active",
-        "depth",
         "t_open",
+        "stack",
         "in_step",
         "implicit",
         "saw_opt",
@@ -46,12 +74,14 @@ class Recorder:
         "acc",
     )
 
-    def __init__(self, mark: Callable[[], Any], sink: StepSink, implicit: bool = False) -> None:
+    def __init__(self, mark: Callable[[], Any], store: Any, implicit: bool = False) -> None:
         self.mark = mark
-        self.sink = sink
+        #: Where finished steps go (a StepStore): ``store(enter, exit, marks, outside)``, or
+        #: ``store.host_step(enter, exit, acc, marks, outside)`` for fast-path steps.
+        self.store = store
         self.active = -1
-        self.depth = 0
         self.t_open: Any = None
+        self.stack: list[int] = []
         self.in_step = 0
         self.implicit = implicit
         self.saw_opt = False
@@ -61,25 +91,50 @@ class Recorder:
         self.last_opt_end: Any = None
         #: The tracer knows its device and clock (set once, at the first step).
         self.ready = False
-        #: Host clock, ``ready`` and not ``implicit``: the patched wrappers and StepScope take
-        #: their inline fast path (one frame per phase, no tuples) instead of these methods.
+        #: Host clock, ``ready`` and not ``implicit``: the timed wrappers take their inline fast
+        #: path (one frame per phase, no tuples) instead of ``phase_begin``/``phase_end``.
         self.fast = False
-        #: Fast path only: nanoseconds per phase so far in the open step (host clock).
-        self.acc = [0, 0, 0, 0]
+        #: The open (or next) step's sums: host nanoseconds per phase timed by the fast path,
+        #: dataloader nanoseconds before the step (``PRE``), DataLoader samples (``SAMPLES``).
+        self.acc = list(ACC_ZERO)
 
+    # -- settings ------------------------------------------------------------------------
     def set_ready(self, host: bool) -> None:
         """The tracer knows its clock: on the host clock the fast path may run."""
         self.ready = host
         self.fast = host and not self.implicit
 
-    # -- phases --------------------------------------------------------------------------
+    def use_clock(self, mark: Callable[[], Any]) -> None:
+        """Switch to another clock (device events) before any step: host marks cannot be mixed
+        with events, so everything open starts clean."""
+        self.mark = mark
+        self.outside = []
+        self.marks = []
+        self.enter = None
+        self.acc = list(ACC_ZERO)
+        self._reset_phases()
+
+    def stop(self) -> None:
+        """Tracing stopped (an internal error): the open step is dropped, wrappers take the
+        general path and the step scope records nothing more."""
+        self.fast = False
+        self.in_step = 0
+        self._reset_phases()
+
+    def _reset_phases(self) -> None:
+        self.active = -1
+        self.stack = []
+
+    # -- phases (the general path: any clock, zero-change mode, hooks) -------------------
     def phase_begin(self, p: int) -> None:
-        if self.active >= 0:
-            if self.active == p:
-                self.depth += 1
+        prev = self.active
+        self.stack.append(prev)
+        if prev in ABSORBED_BY[p]:
             return
         t = self.mark()
-        if self.implicit:
+        if prev >= 0:
+            self.record(prev, self.t_open, t)  # suspend the open phase
+        elif self.implicit:
             if self.saw_opt and p in (DL, FWD):
                 self._close_implicit(t)
                 t = self.mark()  # a fresh mark: a device event must belong to one step only
@@ -89,20 +144,38 @@ class Recorder:
         self.t_open = t
 
     def phase_end(self, p: int) -> None:
-        if self.active != p:
+        stack = self.stack
+        if not stack:  # its begin was before a reset (a new step, a clock switch)
             return
-        if self.depth:
-            self.depth -= 1
+        prev = stack.pop()
+        if prev in ABSORBED_BY[p] or self.active != p:
             return
         t = self.mark()
-        self.active = -1
         self.record(p, self.t_open, t)
+        self.active = prev
+        self.t_open = t  # the suspended phase, if any, resumes now
         if p == OPT:
             self.saw_opt = True
             self.last_opt_end = t
 
+    def phase_abort(self, p: int) -> None:
+        """The phase ended without a result (a loader's StopIteration): record nothing, and
+        forget fetches since the last step -- they belonged to a loop that just ended."""
+        stack = self.stack
+        if stack:
+            prev = stack.pop()
+            if self.active == p and prev not in ABSORBED_BY[p]:
+                self.active = prev  # from t_open: the failed fetch counts to what it was in
+        if not self.in_step:
+            self._forget_outside()
+
+    def _forget_outside(self) -> None:
+        self.outside.clear()
+        acc = self.acc
+        acc[PRE] = acc[SAMPLES] = 0
+
     def record(self, p: int, t0: Any, t1: Any) -> None:
-        """Where a finished phase goes: the open step, or the fetches before the next one."""
+        """Where a finished piece of a phase goes: the open step, or the fetches before the next."""
         if self.in_step or self.implicit:
             self.marks.append((p, t0, t1))
         else:
@@ -111,20 +184,160 @@ class Recorder:
             if len(outside) > MAX_OUTSIDE_FETCHES:
                 del outside[0]
 
-    def phase_abort(self, p: int) -> None:
-        """The phase ended without a result (a loader's StopIteration): record nothing, and
-        forget fetches since the last step -- they belonged to a loop that just ended."""
-        if self.active == p:
-            if self.depth:
-                self.depth -= 1
-                return
-            self.active = -1
-        if not self.in_step:
-            self.outside.clear()
-
     def optimizer_boundary(self) -> None:
         """A step boundary without an optimizer phase (GradScaler skipped optimizer.step())."""
         self.saw_opt = True
+
+    # -- the timed wrappers (fast path inline) ------------------------------------------
+    def _suspend(self, prev: int, t: Any) -> None:
+        """Fast path: a phase begins inside ``prev``; ``prev``'s time so far is its own."""
+        if self.in_step:
+            self.acc[prev] += t - self.t_open
+        else:
+            self.record(prev, self.t_open, t)
+
+    def timed(
+        self,
+        orig: Callable[..., Any],
+        p: int,
+        fail: Fail,
+        before: Callable[[tuple], None] | None = None,
+    ) -> Callable[..., Any]:
+        """``orig`` timed as phase ``p``.
+
+        The common case -- host clock, tracing settled -- is inlined: one Python frame per
+        phase and an integer addition, which is most of what tracing costs a small step; a
+        phase it suspends is kept in this frame, not on ``stack``. Everything else (device
+        clocks, zero-change mode, the first step) goes through ``phase_begin``/``phase_end``.
+        ``before`` runs on the general path only, i.e. until the tracer knows its device.
+        """
+        rec = self
+        absorbed = ABSORBED_BY[p]
+
+        def general(args: tuple, kwargs: dict) -> Any:
+            try:
+                if before is not None:
+                    before(args)
+                rec.phase_begin(p)
+            except Exception as exc:
+                fail(exc)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                try:
+                    rec.phase_end(p)
+                except Exception as exc:
+                    fail(exc)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not rec.fast:
+                return general(args, kwargs)
+            prev = rec.active
+            if prev in absorbed:  # counted once, to the phase already open
+                return orig(*args, **kwargs)
+            try:
+                t0 = rec.mark()
+                if prev >= 0:
+                    rec._suspend(prev, t0)
+                rec.active = p
+                rec.t_open = t0
+            except Exception as exc:
+                fail(exc)
+                return orig(*args, **kwargs)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                try:
+                    if rec.active == p:  # else the state was reset under us
+                        t1 = rec.mark()
+                        if rec.in_step:
+                            rec.acc[p] += t1 - rec.t_open  # host nanoseconds
+                        else:
+                            rec.record(p, rec.t_open, t1)
+                        rec.active = prev
+                        rec.t_open = t1
+                except Exception as exc:
+                    fail(exc)
+
+        return wrapper
+
+    def timed_next(
+        self, orig: Callable[[Any], Any], fail: Fail, first_batch: Callable[[Any, Any], int]
+    ) -> Callable[[Any], Any]:
+        """A DataLoader iterator's ``__next__`` timed as the dataloader phase, on the thread
+        that created it (a prefetch thread is not the training loop). A fetch that raises
+        (StopIteration: the loop ended) records nothing.
+
+        Each fetch adds the iterator's samples per batch to the step's count. That number is
+        read once per iterator, after its first fetch and outside the phase, by
+        ``first_batch(iterator, batch)``, and kept on the iterator as ``SAMPLES_ATTR`` (its
+        class default, None, sends a new iterator down the general path once)."""
+        rec = self
+        owner = threading.get_ident()
+        get_ident = threading.get_ident
+        absorbed = ABSORBED_BY[DL]
+
+        def general(it: Any) -> Any:
+            if get_ident() != owner:
+                return orig(it)
+            try:
+                rec.phase_begin(DL)
+            except Exception as exc:
+                fail(exc)
+            try:
+                batch = orig(it)
+            except BaseException:  # StopIteration included: the loop ended
+                rec.phase_abort(DL)
+                raise
+            try:
+                rec.phase_end(DL)
+                n = getattr(it, SAMPLES_ATTR, None)
+                if n is None:
+                    n = first_batch(it, batch)
+                    setattr(it, SAMPLES_ATTR, n)
+                rec.acc[SAMPLES] += n
+            except Exception as exc:
+                fail(exc)
+            return batch
+
+        def __next__(it: Any) -> Any:
+            n = it._traceml_ci_samples  # SAMPLES_ATTR
+            if n is None or not rec.fast or get_ident() != owner:
+                return general(it)
+            prev = rec.active
+            if prev in absorbed:
+                return orig(it)
+            try:
+                t0 = rec.mark()
+                if prev >= 0:
+                    rec._suspend(prev, t0)
+                rec.active = DL
+                rec.t_open = t0
+            except Exception as exc:
+                fail(exc)
+                return orig(it)
+            try:
+                batch = orig(it)
+            except BaseException:
+                if rec.active == DL:
+                    rec.active = prev
+                    if not rec.in_step:
+                        rec._forget_outside()
+                raise
+            try:
+                acc = rec.acc
+                if rec.active == DL:
+                    t1 = rec.mark()
+                    # In the step, or (the usual place) before it.
+                    acc[DL if rec.in_step else PRE] += t1 - rec.t_open
+                    rec.active = prev
+                    rec.t_open = t1
+                acc[SAMPLES] += n
+            except Exception as exc:
+                fail(exc)
+            return batch
+
+        return __next__
 
     # -- steps ---------------------------------------------------------------------------
     def step_begin(self) -> None:
@@ -138,43 +351,179 @@ class Recorder:
             self.marks = []
             self.saw_opt = False
         self.in_step = 1
-        self.active = -1
-        self.depth = 0
+        if self.active != -1:  # a phase left open (no phase of the general path is open
+            self._reset_phases()  # without ``active`` set)
         self.enter = self.mark()
-        self.saw_opt = False
 
     def step_end(self, ok: bool = True) -> None:
-        if self.in_step > 1:
-            self.in_step -= 1
-            return
-        if not self.in_step:
+        """Close the step: the exit mark first, so that handing it over is in no step."""
+        in_step = self.in_step
+        if in_step != 1:
+            if in_step:
+                self.in_step = in_step - 1
             return
         t = self.mark()
         self.in_step = 0
-        self.active = -1
-        self.depth = 0
-        marks, outside = self.marks, self.outside
-        self.marks, self.outside = [], []
+        if self.active != -1:
+            self._reset_phases()
         acc = self.acc
-        if any(acc):  # phases timed by the fast path (host nanoseconds) in this step
-            self.acc = [0, 0, 0, 0]
-            marks.extend((p, 0, ns) for p, ns in enumerate(acc) if ns)
-        if ok:
-            self.sink(self.enter, t, marks, outside)
+        self.acc = [0, 0, 0, 0, 0, 0]  # ACC_ZERO
+        marks, outside = self.marks, self.outside
+        if self.fast:  # the store reads these at once: empty lists can stay
+            if marks:
+                self.marks = []
+            if outside:
+                self.outside = []
+            if ok:
+                self.store.host_step(self.enter, t, acc, marks, outside)
+        else:  # device events are resolved later: every step gets its own lists
+            self.marks, self.outside = [], []
+            if ok:
+                self.store(self.enter, t, marks, outside, acc[SAMPLES])
         self.enter = None
 
     def _close_implicit(self, t: Any) -> None:
-        marks = self.marks
+        marks, samples = self.marks, self.acc[SAMPLES]
         self.marks = []
-        self.sink(self.enter, t, marks, [])
+        self.acc[SAMPLES] = 0
+        self.store(self.enter, t, marks, [], samples)
         self.enter = None
         self.saw_opt = False
 
     def flush(self) -> None:
         """At finish: close an open zero-change step at its last optimizer step."""
         if self.implicit and self.saw_opt and self.enter is not None:
-            marks = self.marks
+            marks, samples = self.marks, self.acc[SAMPLES]
             self.marks = []
-            self.sink(self.enter, self.last_opt_end, marks, [])
+            self.acc[SAMPLES] = 0
+            self.store(self.enter, self.last_opt_end, marks, [], samples)
             self.enter = None
             self.saw_opt = False
+
+
+def wrap_forward(model: Any, rec: Recorder, fail: Fail) -> tuple[dict, str, bool, Any]:
+    """Time ``model``'s outermost forward until ``unwrap_forward``: an instance attribute that
+    shadows ``forward`` (or a compiled module's ``_compiled_call_impl``).
+
+    Cheaper than module hooks (which force nn.Module's slow call path) and outside any
+    torch.compile'd region, so it causes no graph break. It lives for one step only, so a
+    ``copy.deepcopy(model)`` or ``torch.save(model)`` outside the step never sees it.
+    """
+    d = model.__dict__
+    key = "_compiled_call_impl" if d.get("_compiled_call_impl") is not None else "forward"
+    had = key in d
+    orig = d[key] if had else getattr(model, key)
+
+    d[key] = rec.timed(orig, FWD, fail)
+    return d, key, had, orig
+
+
+class ForwardTimer:
+    """``wrap_forward`` for one model, step after step, without building a wrapper each step:
+    while the model has no instance ``forward`` and is not compiled in place, the same timed
+    bound method is set and removed (two dict operations)."""
+
+    __slots__ = ("model", "cls", "d", "func", "timed", "undo", "rec", "fail")
+
+    def __init__(self, model: Any, rec: Recorder, fail: Fail) -> None:
+        self.model = model
+        self.cls = type(model)
+        self.d = model.__dict__
+        self.rec = rec
+        self.fail = fail
+        func = getattr(self.cls, "forward", None)
+        bind = getattr(func, "__get__", None)
+        self.timed = rec.timed(bind(model, self.cls), FWD, fail) if bind else None
+        #: The class's forward while ``timed`` stands for it (else nothing is ever ``is`` it).
+        self.func = func if bind else object()
+        self.undo = (self.d, "forward", False, None)
+
+    def wrap(self) -> tuple[dict, str, bool, Any]:
+        d = self.d
+        if (
+            "forward" not in d
+            and d.get("_compiled_call_impl") is None
+            and self.cls.forward is self.func
+        ):
+            d["forward"] = self.timed
+            return self.undo
+        return wrap_forward(self.model, self.rec, self.fail)
+
+
+def unwrap_forward(saved: tuple[dict, str, bool, Any]) -> None:
+    d, key, had, orig = saved
+    if had:
+        d[key] = orig
+    else:
+        d.pop(key, None)
+
+
+class StepGate:
+    """The step boundaries of ``with trace_step(model):``, and its model's forward shadowed
+    for the step (``ForwardTimer``): set before the enter mark and removed after the exit
+    mark, so that the tracer's own per-step work lands in no step.
+
+    Here is the short path (host clock, at most one model, tracing settled), with the
+    recorder's ``step_begin``/``step_end`` inline: with one frame per phase in the timed
+    wrappers, these two are most of what tracing costs a small step. A subclass
+    (``session.StepScope``) supplies ``_enter``/``_exit``, the general way.
+    """
+
+    __slots__ = ("rec", "timer", "saved", "primed")
+
+    def __init__(self, rec: Recorder, timer: ForwardTimer | None) -> None:
+        self.rec = rec
+        self.timer = timer
+        #: The undo of the forward shadow: one tuple (a list of them for several models).
+        self.saved: Any = None
+        #: The short path may run: the general one did the run's first-step work, and the
+        #: scope has at most one model (``saved`` is then never a list).
+        self.primed = False
+
+    def __enter__(self) -> StepGate:
+        rec = self.rec
+        if not rec.fast or rec.in_step or not self.primed:
+            return self._enter()
+        try:
+            timer = self.timer
+            if timer is not None:
+                self.saved = timer.wrap()
+            rec.in_step = 1  # (no check for a phase left open: the step's end clears it)
+            rec.enter = rec.mark()
+        except Exception as exc:
+            self._fail(exc)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        rec = self.rec
+        saved = self.saved
+        if not rec.fast or rec.in_step != 1 or exc_type is not None or not self.primed:
+            return self._exit(exc_type)
+        try:
+            t = rec.mark()
+            if saved is not None:
+                self.saved = None
+                unwrap_forward(saved)
+            rec.in_step = 0
+            if rec.active != -1:
+                rec._reset_phases()
+            acc = rec.acc
+            rec.acc = [0, 0, 0, 0, 0, 0]  # ACC_ZERO
+            marks, outside = rec.marks, rec.outside
+            if marks:  # the store reads these at once: empty lists can stay
+                rec.marks = []
+            if outside:
+                rec.outside = []
+            rec.store.host_step(rec.enter, t, acc, marks, outside)
+        except Exception as err:
+            self._fail(err)
+        return False
+
+    def _enter(self) -> StepGate:  # pragma: no cover - supplied by the subclass
+        raise NotImplementedError
+
+    def _exit(self, exc_type: Any) -> bool:  # pragma: no cover - supplied by the subclass
+        raise NotImplementedError
+
+    def _fail(self, exc: BaseException) -> None:  # pragma: no cover - supplied by the subclass
+        raise NotImplementedError

@@ -11,19 +11,18 @@ from typing import Any
 
 from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
-from traceml_ci.summary.model import GpuUtil, RunInfo, RunStatus, Summary
+from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunStatus, Summary
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
     AutoPatches,
-    ForwardTimer,
     RootForwardHooks,
     infer_batch_size,
-    unwrap_forward,
+    loader_settings,
 )
-from traceml_ci.tracer.recorder import PHASE_INDEX, Recorder
+from traceml_ci.tracer.recorder import PHASE_INDEX, ForwardTimer, Recorder, StepGate, unwrap_forward
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
 
 
@@ -50,6 +49,11 @@ class Tracer:
         self.summary: Summary | None = None
         self.device: Any = None
         self.batch_size = config.batch_size
+        #: Launched on an unmodified script (``traceml-ci run``): steps end at optimizer steps
+        #: until the script calls trace_step.
+        self.zero_change = zero_change
+        #: The first DataLoader iterator's own settings (read once, off the hot path).
+        self.dataloader: dict[str, Any] | None = None
         self._warned = False
         self._device_decided = False
         self._explicit_steps = False
@@ -63,7 +67,7 @@ class Tracer:
         clock = HostClock()
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
-        self.patches = AutoPatches(self.rec, self.fail, self._on_first_batch, self._on_optimizer)
+        self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec) if zero_change else None
         if config.mode == "auto":
             self.patches.install()
@@ -71,10 +75,6 @@ class Tracer:
                 self.roots.install_discovery()
 
     # -- configuration ---------------------------------------------------------------------
-    @property
-    def auto(self) -> bool:
-        return self.config.mode == "auto"
-
     def reconfigure(self, **changes: Any) -> None:
         """A later init(): apply what the launcher did not fix, while no step is recorded yet."""
         changes = {
@@ -86,6 +86,7 @@ class Tracer:
             _warn("init() called after steps were recorded; its options are ignored")
             return
         self.config = replace(self.config, **changes)
+        self._last_scope = None  # a scope built for the old mode must not be reused
         self.store.warmup_steps = self.config.warmup_steps
         if "batch_size" in changes:
             self.batch_size = self.config.batch_size
@@ -99,7 +100,7 @@ class Tracer:
     def fail(self, exc: BaseException) -> None:
         """Our own code failed: warn once, stop tracing, leave the training loop alone."""
         self.enabled = False
-        self.rec.fast = False
+        self.rec.stop()
         if not self._warned:
             self._warned = True
             _warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
@@ -133,14 +134,7 @@ class Tracer:
             cuda_mem = CudaMemory(torch, index)
             self._start_gpu_sampler(torch, index)
         self.store.set_clock(clock, cuda_mem)
-        rec = self.rec
-        rec.mark = clock.mark
-        # Marks taken with the host clock cannot be mixed with events: start clean.
-        rec.outside = []
-        rec.marks = []
-        rec.enter = None
-        rec.active = -1
-        rec.depth = 0
+        self.rec.use_clock(clock.mark)
 
     def _start_gpu_sampler(self, torch: Any, index: int) -> None:
         from traceml_ci.tracer.gpu_util import GpuUtilSampler
@@ -154,8 +148,20 @@ class Tracer:
         self._gpu_sampler = GpuUtilSampler.start_for(index, uuid)
 
     def _on_first_batch(self, batch: Any) -> None:
+        """``wrap_dataloader``'s first batch: the batch size, if not given."""
         if self.batch_size is None:
             self.batch_size = infer_batch_size(batch)
+
+    def _on_first_fetch(self, iterator: Any, batch: Any) -> int:
+        """A DataLoader iterator's first batch: its samples per batch (0: unknown), and, for
+        the first iterator of the run, the loader's own settings."""
+        settings = loader_settings(iterator)
+        if self.dataloader is None:
+            self.dataloader = settings
+        size = settings.get("batch_size") or infer_batch_size(batch)
+        if self.batch_size is None:
+            self.batch_size = size
+        return size or 0
 
     def _on_optimizer(self, optimizer: Any) -> None:
         self.patches.want_optimizer = False
@@ -204,7 +210,10 @@ class Tracer:
         if self.roots is not None:
             self.roots.uninstall()
         try:
-            self.summary = build_summary(self._record(), self.config.thresholds)
+            record = self._record()
+            if self.config.mode == "manual" and not record.steps_total:
+                _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+            self.summary = build_summary(record, self.config.thresholds)
             self.path = write_summary(self.config.summary_path, self.summary)
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
@@ -221,7 +230,7 @@ class Tracer:
             except Exception as exc:
                 self.fail(exc)
         gpu = self._gpu_sampler.stop() if self._gpu_sampler is not None else GpuUtil()
-        store, cols = self.store, self.store.columns
+        store = self.store
         on_device = store.cuda_memory is not None
         if self.rss is not None:
             self.rss.sample(store.steps_total)
@@ -234,7 +243,11 @@ class Tracer:
             retries, ooms = store.cuda_memory.counters()
             device_total = store.cuda_memory.total_mb()
         device = self.device
-        mode = self.config.mode if self._explicit_steps else "zero-change"
+        # What was asked for: zero-change only for a launched script that never called
+        # trace_step (a script that asked for manual mode says so, steps or not).
+        asked = self.config.mode
+        implicit = self.zero_change and not self._explicit_steps and asked == "auto"
+        mode = "zero-change" if implicit else asked
         return RunRecord(
             run=RunInfo(
                 name=self.config.run_name or _default_run_name(),
@@ -251,13 +264,15 @@ class Tracer:
             steps_total=store.steps_total,
             warmup_steps=min(store.warmup_steps, store.steps_total),
             series=StepSeries(
-                step_ms=cols.column(STEP),
-                phase_ms={p: cols.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
-                stride=cols.stride,
-                allocated_mb=cols.column(ALLOC_COL) if on_device else None,
-                reserved_mb=cols.column(RESERVED_COL) if on_device else None,
+                step_ms=store.column(STEP),
+                phase_ms={p: store.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
+                stride=store.columns.stride,
+                allocated_mb=store.column(ALLOC_COL) if on_device else None,
+                reserved_mb=store.column(RESERVED_COL) if on_device else None,
             ),
             batch_size=self.batch_size,
+            samples_per_step=self._samples_per_step(),
+            dataloader=self._dataloader_settings(),
             memory_device=str(device) if device is not None else "cpu",
             rss_samples=rss_samples,
             peak_rss_mb=self.rss.peak_mb() if self.rss else None,
@@ -268,74 +283,38 @@ class Tracer:
             gpu=gpu,
         )
 
+    def _samples_per_step(self) -> float | None:
+        """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
+        samples fetched per analysed step, on average (None when none was counted)."""
+        if self.config.batch_size is not None:
+            return float(self.config.batch_size)
+        store = self.store
+        analysed = store.resolved - store.warmup_steps
+        if analysed <= 0 or not store.samples_analyzed:
+            return None
+        return store.samples_analyzed / analysed
 
-class StepScope:
-    """``with trace_step(model):`` -- one training step. Reused across steps for the same model.
+    def _dataloader_settings(self) -> DataLoaderSettings | None:
+        if self.dataloader is None:
+            return None
+        device = self.device.type if self.device is not None else "cpu"
+        return DataLoaderSettings(**self.dataloader, device=device)
 
-    On the host clock, enter and exit inline the recorder's step begin/end and the forward
-    shadow of a single model: with one frame per phase in the patches, these two are most of
-    the tracer's per-step cost. Everything else goes through ``_enter``/``_exit``.
-    """
 
-    __slots__ = ("tracer", "models", "key", "saved", "timers", "timer")
+class StepScope(StepGate):
+    """``with trace_step(model):`` -- one training step. Reused across steps for the same
+    model(s). The short path is the recorder's (``StepGate``); here is the general way: the
+    run's first step, several models, device clocks, a step that raised."""
+
+    __slots__ = ("tracer", "models", "key", "timers")
 
     def __init__(self, tracer: Tracer, models: tuple[Any, ...], key: tuple[Any, ...]) -> None:
+        auto = tracer.config.mode == "auto"  # manual mode: the model is never wrapped
+        self.timers = tuple(ForwardTimer(m, tracer.rec, tracer.fail) for m in models if auto)
+        super().__init__(tracer.rec, self.timers[0] if len(self.timers) == 1 else None)
         self.tracer = tracer
         self.models = models
         self.key = key
-        self.saved: list | None = None
-        self.timers = tuple(ForwardTimer(m, tracer.rec, tracer.fail) for m in models)
-        #: The usual case, one model: its timer, for the inline path.
-        self.timer = self.timers[0] if len(self.timers) == 1 else None
-
-    def __enter__(self) -> StepScope:
-        rec = self.tracer.rec
-        t = self.timer
-        if not rec.fast or rec.in_step or rec.active != -1 or (t is None and self.timers):
-            return self._enter()
-        try:
-            rec.in_step = 1
-            rec.enter = rec.mark()
-            if t is not None and self.tracer.config.mode == "auto":
-                d = t.d  # ForwardTimer.wrap, inline
-                if "forward" not in d and d.get("_compiled_call_impl") is None and (
-                    type(t.model).forward is t.func
-                ):
-                    d["forward"] = t.timed
-                    self.saved = t.undo
-                else:
-                    self.saved = t.wrap()
-        except Exception as exc:
-            self.tracer.fail(exc)
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        tr = self.tracer
-        rec = tr.rec
-        saved = self.saved
-        if not rec.fast or rec.in_step != 1 or exc_type is not None or type(saved) is list:
-            return self._exit(exc_type)
-        try:
-            t = rec.mark()
-            if saved is not None:
-                self.saved = None
-                d, key, had, orig = saved  # unwrap_forward, inline
-                if had:
-                    d[key] = orig
-                else:
-                    d.pop(key, None)
-            rec.in_step = 0
-            acc = rec.acc
-            rec.acc = [0, 0, 0, 0]
-            marks, outside = rec.marks, rec.outside
-            if marks:
-                rec.marks = []
-            if outside:
-                rec.outside = []
-            tr.store.host_step(rec.enter, t, acc, marks, outside)
-        except Exception as err:
-            tr.fail(err)
-        return False
 
     def _enter(self) -> StepScope:
         tr = self.tracer
@@ -345,9 +324,11 @@ class StepScope:
             if not tr._explicit_steps:
                 tr._before_first_step(self.models)
             rec = tr.rec
+            if not rec.in_step and self.timers:
+                timer = self.timer
+                self.saved = timer.wrap() if timer else [t.wrap() for t in self.timers]
             rec.step_begin()
-            if rec.in_step == 1 and self.timers and tr.config.mode == "auto":
-                self.saved = [t.wrap() for t in self.timers]
+            self.primed = len(self.timers) <= 1  # several models: always the general way
         except Exception as exc:
             tr.fail(exc)
         return self
@@ -355,16 +336,18 @@ class StepScope:
     def _exit(self, exc_type: Any) -> bool:
         tr = self.tracer
         try:
+            tr.rec.step_end(exc_type is None)  # a no-op outside a step (tracing stopped)
             saved = self.saved
-            if saved is not None and tr.rec.in_step <= 1:
+            if saved is not None and not tr.rec.in_step:
                 self.saved = None
-                for s in [saved] if isinstance(saved, tuple) else saved:
+                for s in [saved] if type(saved) is tuple else saved:
                     unwrap_forward(s)
-            if tr.enabled:
-                tr.rec.step_end(exc_type is None)
         except Exception as err:
             tr.fail(err)
         return False
+
+    def _fail(self, exc: BaseException) -> None:
+        self.tracer.fail(exc)
 
 
 class PhaseScope:

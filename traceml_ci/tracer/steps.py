@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -14,8 +15,9 @@ from traceml_ci.tracer.memory import CudaMemory, RssSampler
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
 MAX_PENDING_STEPS = 64
 
-# Column layout of StepColumns rows.
-STEP, DL_COL, FWD_COL, BWD_COL, OPT_COL, ALLOC_COL, RESERVED_COL = range(7)
+# Column layout of StepColumns rows: the step's time, one column per phase (1 + the recorder's
+# phase index), then the step's device memory peaks.
+STEP, ALLOC_COL, RESERVED_COL = 0, 5, 6
 
 
 class StepStore:
@@ -35,12 +37,17 @@ class StepStore:
         self.warmup_steps = warmup_steps
         #: Steps after the first ``max_steps`` (warmup included) are dropped, not recorded.
         self.max_steps = max_steps
+        self._cap = sys.maxsize if max_steps is None else max_steps
         self.rss = rss
+        #: Host clock: the next RSS sample is due at this mark (never without a sampler).
+        self._rss_due: float = 0 if rss is not None else float("inf")
         self.cuda_memory: CudaMemory | None = None
         self.columns = StepColumns(7, capacity)
         self.steps_total = 0  # steps handed to us
         self.resolved = 0  # steps resolved, in order
         self.pending: deque = deque()
+        #: DataLoader samples over the analysed (post-warmup) steps, all of them (no stride).
+        self.samples_analyzed = 0
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -49,43 +56,57 @@ class StepStore:
         self.host = clock.kind == "host"
         self.cuda_memory = cuda_memory
 
-    def __call__(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
+    def __call__(
+        self, enter: Any, exit_: Any, marks: list, outside: list, samples: int = 0
+    ) -> None:
         cap = self.max_steps
         if cap is not None and self.steps_total >= cap:
             if not self.host:  # keep the event pool bounded past the cap
                 self._release(enter, exit_, marks, outside)
             return
         if self.host:  # a host step timed the general way: all its phases are in the marks
-            self.host_step(enter, exit_, [0, 0, 0, 0], marks, outside)
+            self.host_step(enter, exit_, [0, 0, 0, 0, 0, samples], marks, outside)
             return
         self.steps_total += 1
         if self.rss is not None:
             self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
-        self.pending.append((enter, exit_, marks, outside, mem))
+        self.pending.append((enter, exit_, marks, outside, mem, samples))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
 
     def host_step(self, enter: int, exit_: int, acc: list, marks: list, outside: list) -> None:
-        """StepScope's fast path: a host-clock step whose phases were summed as they ran
-        (``acc``, nanoseconds); ``marks`` and ``outside`` hold phases timed the general way."""
-        cap = self.max_steps
-        if cap is not None and self.steps_total >= cap:
+        """A host-clock step whose phases were summed as they ran by the fast path (``acc``:
+        nanoseconds per phase, dataloader nanoseconds before the step, samples; see
+        ``recorder.ACC_ZERO``); ``marks`` and ``outside`` hold phases timed the general way."""
+        n = self.steps_total
+        if n >= self._cap:
             return
-        self.steps_total = n = self.steps_total + 1
-        rss = self.rss
-        if rss is not None and exit_ - rss.last_ns >= rss.interval_ns:
+        self.steps_total = n = n + 1
+        if exit_ >= self._rss_due:
+            rss = self.rss
+            self._rss_due = exit_ + rss.interval_ns
             rss.last_ns = exit_
             rss.sample(n)
-        before = 0
-        for p, t0, t1 in outside:  # usually one: the batch fetched before the step
-            acc[p] += t1 - t0
+        before = acc[4]  # the batch fetched before the step, by the fast path
+        for p, t0, t1 in outside:  # ... or the general way
             before += t1 - t0
+            acc[p] += t1 - t0
         for p, t0, t1 in marks:
             acc[p] += t1 - t0
-        self.resolved = r = self.resolved + 1
-        if r > self.warmup_steps:
-            step = (exit_ - enter + before) / 1e6
-            self.columns.append_host(step, acc[0] / 1e6, acc[1] / 1e6, acc[2] / 1e6, acc[3] / 1e6)
+        self.resolved = n  # host steps resolve at once, in order
+        if n > self.warmup_steps:
+            self.samples_analyzed += acc[5]
+            # Nanoseconds: the columns of a host store are scaled to ms when read (column()).
+            self.columns.append_host(
+                exit_ - enter + before, acc[0] + acc[4], acc[1], acc[2], acc[3]
+            )
+
+    def column(self, i: int) -> list[float]:
+        """Column ``i`` of the kept rows, times in milliseconds."""
+        values = self.columns.column(i)
+        if self.host and i < ALLOC_COL:  # host rows hold nanoseconds (see host_step)
+            return [v / 1e6 for v in values]
+        return values
 
     def drain(self, wait: bool = False) -> None:
         """Resolve queued steps whose events have all completed; ``wait`` blocks on the oldest."""
@@ -108,7 +129,7 @@ class StepStore:
         """True when every event of the step has completed. The exit event is checked first:
         on one stream it completes last, so a pending step costs a single query()."""
         clock = self.clock
-        enter, exit_, marks, outside, _ = item
+        enter, exit_, marks, outside = item[:4]
         if not clock.ready(exit_):
             if not wait:
                 return False
@@ -122,7 +143,7 @@ class StepStore:
         return True
 
     def _resolve(self, item: tuple) -> None:
-        enter, exit_, marks, outside, mem = item
+        enter, exit_, marks, outside, mem, samples = item
         el = self.clock.elapsed_ms
         ph = [0.0, 0.0, 0.0, 0.0]
         before = 0.0
@@ -138,6 +159,7 @@ class StepStore:
         self.resolved += 1
         if self.resolved <= self.warmup_steps:
             return
+        self.samples_analyzed += samples
         self.columns.append((max(step, 0.0), ph[0], ph[1], ph[2], ph[3], mem[0], mem[1]))
 
     def _release(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:

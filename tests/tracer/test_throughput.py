@@ -1,0 +1,208 @@
+"""Samples per step (gradient accumulation), the DataLoader's own settings and the input hints
+built from them, and what manual mode says when it recorded nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader
+from traceml_ci.summary.diagnose import input_next_step
+from traceml_ci.summary.model import DataLoaderSettings
+from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
+
+MICRO = 4  # micro-batches per optimizer step
+BATCH = 6
+
+
+def _accumulation_steps(steps: int, trace: bool, walls: list[float]) -> None:
+    model = BusyModel(0.5, 0.5)
+    optimizer = BusySGD(model.parameters(), step_ms=0.5)
+    batches = iter(busy_loader(steps * MICRO, 0.5, batch_size=BATCH))
+    for _ in range(steps):
+        start = time.perf_counter_ns()
+        with traceml.trace_step(model) if trace else _null():
+            for _ in range(MICRO):
+                x, y = next(batches)  # fetched inside the step, one per micro-batch
+                (((model(x) - y) ** 2).mean() / MICRO).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        walls.append((time.perf_counter_ns() - start) / 1e6)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def _truth(walls: list[float], skip: int) -> float:
+    """Samples seen / wall time of the analysed steps, measured by the test."""
+    analysed = walls[skip:]
+    return MICRO * BATCH * len(analysed) / (sum(analysed) / 1000.0)
+
+
+def test_samples_per_step_sum_every_micro_batch(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2)
+    walls: list[float] = []
+    _accumulation_steps(16, True, walls)
+    tput = finish_and_load(tracer)["step_time"]["throughput"]
+    assert tput["batch_size"] == BATCH
+    assert tput["samples_per_step"] == MICRO * BATCH  # not the first micro-batch only
+    assert tput["samples_per_s"] == pytest.approx(_truth(walls, 2), rel=0.05)
+
+
+def test_zero_change_samples_per_optimizer_step(fresh_tracer) -> None:
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
+    model = BusyModel(0.5, 0.5)
+    optimizer = BusySGD(model.parameters(), step_ms=0.5)
+    batches = iter(busy_loader(16 * MICRO, 0.5, batch_size=BATCH))
+    starts: list[int] = []
+    for _ in range(16):
+        starts.append(time.perf_counter_ns())  # a step begins at its first fetch
+        for _ in range(MICRO):
+            x, y = next(batches)
+            (((model(x) - y) ** 2).mean() / MICRO).backward()
+        optimizer.step()
+        end = time.perf_counter_ns()  # the last step ends at its optimizer step
+        optimizer.zero_grad()
+    doc = finish_and_load(tracer)
+    st = doc["step_time"]
+    assert st["steps_total"] == 16
+    assert st["throughput"]["samples_per_step"] == MICRO * BATCH
+    # Steps run from one step's first fetch to the next one's: samples over that same span.
+    truth = MICRO * BATCH * (len(starts) - 2) / ((end - starts[2]) / 1e9)
+    assert st["throughput"]["samples_per_s"] == pytest.approx(truth, rel=0.05)
+
+
+def test_batch_size_given_to_init_is_samples_per_step(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2, batch_size=100)
+    _accumulation_steps(12, True, [])
+    tput = finish_and_load(tracer)["step_time"]["throughput"]
+    assert tput["samples_per_step"] == 100
+    assert tput["samples_per_s"] == pytest.approx(100 * tput["steps_per_s"], rel=1e-3)
+
+
+def test_dataloader_settings_are_in_the_summary(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2)
+    data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=4, num_workers=1, persistent_workers=True)
+    model = BusyModel(0.0, 0.0)
+    for x, _ in loader:
+        with traceml.trace_step(model):
+            model(x)
+    st = finish_and_load(tracer)["step_time"]
+    assert st["dataloader"] == {
+        "num_workers": 1,
+        "pin_memory": False,
+        "persistent_workers": True,
+        "prefetch_factor": 2,
+        "batch_size": 4,
+        "device": "cpu",
+    }
+    assert st["throughput"]["samples_per_step"] == 4
+
+
+def test_input_bound_hint_names_num_workers_zero_and_skips_pinning_on_cpu(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(0.2, 0.2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in busy_loader(16, 3.0):  # num_workers=0, slow batches
+        with traceml.trace_step(model):
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+    doc = finish_and_load(tracer)
+    assert doc["step_time"]["dataloader"]["num_workers"] == 0
+    [hint] = [d["next_step"] for d in doc["diagnoses"] if d["kind"] == "INPUT_BOUND"]
+    assert "num_workers=0" in hint
+    assert "pin_memory" not in hint  # CPU-only run: pinned memory cannot help
+    assert "persistent_workers" not in hint  # no workers to keep
+
+
+def _settings(**changes: object) -> DataLoaderSettings:
+    base = {
+        "num_workers": 4,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": 2,
+        "batch_size": 32,
+        "device": "cuda",
+    }
+    base.update(changes)
+    return DataLoaderSettings(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "device", "present", "absent"),
+    [
+        (_settings(), "cuda", ["num_workers=4", "persistent_workers=True", "pin_memory=True"], []),
+        (_settings(persistent_workers=True), "cuda", ["pin_memory=True"], ["persistent_workers"]),
+        (_settings(pin_memory=True), "cuda", ["persistent_workers=True"], ["pin_memory"]),
+        (_settings(device="cpu"), "cpu", ["persistent_workers=True"], ["pin_memory"]),
+        (
+            _settings(num_workers=0, prefetch_factor=None),
+            "cuda",
+            ["num_workers=0", "pin_memory=True"],
+            ["persistent_workers"],
+        ),
+        (None, "cpu", ["num_workers", "persistent_workers=True"], ["pin_memory"]),
+        (None, "cuda", ["pin_memory=True"], []),
+    ],
+)
+def test_input_hint_variants(settings, device, present, absent) -> None:
+    hint = input_next_step(settings, device)
+    for text in present:
+        assert text in hint
+    for text in absent:
+        assert text not in hint
+
+
+def test_hint_reaches_the_diagnosis() -> None:
+    from traceml_ci.summary.diagnose import diagnose_step_time
+
+    pct = {"dataloader": 60.0, "forward": 10.0, "backward": 10.0, "optimizer": 10.0, "other": 10.0}
+    [first, *_] = diagnose_step_time(
+        pct, 50, 5, DEFAULT_THRESHOLDS, dataloader=_settings(num_workers=0), device="cpu"
+    )
+    assert first.kind == "INPUT_BOUND" and "num_workers=0" in first.next_step
+    assert "pin_memory" not in first.next_step
+
+
+def test_manual_mode_without_steps_warns_once_and_says_manual(fresh_tracer, capfd) -> None:
+    tracer = fresh_tracer(mode="manual", warmup_steps=0)
+    model = BusyModel(0.1, 0.1)
+    for x, _ in traceml.wrap_dataloader(busy_loader(4, 0.1)):
+        with traceml.phase("forward"):
+            model(x)  # phases marked, but the loop body is never wrapped in trace_step
+    doc = finish_and_load(tracer)
+    tracer.finish()  # a second finish (e.g. at exit) does not warn again
+    err = capfd.readouterr().err
+    assert err.count("manual mode recorded no steps: wrap the loop body in trace_step") == 1
+    assert doc["run"]["mode"] == "manual"
+    assert doc["step_time"]["steps_total"] == 0
+
+
+def test_manual_mode_asked_by_a_launched_script_is_reported_as_manual(fresh_tracer) -> None:
+    """Under ``traceml-ci run`` (zero-change) a script's init(mode="manual") is what it asked."""
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
+    traceml.init(mode="manual")
+    model = BusyModel(0.1, 0.1)
+    for x, _ in traceml.wrap_dataloader(busy_loader(4, 0.1)):
+        model(x)
+    doc = finish_and_load(tracer)
+    assert doc["run"]["mode"] == "manual"
+
+
+def test_auto_mode_with_steps_is_not_warned(fresh_tracer, capfd) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    with traceml.trace_step():
+        pass
+    assert finish_and_load(tracer)["run"]["mode"] == "auto"
+    assert "recorded no steps" not in capfd.readouterr().err
