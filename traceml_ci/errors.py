@@ -30,3 +30,9 @@ class ApiError(TracemlError):
     """A call to a remote API (GitHub's) failed or was refused (exit 5)."""
 
     exit_code = 5
+
+
+class MissingDependencyError(TracemlError):
+    """Something this command needs is not installed, e.g. torch for tracing (exit 4)."""
+
+    exit_code = 4

@@ -1,21 +1,53 @@
-"""Process lifecycle: finish at exit, and tell completed from crashed from interrupted."""
+"""Process lifecycle: which process owns the run, finish at exit, tell completed from crashed from
+interrupted, and write the summary without clobbering one another process finished. Torch-free."""
 
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.model import RunStatus
 
 _installed = False
+#: The first SIGTERM starts the exit; later ones (a group SIGTERM plus the launcher passing it
+#: on) must not interrupt the unwinding and the summary's write.
+_terminating = False
 
 
-def install(get_tracer: Callable[[], Any]) -> None:
-    """Once per process: atexit finish, an excepthook that records crashes, and SIGTERM -> exit.
+def owns_run() -> bool:
+    """False in processes that must never trace or write: a DataLoader worker, and a child of
+    multiprocessing (spawn, forkserver) while it re-imports the user's main script -- which
+    re-runs a top-level ``init()``. A rank started by ``torch.multiprocessing.spawn`` calls
+    ``init()`` from its function, after that re-import, and does own its run."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.utils.data.get_worker_info() is not None:
+                return False
+        except Exception:  # a half-imported torch: nothing to ask yet
+            pass
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        me = mp.current_process()
+        # spawn's _main sets _inheriting while it unpickles and re-imports __main__; before
+        # _bootstrap runs, a child has its name but no parent_process() yet.
+        if getattr(me, "_inheriting", False):
+            return False
+        if mp.parent_process() is None and me.name != "MainProcess":
+            return False
+    return True
+
+
+def install(finish_at_exit: Callable[[], None], get_tracer: Callable[[], Any]) -> None:
+    """Once per process: ``finish_at_exit`` at exit, an excepthook that records crashes, and
+    SIGTERM -> exit.
 
     SIGTERM's default action kills the process without running atexit; turning it into
     SystemExit(143) lets the summary be written with status "interrupted".
@@ -24,13 +56,7 @@ def install(get_tracer: Callable[[], Any]) -> None:
     if _installed:
         return
     _installed = True
-
-    def at_exit() -> None:
-        tracer = get_tracer()
-        if tracer is not None:
-            tracer.finish()
-
-    atexit.register(at_exit)
+    atexit.register(finish_at_exit)
 
     previous_hook = sys.excepthook
 
@@ -52,9 +78,19 @@ def install(get_tracer: Callable[[], Any]) -> None:
 
 def _on_sigterm(get_tracer: Callable[[], Any]) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
+        global _terminating
+        if _terminating:
+            return
+        _terminating = True
         tracer = get_tracer()
         if tracer is not None and tracer.status is None:
             tracer.status = RunStatus.INTERRUPTED
+        # A group SIGTERM also kills DataLoader workers; torch's SIGCHLD handler would then
+        # raise "worker exited unexpectedly" into the unwinding. We are leaving anyway.
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            pass
         raise SystemExit(128 + signum)
 
     return handler
@@ -64,3 +100,28 @@ def status_for_exception(exc_type: Any) -> RunStatus:
     if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
         return RunStatus.INTERRUPTED
     return RunStatus.CRASHED
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (created if missing) for as long as the block runs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the atomic replace still holds
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def written_since(path: Path, started: float) -> bool:
+    """Whether ``path`` was (re)written at or after ``started`` (wall-clock seconds)."""
+    try:
+        return path.stat().st_mtime >= started
+    except OSError:
+        return False
