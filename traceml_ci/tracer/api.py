@@ -195,12 +195,9 @@ def finish(status: RunStatus | str | None = None) -> Path | None:
     target = tracer.config.summary_path
     diverted = False
     try:
-        with lifecycle.folder_lock(tracer.config.out_dir):
-            if lifecycle.written_since(target, tracer.started_at.timestamp()):
-                diverted = True
-                tracer.config = replace(
-                    tracer.config, out_dir=tracer.config.out_dir / f"pid-{os.getpid()}"
-                )
+        with lifecycle.claim(target, tracer.started_at.timestamp()) as (where, diverted):
+            if diverted:
+                tracer.config = replace(tracer.config, out_dir=where.parent)
             path = tracer.finish(status)
     except OSError:  # no lock to be had (read-only folder...): finish says what failed
         path = tracer.finish(status)

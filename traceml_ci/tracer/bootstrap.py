@@ -16,7 +16,6 @@ import runpy
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.model import RunStatus
@@ -132,12 +131,16 @@ def _finish(spec: LaunchSpec, started: float, status: RunStatus) -> None:
         return
     # The script never imported torch: nothing to trace, but the run still has an outcome.
     from traceml_ci.tracer.fallback import write_fallback_summary
+    from traceml_ci.tracer.lifecycle import claim
 
-    path = write_fallback_summary(
-        Path(spec.summary_path), spec.name, started, status, mode="zero-change"
+    with claim(spec.summary_path, started) as (where, diverted):
+        path = write_fallback_summary(where, spec.name, started, status, mode="zero-change")
+    said = (
+        f"another process wrote {spec.summary_path} during this run; this one's summary went "
+        f"to {path}" if diverted else f"summary written to {path}"
     )
-    print(f"traceml-ci: the script never imported torch, so no steps were traced; "
-          f"summary written to {path}", file=sys.stderr)
+    print(f"traceml-ci: the script never imported torch, so no steps were traced; {said}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

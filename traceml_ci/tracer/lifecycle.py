@@ -103,24 +103,31 @@ def status_for_exception(exc_type: Any) -> RunStatus:
 
 
 @contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` (created if missing) for as long as the block runs."""
+def claim(summary: Path, started: float) -> Iterator[tuple[Path, bool]]:
+    """Where this process may write its summary, decided and written under the folder's lock:
+    ``(summary, False)``, or -- when another process wrote ``summary`` after ``started``
+    (wall-clock seconds), i.e. during this run -- ``(<folder>/pid-<pid>/<name>, True)``.
+    A run that starts after a finished one still replaces it."""
+    folder = summary.parent
     folder.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: the atomic replace still holds
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
+        fcntl = None
+    fd = os.open(folder, os.O_RDONLY) if fcntl is not None else None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        if _written_since(summary, started):
+            yield folder / f"pid-{os.getpid()}" / summary.name, True
+        else:
+            yield summary, False
     finally:
-        os.close(fd)  # closing releases the lock
+        if fd is not None:
+            os.close(fd)  # closing releases the lock
 
 
-def written_since(path: Path, started: float) -> bool:
-    """Whether ``path`` was (re)written at or after ``started`` (wall-clock seconds)."""
+def _written_since(path: Path, started: float) -> bool:
     try:
         return path.stat().st_mtime >= started
     except OSError:
