@@ -34,7 +34,9 @@ SCRIPTS = {
     + "train(20)\nprint('ready', os.getpid(), flush=True)\nwhile True:\n    train(10**9)\n",
     "with_init.py": (
         "import traceml_ci as traceml\n"
-        "traceml.init(mode='auto', run_name='from-script', warmup_steps=2)\n" + LOOP + "train(30)\n"
+        "traceml.init(mode='auto', run_name='from-script', warmup_steps=2, out_dir='mine')\n"
+        + LOOP
+        + "train(30)\n"
     ),
 }
 
@@ -161,11 +163,51 @@ PLAIN = {
     ),
 }
 
-SCRIPTS.update({"workers.py": WORKERS, "late.py": LATE, **PLAIN})
+#: ``traceml-ci run -m pkg.train ARGS``, like ``python -m``.
+PACKAGE = {
+    "pkg/__init__.py": "",
+    "pkg/train.py": (
+        "import sys\nprint('module', __name__, sys.argv[1:])\nsys.exit(len(sys.argv) - 1)\n"
+    ),
+}
+
+#: Trains forever from a 2-worker DataLoader, after printing "ready PID" once 20 steps ran.
+WORKERS_FOREVER = """
+import os
+import torch
+from torch import nn
+torch.set_num_threads(1)
+
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10**9
+
+    def __getitem__(self, i):
+        return torch.randn(8), torch.randn(1)
+
+
+if __name__ == "__main__":
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(Data(), batch_size=8, num_workers=2)
+    for step, (x, y) in enumerate(loader):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if step == 20:
+            print("ready", os.getpid(), flush=True)
+"""
+
+SCRIPTS.update(
+    {**PACKAGE, "workers_forever.py": WORKERS_FOREVER, "workers.py": WORKERS, "late.py": LATE,
+     **PLAIN}
+)
 
 
 def write_script(folder: Path, name: str) -> Path:
     path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(SCRIPTS[name])
     return path
 

@@ -60,7 +60,7 @@ def start(
     _owner_pid = os.getpid()
     _announce, _note = announce, ""
     if at_exit:
-        lifecycle.install(_finish_at_exit, current)
+        lifecycle.install(finish_at_exit, current)
     return _tracer
 
 
@@ -216,5 +216,6 @@ def finish(status: RunStatus | str | None = None) -> Path | None:
     return path
 
 
-def _finish_at_exit() -> None:
+def finish_at_exit() -> None:
+    """The at-exit finish: the owner's tracer, if one runs and has not finished."""
     finish()

@@ -19,7 +19,7 @@ import traceback
 from typing import Any
 
 from traceml_ci.summary.model import RunStatus
-from traceml_ci.tracer import api
+from traceml_ci.tracer import api, lifecycle
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.launch import ENV_LAUNCH, LaunchSpec
 
@@ -102,6 +102,8 @@ def main() -> int:
         return 2
     spec = LaunchSpec.from_json(raw)
     started = time.time()
+    # SIGTERM -> SystemExit from the start, torch or not: the run ends "interrupted".
+    lifecycle.install(api.finish_at_exit, api.current)
     sys.meta_path.insert(0, _AfterTorchImport())
     api.arm(_config(spec))
     status, code = RunStatus.COMPLETED, 0
@@ -110,6 +112,8 @@ def main() -> int:
     except SystemExit as exc:
         code = _exit_code(exc.code)
         status = RunStatus.COMPLETED if code == 0 else RunStatus.CRASHED
+        if lifecycle.terminating():
+            status = RunStatus.INTERRUPTED
     except KeyboardInterrupt as exc:
         _print_user_traceback(exc)
         status, code = RunStatus.INTERRUPTED, 130
@@ -131,9 +135,7 @@ def _finish(spec: LaunchSpec, started: float, status: RunStatus) -> None:
         return
     # The script never imported torch: nothing to trace, but the run still has an outcome.
     from traceml_ci.tracer.fallback import write_fallback_summary
-    from traceml_ci.tracer.lifecycle import claim
-
-    with claim(spec.summary_path, started) as (where, diverted):
+    with lifecycle.claim(spec.summary_path, started) as (where, diverted):
         path = write_fallback_summary(where, spec.name, started, status, mode="zero-change")
     said = (
         f"another process wrote {spec.summary_path} during this run; this one's summary went "

@@ -76,6 +76,11 @@ def install(finish_at_exit: Callable[[], None], get_tracer: Callable[[], Any]) -
             pass
 
 
+def terminating() -> bool:
+    """Whether a SIGTERM has started this process's exit."""
+    return _terminating
+
+
 def _on_sigterm(get_tracer: Callable[[], Any]) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
         global _terminating
