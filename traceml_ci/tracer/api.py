@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.summary.thresholds import Thresholds
 from traceml_ci.tracer import lifecycle
-from traceml_ci.tracer.config import TracerConfig, env_defaults
+from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.recorder import DL
 from traceml_ci.tracer.session import PhaseScope, StepScope, Tracer
 
@@ -118,7 +118,6 @@ def init(
         return None
     if _tracer is None:
         start_armed()
-    options: dict[str, Any] = {**env_defaults()}
     given = {
         "mode": mode,
         "out_dir": Path(out_dir) if out_dir is not None else None,
@@ -127,7 +126,7 @@ def init(
         "batch_size": batch_size,
         "thresholds": thresholds,
     }
-    options.update({k: v for k, v in given.items() if v is not None})
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if _tracer is not None and _tracer.summary is None:
         config = _tracer.config
         if out_dir is not None and "out_dir" in config.locked and Path(out_dir) != config.out_dir:
