@@ -33,16 +33,12 @@ def owns_run() -> bool:
                 return False
         except Exception:  # a half-imported torch: nothing to ask yet
             pass
+    # spawn's (and forkserver's) _main sets _inheriting while it re-imports the script as
+    # __mp_main__; _bootstrap, which runs the worker, only comes after. (A name check would
+    # not do: users may rename the main process, and multiprocessing aliases __mp_main__ to
+    # __main__ in every process.)
     mp = sys.modules.get("multiprocessing")
-    if mp is not None:
-        me = mp.current_process()
-        # spawn's _main sets _inheriting while it unpickles and re-imports __main__; before
-        # _bootstrap runs, a child has its name but no parent_process() yet.
-        if getattr(me, "_inheriting", False):
-            return False
-        if mp.parent_process() is None and me.name != "MainProcess":
-            return False
-    return True
+    return not (mp is not None and getattr(mp.current_process(), "_inheriting", False))
 
 
 def install(finish_at_exit: Callable[[], None], get_tracer: Callable[[], Any]) -> None:
