@@ -156,7 +156,9 @@ traceml.finish()
 
 #: Needs no torch: the launcher's tests that only check exits and signals start fast.
 PLAIN = {
-    "plain_exit3.py": "import sys\nprint('hello', sys.argv[1:])\nsys.exit(3)\n",
+    "plain_exit3.py": (
+        "import sys\nprint('hello', sys.argv[1:], 'torch' in sys.modules)\nsys.exit(3)\n"
+    ),
     "plain_forever.py": (
         "import os, time\nprint('ready', os.getpid(), flush=True)\n"
         "while True:\n    time.sleep(0.01)\n"

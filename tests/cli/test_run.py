@@ -100,7 +100,7 @@ def test_exit_code_and_crash_status(tmp_path) -> None:
     proc = _run(["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"],
                 tmp_path)
     assert proc.returncode == 3
-    assert proc.stdout == "hello ['x']\n"
+    assert proc.stdout == "hello ['x'] False\n"  # the child imported no torch either
     doc = _summary(tmp_path / "a")
     assert doc["run"]["status"] == "crashed"
     assert doc["step_time"]["steps_total"] == 0  # the script never imported torch

@@ -9,10 +9,12 @@ without importing torch, and gets a summary with no steps.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.util
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -121,6 +123,10 @@ def main() -> int:
         _print_user_traceback(exc)
         status, code = RunStatus.CRASHED, 1
     finally:
+        # The script is over: a late SIGINT (a second Ctrl-C, a group signal passed on) must
+        # not cut the summary's write short.
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         _finish(spec, started, status)
     return code
 
