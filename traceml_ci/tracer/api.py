@@ -73,6 +73,11 @@ def arm(config: TracerConfig) -> None:
         start_armed()
 
 
+def armed() -> bool:
+    """Whether a tracer is armed and has not started yet (the script has not imported torch)."""
+    return _armed is not None
+
+
 def start_armed() -> Tracer | None:
     """Start the armed tracer now, if one is armed and none runs (idempotent)."""
     global _armed

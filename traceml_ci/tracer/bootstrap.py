@@ -137,10 +137,11 @@ def _finish(spec: LaunchSpec, started: float, status: RunStatus) -> None:
         # A SIGTERM already said "interrupted"; keep that over what the unwinding looked like.
         api.finish(tracer.status or status)
         return
-    if api._armed is None:  # the script's init() started and finished a tracer of its own
+    if not api.armed():  # a tracer ran, and the script stopped it itself
         return
     # The script never imported torch: nothing to trace, but the run still has an outcome.
     from traceml_ci.tracer.fallback import write_fallback_summary
+
     with lifecycle.claim(spec.summary_path, started) as (where, diverted):
         path = write_fallback_summary(where, spec.name, started, status, mode="zero-change")
     said = (
