@@ -196,6 +196,11 @@ def finish(status: RunStatus | str | None = None) -> Path | None:
         return None
     if tracer.summary is not None:
         return tracer.path
+    with lifecycle.finishing():
+        return _finish(tracer, status)
+
+
+def _finish(tracer: Tracer, status: RunStatus | str | None) -> Path | None:
     target = tracer.config.summary_path
     diverted = False
     try:

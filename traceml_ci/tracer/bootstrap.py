@@ -104,8 +104,8 @@ def main() -> int:
         return 2
     spec = LaunchSpec.from_json(raw)
     started = time.time()
-    # SIGTERM -> SystemExit from the start, torch or not: the run ends "interrupted".
-    lifecycle.install(api.finish_at_exit, api.current)
+    # From the start, torch or not: a SIGTERM writes an "interrupted" summary, then ends us.
+    lifecycle.install(lambda: _finish(spec, started, RunStatus.INTERRUPTED), api.current)
     sys.meta_path.insert(0, _AfterTorchImport())
     api.arm(_config(spec))
     status, code = RunStatus.COMPLETED, 0
@@ -114,8 +114,6 @@ def main() -> int:
     except SystemExit as exc:
         code = _exit_code(exc.code)
         status = RunStatus.COMPLETED if code == 0 else RunStatus.CRASHED
-        if lifecycle.terminating():
-            status = RunStatus.INTERRUPTED
     except KeyboardInterrupt as exc:
         _print_user_traceback(exc)
         status, code = RunStatus.INTERRUPTED, 130
@@ -131,7 +129,22 @@ def main() -> int:
     return code
 
 
+_finished = False
+
+
 def _finish(spec: LaunchSpec, started: float, status: RunStatus) -> None:
+    """Write the run's summary once: the tracer's, or one without steps if torch never came.
+    (Also the at-exit and SIGTERM finish: those pass "interrupted", which a tracer that
+    already finished ignores.)"""
+    global _finished
+    if _finished:
+        return
+    _finished = True
+    with lifecycle.finishing():
+        _write(spec, started, status)
+
+
+def _write(spec: LaunchSpec, started: float, status: RunStatus) -> None:
     tracer = api.current()
     if tracer is not None:
         # A SIGTERM already said "interrupted"; keep that over what the unwinding looked like.

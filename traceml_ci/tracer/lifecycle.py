@@ -4,6 +4,7 @@ interrupted, and write the summary without clobbering one another process finish
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -16,9 +17,12 @@ from typing import Any
 from traceml_ci.summary.model import RunStatus
 
 _installed = False
-#: The first SIGTERM starts the exit; later ones (a group SIGTERM plus the launcher passing it
-#: on) must not interrupt the unwinding and the summary's write.
+#: The first SIGTERM starts the exit; a second one (a group SIGTERM plus the launcher passing
+#: it on) must not interrupt the summary's write.
 _terminating = False
+#: Summary writes under way (``finishing()``), and a SIGTERM that came during one.
+_finishing = 0
+_term_pending = False
 
 
 def owns_run() -> bool:
@@ -41,18 +45,20 @@ def owns_run() -> bool:
     return not (mp is not None and getattr(mp.current_process(), "_inheriting", False))
 
 
-def install(finish_at_exit: Callable[[], None], get_tracer: Callable[[], Any]) -> None:
-    """Once per process: ``finish_at_exit`` at exit, an excepthook that records crashes, and
-    SIGTERM -> exit.
+def install(finish: Callable[[], None], get_tracer: Callable[[], Any]) -> None:
+    """Once per process: ``finish`` at exit, an excepthook that records crashes, and a SIGTERM
+    handler that finishes too.
 
-    SIGTERM's default action kills the process without running atexit; turning it into
-    SystemExit(143) lets the summary be written with status "interrupted".
+    SIGTERM's default action kills the process without running atexit. The handler marks the
+    run "interrupted", writes the summary, then dies of SIGTERM after all, as plain Python
+    does: raising SystemExit instead would unwind from wherever the signal landed -- inside a
+    DataLoader's queue or lock -- and could print tracebacks from its workers or hang.
     """
     global _installed
     if _installed:
         return
     _installed = True
-    atexit.register(finish_at_exit)
+    atexit.register(finish)
 
     previous_hook = sys.excepthook
 
@@ -67,7 +73,7 @@ def install(finish_at_exit: Callable[[], None], get_tracer: Callable[[], Any]) -
     if threading.current_thread() is threading.main_thread():
         try:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _on_sigterm(get_tracer))
+                signal.signal(signal.SIGTERM, _on_sigterm(finish, get_tracer))
         except (ValueError, OSError):  # pragma: no cover - exotic embedders
             pass
 
@@ -77,24 +83,55 @@ def terminating() -> bool:
     return _terminating
 
 
-def _on_sigterm(get_tracer: Callable[[], Any]) -> Callable[[int, Any], None]:
+@contextmanager
+def finishing() -> Iterator[None]:
+    """Around a summary's write: a SIGTERM landing meanwhile waits until it is done."""
+    global _finishing
+    _finishing += 1
+    try:
+        yield
+    finally:
+        _finishing -= 1
+        if not _finishing and _term_pending:
+            _die(signal.SIGTERM)
+
+
+def _on_sigterm(
+    finish: Callable[[], None], get_tracer: Callable[[], Any]
+) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
-        global _terminating
+        global _terminating, _term_pending
+        if _finishing:  # the signal handler runs between two bytecodes of that very write
+            _term_pending = True
+            return
         if _terminating:
             return
         _terminating = True
+        # A group SIGTERM also ends DataLoader workers; torch's SIGCHLD handler would raise
+        # "worker killed by signal" in the middle of the write. We are leaving anyway.
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         tracer = get_tracer()
         if tracer is not None and tracer.status is None:
             tracer.status = RunStatus.INTERRUPTED
-        # A group SIGTERM also kills DataLoader workers; torch's SIGCHLD handler would then
-        # raise "worker exited unexpectedly" into the unwinding. We are leaving anyway.
         try:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+            finish()
+        except BaseException:  # pragma: no cover - finish warns itself; we die regardless
             pass
-        raise SystemExit(128 + signum)
+        _die(signum)
 
     return handler
+
+
+def _die(signum: int) -> None:
+    """End the process by ``signum``'s default action, as if we had never caught it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # pragma: no cover - a closed stream
+            pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def status_for_exception(exc_type: Any) -> RunStatus:
