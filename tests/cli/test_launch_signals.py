@@ -38,7 +38,23 @@ def _read_until(
     return done(buf)
 
 
-def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
+def _wait(pid: int, timeout: float) -> int | None:
+    """The wait status of child ``pid``, or None if it has not ended within ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.05)
+    return None
+
+
+def _interrupt_in_a_terminal(
+    tmp_path: Path, interrupt: Callable[[int, int], None]
+) -> tuple[int, str, Path]:
+    """``traceml-ci run`` a worker-DataLoader script as the foreground job of a fresh
+    pseudo-terminal, ``interrupt(launcher_pid, terminal_fd)`` it a few steps in; returns the
+    exit code, the terminal's text and the script."""
     script = write_script(tmp_path, "workers_forever.py")
     pid, fd = pty.fork()  # the child leads a new session whose terminal is this pty
     if pid == 0:  # pragma: no cover - the child
@@ -52,9 +68,10 @@ def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
     try:
         assert _read_until(fd, buf, lambda b: b"ready" in b, 120), buf.decode()
         time.sleep(0.3)  # a few steps into the loop
-        os.write(fd, b"\x03")  # Ctrl-C: the terminal sends SIGINT to the foreground group
+        interrupt(pid, fd)
         _read_until(fd, buf, lambda b: b"summary written" in b, 60)
-        _, status = os.waitpid(pid, 0)
+        status = _wait(pid, 30)
+        assert status is not None, "the launcher did not end: " + buf.decode(errors="replace")
     finally:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -65,8 +82,12 @@ def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
         except ChildProcessError:
             pass
         os.close(fd)
-    text = buf.decode(errors="replace").replace("\r\n", "\n")
-    assert os.waitstatus_to_exitcode(status) == 130, text
+    return os.waitstatus_to_exitcode(status), buf.decode(errors="replace"), script
+
+
+def _assert_one_user_traceback(tmp_path: Path, code: int, text: str, script: Path) -> None:
+    text = text.replace("\r\n", "\n")
+    assert code == 130, text
     after = text.split("Traceback (most recent call last):\n", 1)
     assert len(after) == 2, text
     assert after[1].startswith(f'  File "{script}"'), text  # the user's frames, not ours
@@ -75,6 +96,22 @@ def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
     doc = json.loads((tmp_path / "out" / "final_summary.json").read_text())
     assert doc["run"]["status"] == "interrupted"
     assert doc["step_time"]["steps_total"] >= 20
+
+
+def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
+    # Ctrl-C: the terminal sends SIGINT to the whole foreground group; the launcher must not
+    # send the child a second one.
+    code, text, script = _interrupt_in_a_terminal(tmp_path, lambda pid, fd: os.write(fd, b"\x03"))
+    _assert_one_user_traceback(tmp_path, code, text, script)
+
+
+def test_sigint_to_the_launcher_alone_reaches_the_child(tmp_path) -> None:
+    """In the terminal's foreground too (an IDE's stop button, a supervisor): a SIGINT sent to
+    the launcher's pid only is passed on, once."""
+    code, text, script = _interrupt_in_a_terminal(
+        tmp_path, lambda pid, fd: os.kill(pid, signal.SIGINT)
+    )
+    _assert_one_user_traceback(tmp_path, code, text, script)
 
 
 def test_group_sigterm_prints_nothing_more_than_python(tmp_path) -> None:

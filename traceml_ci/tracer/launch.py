@@ -179,10 +179,18 @@ def launch(
     return Launched(code, summary, fallback=True, output=output)
 
 
+#: Linux's si_code for a signal the kernel sent itself -- a terminal's Ctrl-C goes to the
+#: whole foreground process group that way; kill() from a process gives SI_USER (0).
+_SI_KERNEL = 0x80
+#: How often the Linux wait loop looks at the child between signals (seconds).
+_POLL_S = 0.05
+
+
 def _terminal_signalled_us() -> bool:
     """Whether we run in our terminal's foreground process group: a Ctrl-C there reaches every
     process of the group, the child and its DataLoader workers included, so passing it on
-    would make a second KeyboardInterrupt land in the child's cleanup."""
+    would make a second KeyboardInterrupt land in the child's cleanup. (The guess where the
+    signal's origin cannot be read: a kill -INT of this process alone is then not passed on.)"""
     try:
         fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
     except OSError:
@@ -197,8 +205,14 @@ def _terminal_signalled_us() -> bool:
 
 def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) -> int:
     """Wait for the child, passing SIGTERM and SIGINT on so it can write an 'interrupted'
-    summary. A SIGINT inherited as ignored (a background job) stays ignored, as it is in the
-    child: neither waits on a signal the other will not act on."""
+    summary -- but not a SIGINT the terminal sent: the child has it already. A SIGINT
+    inherited as ignored (a background job) stays ignored, as it is in the child: neither
+    waits on a signal the other will not act on."""
+    wanted = {signal.SIGTERM}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        wanted.add(signal.SIGINT)
+    if hasattr(signal, "sigtimedwait"):
+        return _wait_reading_siginfo(proc, timeout_s, wanted)
 
     def forward(signum: int, frame: object) -> None:
         if proc.poll() is not None:
@@ -207,9 +221,6 @@ def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) ->
             return
         proc.send_signal(signum)
 
-    wanted = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        wanted.append(signal.SIGINT)
     old = {s: signal.signal(s, forward) for s in wanted}
     try:
         while True:
@@ -220,6 +231,34 @@ def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) ->
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _wait_reading_siginfo(
+    proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]
+) -> int:
+    """Linux: the signals stay blocked and are read with their origin, so a terminal's Ctrl-C
+    (sent by the kernel to the group) is told from a ``kill -INT`` of the launcher alone."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    # The child was started before this: it does not inherit the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0.0)
+            info = signal.sigtimedwait(wanted, _POLL_S)
+            if info is None or proc.poll() is not None:
+                continue
+            if info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL:
+                continue
+            proc.send_signal(info.si_signo)
+    finally:
+        # Anything left pending is ours: take it before unblocking, or it would act now.
+        while signal.sigtimedwait(wanted, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)
 
 
 def _written_since(path: Path, started: float) -> bool:
