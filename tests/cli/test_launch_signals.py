@@ -50,12 +50,12 @@ def _wait(pid: int, timeout: float) -> int | None:
 
 
 def _interrupt_in_a_terminal(
-    tmp_path: Path, interrupt: Callable[[int, int], None]
+    tmp_path: Path, name: str, interrupt: Callable[[int, int], None]
 ) -> tuple[int, str, Path]:
-    """``traceml-ci run`` a worker-DataLoader script as the foreground job of a fresh
-    pseudo-terminal, ``interrupt(launcher_pid, terminal_fd)`` it a few steps in; returns the
-    exit code, the terminal's text and the script."""
-    script = write_script(tmp_path, "workers_forever.py")
+    """``traceml-ci run`` script ``name`` as the foreground job of a fresh pseudo-terminal,
+    ``interrupt(launcher_pid, terminal_fd)`` it a few steps in; returns the exit code, the
+    terminal's text and the script."""
+    script = write_script(tmp_path, name)
     pid, fd = pty.fork()  # the child leads a new session whose terminal is this pty
     if pid == 0:  # pragma: no cover - the child
         try:
@@ -101,15 +101,19 @@ def _assert_one_user_traceback(tmp_path: Path, code: int, text: str, script: Pat
 def test_ctrl_c_at_a_terminal_shows_the_users_traceback_once(tmp_path) -> None:
     # Ctrl-C: the terminal sends SIGINT to the whole foreground group; the launcher must not
     # send the child a second one.
-    code, text, script = _interrupt_in_a_terminal(tmp_path, lambda pid, fd: os.write(fd, b"\x03"))
+    code, text, script = _interrupt_in_a_terminal(
+        tmp_path, "workers_forever.py", lambda pid, fd: os.write(fd, b"\x03")
+    )
     _assert_one_user_traceback(tmp_path, code, text, script)
 
 
 def test_sigint_to_the_launcher_alone_reaches_the_child(tmp_path) -> None:
     """In the terminal's foreground too (an IDE's stop button, a supervisor): a SIGINT sent to
-    the launcher's pid only is passed on, once."""
+    the launcher's pid only is passed on, once. (No worker DataLoader here: workers that did
+    not get the SIGINT themselves can print a resource-sharing traceback of their own when
+    the main process stops mid-transfer, under plain Python as well.)"""
     code, text, script = _interrupt_in_a_terminal(
-        tmp_path, lambda pid, fd: os.kill(pid, signal.SIGINT)
+        tmp_path, "forever.py", lambda pid, fd: os.kill(pid, signal.SIGINT)
     )
     _assert_one_user_traceback(tmp_path, code, text, script)
 
