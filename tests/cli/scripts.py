@@ -1,4 +1,5 @@
-"""Tiny training scripts written into tmp folders for `traceml-ci run` tests."""
+"""Tiny scripts written into tmp folders for the launcher's tests (most need no torch), and
+running them in a process group that is killed whatever happens."""
 
 from __future__ import annotations
 
