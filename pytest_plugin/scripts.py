@@ -1,10 +1,8 @@
-"""Run a training script under ``traceml-ci run`` in a subprocess and read its summary."""
+"""Run a training script traced in a child process (the launcher, as a library) and read its
+summary."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,8 +12,6 @@ from traceml_ci.summary.keys import SUMMARY_FILENAME
 
 #: The last lines of the script's output shown when it fails.
 OUTPUT_TAIL_LINES = 30
-
-_CLI = "import sys; from traceml_ci.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
 class ScriptFailed(Exception):
@@ -33,29 +29,35 @@ def traced_script(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> dict[str, Any]:
-    """``traceml-ci run --out out_dir ... script args`` with this interpreter; returns the
-    summary document it wrote (not yet validated)."""
-    cmd = [sys.executable, "-c", _CLI, "run", "--out", str(out_dir), "--run-name", run_name]
-    if warmup_steps is not None:
-        cmd += ["--warmup-steps", str(warmup_steps)]
-    cmd += [str(script), *map(str, args)]
-    full_env = {**os.environ, **(env or {})}
+    """``script args`` traced in a child interpreter, as ``traceml-ci run --out out_dir`` runs
+    it; returns the summary document it wrote (not yet validated)."""
+    import os
+
+    from traceml_ci.errors import MissingDependencyError
+    from traceml_ci.tracer.launch import LaunchSpec, launch
+
+    spec = LaunchSpec(
+        target=str(script),
+        args=tuple(map(str, args)),
+        out_dir=str(out_dir),
+        run_name=run_name,
+        warmup_steps=warmup_steps,
+    )
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout_s, env=full_env, cwd=cwd
-        )
-    except subprocess.TimeoutExpired:
-        raise ScriptFailed(f"traceml: {script} did not finish within {timeout_s} s") from None
-    if proc.returncode != 0:
-        raise ScriptFailed(
-            f"traceml: {script} exited with code {proc.returncode}\n" + _tail(proc)
-        )
+        done = launch(spec, env={**os.environ, **(env or {})}, cwd=cwd, timeout_s=timeout_s,
+                      capture=True)
+    except MissingDependencyError as exc:
+        raise ScriptFailed(f"traceml: {exc}") from None
+    if done.timed_out:
+        raise ScriptFailed(f"traceml: {script} did not finish within {timeout_s} s")
+    if done.code != 0:
+        raise ScriptFailed(f"traceml: {script} exited with code {done.code}\n" + _tail(done.output))
     path = out_dir / SUMMARY_FILENAME
     if not path.is_file():
-        raise ScriptFailed(f"traceml: {script} left no summary at {path}\n" + _tail(proc))
+        raise ScriptFailed(f"traceml: {script} left no summary at {path}\n" + _tail(done.output))
     return read_summary(path)
 
 
-def _tail(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = ((proc.stdout or "") + (proc.stderr or "")).rstrip().splitlines()
+def _tail(output: str | None) -> str:
+    lines = (output or "").rstrip().splitlines()
     return "\n".join(lines[-OUTPUT_TAIL_LINES:])

@@ -8,6 +8,8 @@
     traceml.finish()
 
 The tracing API is loaded on first use, so ``import traceml_ci.gate`` never imports torch.
+torch is not a dependency (the gate runs without it); tracing uses the torch you train with,
+and ``init()`` raises an ImportError saying so when there is none.
 """
 
 from __future__ import annotations

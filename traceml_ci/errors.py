@@ -66,3 +66,9 @@ def one_line(text: object, limit: int = 500) -> str:
     if len(s) > limit:
         s = f"{s[:limit]}… ({len(s) - limit:,} more characters)"
     return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], s)
+
+
+class MissingDependencyError(TracemlError):
+    """Something this command needs is not installed, e.g. torch for tracing (exit 6)."""
+
+    exit_code = ExitCode.MISSING_DEPENDENCY

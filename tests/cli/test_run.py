@@ -1,4 +1,8 @@
-"""`traceml-ci run` for real: subprocesses, exit codes, crashes and signals."""
+"""`traceml-ci run` for real: subprocesses, exit codes, crashes and signals.
+
+Tests that only check the launcher (exit codes, signals, -m) run scripts that never import
+torch: the child then never imports it either, and each test starts in a fraction of a second.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.scripts import write_script
+from tests.cli.scripts import kill_group, run_group, write_script
 from tests.conftest import EXAMPLES
 from traceml_ci.cli.main import main
 from traceml_ci.summary.schema import summary_problems
@@ -20,9 +24,7 @@ CLI = [sys.executable, "-m", "traceml_ci"]
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*CLI, "run", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+    return run_group([*CLI, "run", *args], cwd, timeout)
 
 
 def _summary(out: Path) -> dict:
@@ -55,61 +57,134 @@ def test_zero_change_script_gets_a_summary_in_the_default_folder(tmp_path) -> No
     assert doc["run"]["mode"] == "zero-change"
     assert doc["run"]["name"] == "zero_change"
     assert doc["step_time"]["steps_total"] == 128  # 4096 samples / 32 per batch
+    assert proc.stderr.splitlines()[-1] == (
+        "traceml-ci: summary written to traceml-out/final_summary.json"
+    )
 
 
-def test_launcher_flags_win_over_the_scripts_init(tmp_path) -> None:
-    script = write_script(tmp_path, "with_init.py")
-    proc = _run(["--out", str(tmp_path / "o"), "--warmup-steps", "4", str(script)], tmp_path)
+def test_launcher_flags_win_over_the_scripts_init_and_the_line_says_so(tmp_path) -> None:
+    script = write_script(tmp_path, "with_init.py")  # init(out_dir='mine', warmup_steps=2, ...)
+    out = tmp_path / "o"
+    proc = _run(["--out", str(out), "--warmup-steps", "4", str(script)], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    doc = _summary(tmp_path / "o")
+    doc = _summary(out)
     assert doc["run"]["name"] == "from-script"  # not fixed on the command line: the script's
     assert doc["step_time"]["warmup_steps"] == 4  # fixed on the command line: the launcher's
+    assert not (tmp_path / "mine").exists()
+    assert proc.stderr.strip().splitlines() == [
+        f"traceml-ci: summary written to {out / 'final_summary.json'} "
+        "(traceml-ci run --out overrides the script's init(out_dir='mine'))"
+    ]
+
+
+def test_without_out_the_scripts_init_out_dir_is_used(tmp_path, monkeypatch) -> None:
+    """TRACEML_CI_OUT set by the user is a default, like ./traceml-out: init(out_dir=) wins."""
+    script = write_script(tmp_path, "with_init.py")
+    env = {**os.environ, "TRACEML_CI_OUT": str(tmp_path / "env")}
+    proc = run_group([*CLI, "run", str(script)], tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert _summary(tmp_path / "mine")["step_time"]["steps_total"] == 30
+    assert "fallback" not in proc.stderr and not (tmp_path / "env").exists()
+    assert proc.stderr.strip() == "traceml-ci: summary written to mine/final_summary.json"
+
+
+def test_user_set_traceml_ci_out_is_where_the_summary_goes(tmp_path) -> None:
+    env = {**os.environ, "TRACEML_CI_OUT": str(tmp_path / "env")}
+    proc = run_group([*CLI, "run", str(write_script(tmp_path, "plain_exit3.py"))], tmp_path,
+                     env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert _summary(tmp_path / "env")["run"]["name"] == "plain_exit3"
 
 
 def test_exit_code_and_crash_status(tmp_path) -> None:
-    proc = _run(["--out", str(tmp_path / "a"), str(write_script(tmp_path, "exit3.py"))], tmp_path)
+    proc = _run(["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"],
+                tmp_path)
     assert proc.returncode == 3
-    assert _summary(tmp_path / "a")["run"]["status"] == "crashed"
+    assert proc.stdout == "hello ['x'] False\n"  # the child imported no torch either
+    doc = _summary(tmp_path / "a")
+    assert doc["run"]["status"] == "crashed"
+    assert doc["step_time"]["steps_total"] == 0  # the script never imported torch
 
     proc = _run(["--out", str(tmp_path / "b"), str(write_script(tmp_path, "crash.py"))], tmp_path)
     assert proc.returncode == 1
-    assert "RuntimeError: diverged" in proc.stderr  # the user's traceback, as Python prints it
+    # The user's traceback, as Python prints it: from the script down, not from our bootstrap.
+    assert "RuntimeError: diverged" in proc.stderr
+    assert "bootstrap" not in proc.stderr and "runpy" not in proc.stderr, proc.stderr
     doc = _summary(tmp_path / "b")
     assert doc["run"]["status"] == "crashed"
     assert doc["step_time"]["steps_total"] == 20
 
 
-def _start_forever(tmp_path: Path, out: Path) -> tuple[subprocess.Popen, int]:
-    script = write_script(tmp_path, "forever.py")
+def test_dash_m_runs_a_module_like_python(tmp_path) -> None:
+    write_script(tmp_path, "pkg/__init__.py")
+    write_script(tmp_path, "pkg/train.py")
+    out = tmp_path / "out"
+    proc = _run(["--out", str(out), "-m", "pkg.train", "--out", "x", "-v"], tmp_path)
+    assert proc.returncode == 3, proc.stderr  # the module's own exit code (its argument count)
+    assert proc.stdout == "module __main__ ['--out', 'x', '-v']\n"  # its arguments, not ours
+    assert _summary(out)["run"]["name"] == "train"
+
+
+def _start(tmp_path: Path, out: Path, name: str, **popen: object) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
-        [*CLI, "run", "--out", str(out), str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        [*CLI, "run", "--out", str(out), str(write_script(tmp_path, name))],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # no terminal: our signals are the only ones; killpg cleans up
+        **popen,  # type: ignore[arg-type]
     )
     line = proc.stdout.readline()
-    assert line.startswith("ready"), line + proc.stderr.read()
+    if not line.startswith("ready"):
+        kill_group(proc)
+        pytest.fail(line + proc.stderr.read())
     return proc, int(line.split()[1])
+
+
+def _sigint_default() -> None:
+    # The suite may run as a background job, where SIGINT is inherited as ignored.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signals_give_interrupted(tmp_path, sig, code) -> None:
     out = tmp_path / "out"
-    proc, _ = _start_forever(tmp_path, out)
-    proc.send_signal(sig)  # to the launcher, which passes it on
-    assert proc.wait(timeout=60) == code
-    doc = _summary(out)
-    assert doc["run"]["status"] == "interrupted"
-    assert doc["step_time"]["steps_total"] >= 20
+    proc, _ = _start(tmp_path, out, "plain_forever.py", preexec_fn=_sigint_default)
+    try:
+        proc.send_signal(sig)  # to the launcher alone, which passes it on
+        assert proc.wait(timeout=60) == code
+    finally:
+        kill_group(proc)
+    assert _summary(out)["run"]["status"] == "interrupted"
+
+
+def test_sigint_inherited_as_ignored_is_honoured_and_nothing_hangs(tmp_path) -> None:
+    """A background job ignores SIGINT; so do the launcher and its child (Python leaves an
+    ignored SIGINT ignored), consistently: neither waits on the other. SIGTERM still ends it."""
+    out = tmp_path / "out"
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc, child = _start(tmp_path, out, "plain_forever.py", preexec_fn=ignore)
+    try:
+        proc.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+        os.kill(child, signal.SIGINT)  # the child ignores it as well
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        kill_group(proc)
+    assert _summary(out)["run"]["status"] == "interrupted"
 
 
 def test_killed_child_still_leaves_a_crashed_summary(tmp_path) -> None:
     out = tmp_path / "out"
-    proc, child_pid = _start_forever(tmp_path, out)
-    os.kill(child_pid, signal.SIGKILL)
-    assert proc.wait(timeout=60) == 137
-    assert "ended without a summary" in proc.stderr.read()
+    proc, child_pid = _start(tmp_path, out, "plain_forever.py")
+    try:
+        os.kill(child_pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == 137
+        assert "ended without a summary" in proc.stderr.read()
+    finally:
+        kill_group(proc)
     doc = _summary(out)
     assert doc["run"]["status"] == "crashed"
     assert doc["step_time"]["diagnosis"] == "INSUFFICIENT_DATA"

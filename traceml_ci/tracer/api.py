@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.summary.thresholds import Thresholds
 from traceml_ci.tracer import lifecycle
-from traceml_ci.tracer.config import TracerConfig, env_defaults
+from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.recorder import DL
 from traceml_ci.tracer.session import PhaseScope, StepScope, Tracer
 
 T = TypeVar("T")
 
+TORCH_MISSING = (
+    "traceml_ci: tracing needs PyTorch, which is not installed in this environment "
+    "(install the torch build you train with, e.g. pip install torch)"
+)
+
 _tracer: Tracer | None = None
+#: The process that started ``_tracer``: a fork of it (os.fork, a fork DataLoader worker)
+#: inherits the tracer but must never write its summary.
+_owner_pid: int | None = None
+#: Print where the summary went at finish (init() and traceml-ci run; not the pytest plugin).
+_announce = False
+#: What the line says besides the path, e.g. that ``--out`` overrode ``init(out_dir=...)``.
+_note = ""
+#: Set by ``traceml-ci run``'s child: the tracer to start once the script imports torch.
+_armed: TracerConfig | None = None
 
 
 def current() -> Tracer | None:
@@ -23,18 +41,50 @@ def current() -> Tracer | None:
     return _tracer
 
 
-def start(config: TracerConfig, *, zero_change: bool = False, at_exit: bool = True) -> Tracer:
+def start(
+    config: TracerConfig, *, zero_change: bool = False, at_exit: bool = True, announce: bool = False
+) -> Tracer:
     """Start a fresh tracer (finishing any previous one without writing over its summary).
 
-    The pytest plugin and ``traceml-ci run`` use this; scripts call ``init``.
+    The pytest plugin and ``traceml-ci run`` use this; scripts call ``init``. ``announce``:
+    print one line at finish saying where the summary went. ImportError when torch is missing.
     """
-    global _tracer
+    global _tracer, _owner_pid, _announce, _note
+    try:
+        import torch  # noqa: F401  (the tracer's patches need it; say so plainly if absent)
+    except ImportError as exc:
+        raise ImportError(TORCH_MISSING) from exc
     if _tracer is not None and _tracer.summary is None:
         _tracer.finish()
     _tracer = Tracer(config, zero_change=zero_change)
+    _owner_pid = os.getpid()
+    _announce, _note = announce, ""
     if at_exit:
-        lifecycle.install(current)
+        lifecycle.install(finish_at_exit, current)
     return _tracer
+
+
+def arm(config: TracerConfig) -> None:
+    """``traceml-ci run``'s child: start a zero-change tracer with ``config`` when the script
+    first imports torch (or calls init()), so a script that never does costs no torch import."""
+    global _armed
+    _armed = config
+    if "torch" in sys.modules:
+        start_armed()
+
+
+def armed() -> bool:
+    """Whether a tracer is armed and has not started yet (the script has not imported torch)."""
+    return _armed is not None
+
+
+def start_armed() -> Tracer | None:
+    """Start the armed tracer now, if one is armed and none runs (idempotent)."""
+    global _armed
+    config, _armed = _armed, None
+    if config is None or _tracer is not None:
+        return _tracer
+    return start(config, zero_change=True, announce=True)
 
 
 def stop() -> None:
@@ -55,7 +105,7 @@ def init(
     warmup_steps: int | None = None,
     batch_size: int | None = None,
     thresholds: Thresholds | None = None,
-) -> Tracer:
+) -> Tracer | None:
     """Start tracing this process.
 
     mode: "auto" patches DataLoader iteration, autograd backward and optimizer steps, and times
@@ -65,8 +115,14 @@ def init(
     warmup_steps: the first N steps (default 5) are left out of the statistics.
     batch_size: samples per step, for samples/s (default: inferred from the first batch).
     Under ``traceml-ci run``, the flags given there win over these keywords.
+    Returns None, doing nothing, in a process that does not own the run (a DataLoader worker,
+    or a spawned child re-importing the script). ImportError when torch is missing.
     """
-    options: dict[str, Any] = {**env_defaults()}
+    global _note
+    if not lifecycle.owns_run():
+        return None
+    if _tracer is None:
+        start_armed()
     given = {
         "mode": mode,
         "out_dir": Path(out_dir) if out_dir is not None else None,
@@ -75,19 +131,24 @@ def init(
         "batch_size": batch_size,
         "thresholds": thresholds,
     }
-    options.update({k: v for k, v in given.items() if v is not None})
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if _tracer is not None and _tracer.summary is None:
+        config = _tracer.config
+        if out_dir is not None and "out_dir" in config.locked and Path(out_dir) != config.out_dir:
+            _note = f" (traceml-ci run --out overrides the script's init(out_dir={str(out_dir)!r}))"
         _tracer.reconfigure(**options)
         return _tracer
-    return start(TracerConfig(**options))
+    return start(TracerConfig(**options), announce=True)
 
 
-def trace_step(*models: Any) -> StepScope:
+def trace_step(*models: Any) -> StepScope | AbstractContextManager[None]:
     """Context manager around one training step. ``models``: the model(s) whose outermost
     forward is the forward phase (several for e.g. a GAN; none to time forward as ``other``)."""
     tracer = _tracer
     if tracer is None:
         tracer = init()
+        if tracer is None:
+            return nullcontext()
     else:
         last = tracer._last_scope  # the same model(s) as last step: reuse its scope
         if last is not None and last.key == models:
@@ -95,15 +156,18 @@ def trace_step(*models: Any) -> StepScope:
     return tracer.step_scope(models)
 
 
-def phase(name: str) -> PhaseScope:
+def phase(name: str) -> PhaseScope | AbstractContextManager[None]:
     """Context manager marking a phase by hand: dataloader, forward, backward or optimizer."""
     tracer = _tracer if _tracer is not None else init()
-    return PhaseScope(tracer, name)
+    return PhaseScope(tracer, name) if tracer is not None else nullcontext()
 
 
 def wrap_dataloader(iterable: Iterable[T]) -> Iterator[T]:
     """Iterate ``iterable``, timing each ``next()`` as the dataloader phase (manual mode)."""
     tracer = _tracer if _tracer is not None else init()
+    if tracer is None:
+        yield from iterable
+        return
     it = iter(iterable)
     rec = tracer.rec
     while True:
@@ -123,7 +187,44 @@ def wrap_dataloader(iterable: Iterable[T]) -> Iterator[T]:
 
 
 def finish(status: RunStatus | str | None = None) -> Path | None:
-    """Write ``<out_dir>/final_summary.json`` and return its path. Also runs at interpreter exit."""
-    if _tracer is None:
+    """Write ``<out_dir>/final_summary.json`` and return its path. Also runs at interpreter exit.
+
+    If another process finished a summary in the same folder while this one ran, this one's
+    goes to ``<out_dir>/pid-<pid>/final_summary.json`` instead (and says so on stderr)."""
+    tracer = _tracer
+    if tracer is None or os.getpid() != _owner_pid:
         return None
-    return _tracer.finish(status)
+    if tracer.summary is not None:
+        return tracer.path
+    with lifecycle.finishing():
+        return _finish(tracer, status)
+
+
+def _finish(tracer: Tracer, status: RunStatus | str | None) -> Path | None:
+    target = tracer.config.summary_path
+    diverted = False
+    try:
+        with lifecycle.claim(target, tracer.started_at.timestamp()) as (where, diverted):
+            if diverted:
+                tracer.config = replace(tracer.config, out_dir=where.parent)
+            path = tracer.finish(status)
+    except OSError:  # no lock to be had (read-only folder...): finish says what failed
+        path = tracer.finish(status)
+    if path is not None and (_announce or diverted):
+        if diverted:
+            line = (
+                f"another process wrote {target} during this run; "
+                f"this one's summary went to {path}"
+            )
+        else:
+            line = f"summary written to {path}{_note}"
+        try:
+            sys.stderr.write(f"traceml-ci: {line}\n")
+        except Exception:  # pragma: no cover - a closed stderr at exit
+            pass
+    return path
+
+
+def finish_at_exit() -> None:
+    """The at-exit finish: the owner's tracer, if one runs and has not finished."""
+    finish()

@@ -1,4 +1,5 @@
-"""The summary ``traceml-ci run`` writes when the traced process died before writing its own."""
+"""The summary the launcher writes when the traced process left none (it died, or never imported
+torch): torch-free, so ``traceml-ci run`` never imports torch itself."""
 
 from __future__ import annotations
 
@@ -22,16 +23,19 @@ def _torch_version() -> str | None:
         return None
 
 
-def write_fallback_summary(path: Path, run_name: str, started: float, interrupted: bool) -> Path:
+def write_fallback_summary(
+    path: Path, run_name: str, started: float, status: RunStatus, mode: str = "auto"
+) -> Path:
+    """A summary with no steps and ``run.status`` set; ``started``: wall-clock seconds."""
     record = RunRecord(
         run=RunInfo(
             name=run_name,
-            status=RunStatus.INTERRUPTED if interrupted else RunStatus.CRASHED,
+            status=status,
             started_at=datetime.fromtimestamp(started, timezone.utc)
             .isoformat(timespec="seconds")
             .replace("+00:00", "Z"),
             duration_s=max(0.0, time.time() - started),
-            mode="auto",
+            mode=mode,
         ),
         env={
             "python": platform.python_version(),

@@ -1,0 +1,268 @@
+"""Launching a traced child: the one spec ``traceml-ci run`` and the pytest plugin hand it, and
+the launcher that starts it, passes signals on and writes a summary if the child left none.
+
+Torch-free: the launcher process never imports torch (the child does, when the script does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from traceml_ci.errors import MissingDependencyError
+from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT, SUMMARY_FILENAME
+
+#: The one environment variable carrying the spec to the child (JSON). The child reads it once,
+#: in ``traceml_ci.tracer.bootstrap``, and removes it from its environment.
+ENV_LAUNCH = "TRACEML_CI_LAUNCH"
+
+#: What a child killed by a signal exits with, in the shell's convention (128 + signal).
+_SIGNAL_BASE = 128
+
+TORCH_MISSING = (
+    "tracing needs PyTorch, which is not installed in this environment "
+    "(install the torch build you train with, e.g. pip install torch)"
+)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run and how to trace it. ``None`` settings are left to the script's ``init()``
+    (or the defaults); settings given here win over the script's own ``init()`` keywords."""
+
+    target: str
+    args: tuple[str, ...] = ()
+    #: ``target`` is a module name, run like ``python -m target``.
+    module: bool = False
+    out_dir: str | None = None
+    run_name: str | None = None
+    warmup_steps: int | None = None
+    max_steps: int | None = None
+    #: Resolved by the launcher: where the summary goes when ``out_dir`` is not given.
+    default_out_dir: str = field(default=DEFAULT_OUT_DIR)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.out_dir or self.default_out_dir)
+
+    @property
+    def summary_path(self) -> Path:
+        return self.out / SUMMARY_FILENAME
+
+    @property
+    def name(self) -> str:
+        """The run's name unless the script or the spec says otherwise: the script's stem, or
+        the module's last component."""
+        if self.run_name:
+            return self.run_name
+        return self.target.rsplit(".", 1)[-1] if self.module else Path(self.target).stem
+
+    @property
+    def locked(self) -> frozenset[str]:
+        """The tracer settings fixed here, which a later ``init()`` must leave alone."""
+        given = {
+            "out_dir": self.out_dir,
+            "run_name": self.run_name,
+            "warmup_steps": self.warmup_steps,
+            "max_steps": self.max_steps,
+        }
+        return frozenset(k for k, v in given.items() if v is not None)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> LaunchSpec:
+        raw = json.loads(text)
+        raw["args"] = tuple(raw.get("args", ()))
+        return cls(**raw)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """How a launch ended. ``code``: the script's exit code (``128 + N`` when killed by signal
+    N; ``None`` when it timed out). ``fallback``: the launcher wrote the summary."""
+
+    code: int | None
+    summary: Path
+    fallback: bool = False
+    output: str | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.code is None
+
+
+def torch_available() -> bool:
+    """Whether ``import torch`` can work here, without importing it (that costs seconds)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def launch(
+    spec: LaunchSpec,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    capture: bool = False,
+    forward_signals: bool = False,
+) -> Launched:
+    """Run ``spec`` in a child interpreter (this one's ``sys.executable``) and wait for it.
+
+    env: the child's environment (default: ours). capture: collect stdout and stderr together
+    into ``Launched.output`` instead of sharing ours. forward_signals (main thread only): pass
+    SIGTERM, and SIGINT unless the terminal already delivered it, on to the child.
+    Raises MissingDependencyError when torch is not installed.
+    """
+    if not torch_available():
+        raise MissingDependencyError(TORCH_MISSING)
+    full_env = dict(os.environ if env is None else env)
+    spec_out = spec.default_out_dir
+    if spec.out_dir is None and full_env.get(ENV_OUT):
+        spec_out = full_env[ENV_OUT]
+    if spec_out != spec.default_out_dir:
+        spec = LaunchSpec(**{**asdict(spec), "default_out_dir": spec_out})
+    summary = spec.summary_path
+    if cwd is not None and not summary.is_absolute():
+        summary = Path(cwd) / summary
+    full_env[ENV_LAUNCH] = spec.to_json()
+    cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap"]
+    started = time.time()
+    pipe = subprocess.PIPE if capture else None
+    proc = subprocess.Popen(
+        cmd,
+        env=full_env,
+        cwd=cwd,
+        stdout=pipe,
+        stderr=subprocess.STDOUT if capture else None,
+        text=capture,
+    )
+    output: str | None = None
+    try:
+        if forward_signals:
+            code = _wait_forwarding_signals(proc, timeout_s)
+        else:
+            output, _ = proc.communicate(timeout=timeout_s)
+            code = proc.returncode
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        if proc.poll() is None:  # timed out, or we are being unwound: leave nothing running
+            proc.kill()
+            tail, _ = proc.communicate()
+            output = (output or "") + (tail or "") if capture else None
+    killed = code is not None and code < 0
+    if killed:
+        code = _SIGNAL_BASE - code
+    if not killed or _written_since(summary, started):
+        return Launched(code, summary, output=output)
+    # Killed by a signal before it could write (SIGKILL, segfault, OOM killer): a child that
+    # exits otherwise has written its summary, maybe where the script's init(out_dir=) said.
+    from traceml_ci.summary.model import RunStatus
+    from traceml_ci.tracer.fallback import write_fallback_summary
+
+    interrupted = code in (_SIGNAL_BASE + signal.SIGINT, _SIGNAL_BASE + signal.SIGTERM)
+    status = RunStatus.INTERRUPTED if interrupted else RunStatus.CRASHED
+    write_fallback_summary(summary, spec.name, started, status)
+    return Launched(code, summary, fallback=True, output=output)
+
+
+#: Linux's si_code for a signal the kernel sent itself -- a terminal's Ctrl-C goes to the
+#: whole foreground process group that way; kill() from a process gives SI_USER (0).
+_SI_KERNEL = 0x80
+#: How often the Linux wait loop looks at the child between signals (seconds).
+_POLL_S = 0.05
+
+
+def _terminal_signalled_us() -> bool:
+    """Whether we run in our terminal's foreground process group: a Ctrl-C there reaches every
+    process of the group, the child and its DataLoader workers included, so passing it on
+    would make a second KeyboardInterrupt land in the child's cleanup. (The guess where the
+    signal's origin cannot be read: a kill -INT of this process alone is then not passed on.)"""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) -> int:
+    """Wait for the child, passing SIGTERM and SIGINT on so it can write an 'interrupted'
+    summary -- but not a SIGINT the terminal sent: the child has it already. A SIGINT
+    inherited as ignored (a background job) stays ignored, as it is in the child: neither
+    waits on a signal the other will not act on."""
+    wanted = {signal.SIGTERM}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        wanted.add(signal.SIGINT)
+    if hasattr(signal, "sigtimedwait"):
+        return _wait_reading_siginfo(proc, timeout_s, wanted)
+
+    def forward(signum: int, frame: object) -> None:
+        if proc.poll() is not None:
+            return
+        if signum == signal.SIGINT and _terminal_signalled_us():
+            return
+        proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in wanted}
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=timeout_s)  # negative: killed by that signal
+            except KeyboardInterrupt:  # pragma: no cover - a SIGINT before the handler was set
+                continue
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _wait_reading_siginfo(
+    proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]
+) -> int:
+    """Linux: the signals stay blocked and are read with their origin, so a terminal's Ctrl-C
+    (sent by the kernel to the group) is told from a ``kill -INT`` of the launcher alone."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    # The child was started before this: it does not inherit the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+    try:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0.0)
+            info = signal.sigtimedwait(wanted, _POLL_S)
+            if info is None or proc.poll() is not None:
+                continue
+            if info.si_signo == signal.SIGINT and info.si_code == _SI_KERNEL:
+                continue
+            proc.send_signal(info.si_signo)
+    finally:
+        # Anything left pending is ours: take it before unblocking, or it would act now.
+        while signal.sigtimedwait(wanted, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)
+
+
+def _written_since(path: Path, started: float) -> bool:
+    try:
+        return path.stat().st_mtime >= started - 1.0
+    except FileNotFoundError:
+        return False
