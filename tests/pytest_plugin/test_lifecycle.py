@@ -50,17 +50,24 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
     slowed = smoke.run()
     slowed.assert_outcomes(passed=1, failed=2)
     out = slowed.stdout.str()
+    # The first run looked like a regression: two re-runs (the default --traceml-confirm=2)
+    # confirmed it before the test failed.
     slowed.stdout.fnmatch_lines([
         "*_ test_mlp _*",
-        f"traceml: regression for test_smoke.py::test_mlp against {smoke.baseline}",
+        f"traceml: regression for test_smoke.py::test_mlp (3 runs combined) against "
+        f"{smoke.baseline}",
+        "confirmed: 3 runs combined still regress (2 re-run(s))",
         "traceml-ci regression: * beyond tolerance and noise",
         "*step_time.diagnosis: COMPUTE_BOUND → INPUT_BOUND*",
         "*step_time.dataloader_pct*regressed*",
         "If this change is intended, run with --traceml-update-baseline to accept it.",
     ])
     slowed.stdout.fnmatch_lines([
-        "REGRESSION *test_smoke.py::test_mlp  step_time.diagnosis: COMPUTE_BOUND → INPUT_BOUND*",
-        "REGRESSION *test_smoke.py::test_mlp_short [[]key mlp-short[]]  step_time.diagnosis*",
+        "REGRESSION *test_smoke.py::test_mlp (×3 runs)  step_time.diagnosis: COMPUTE_BOUND → "
+        "INPUT_BOUND*; confirmed: 3 runs combined still regress (2 re-run(s))",
+        "REGRESSION *test_smoke.py::test_mlp_short [[]key mlp-short[]] (×3 runs)  step_time*",
+        "traceml: session verdict: regression (2 of 2 regressed: mlp-short, "
+        "test_smoke.py::test_mlp)",
         "FAILED test_smoke.py::test_mlp - Failed: traceml: regression for *",
     ])
     assert "Traceback" not in out and "gating.py" not in out  # helper frames are hidden
