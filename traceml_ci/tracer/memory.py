@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 MB = 1024.0 * 1024.0
@@ -104,7 +103,3 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return out
-
-
-def monotonic_ns() -> int:
-    return time.perf_counter_ns()
