@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The key of this plugin's entry in xdist's ``workeroutput``.
 WORKER_OUTPUT_KEY = "traceml_results"
+#: Rules the plugin puts on top of the user's: see ``load``.
+PLUGIN_TOLERANCES = {"step_memory.peak_rss_mb": {"skip": True}}
 #: Notes list at most this many keys, then "(+N more)".
 MAX_KEYS_LISTED = 10
 
@@ -47,7 +49,7 @@ class TracemlState:
     def load(self) -> None:
         """Read the baseline and the tolerance rules once. Raises SetupError naming the file."""
         opts = self.options
-        if self._loaded or not (opts.gating or opts.report or opts.tolerances):
+        if self._loaded or not (opts.gating or opts.report or opts.comparison or opts.tolerances):
             return
         from traceml_ci.errors import InputError
         from traceml_ci.gate import load_rules
@@ -55,9 +57,12 @@ class TracemlState:
         if opts.baseline is not None:
             self.baseline = load_baseline(opts.baseline)
         try:
-            self.rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
+            rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
         except InputError as exc:
             raise SetupError(f"traceml: unusable tolerance rules: {exc}") from None
+        # Tests share one process: its lifetime peak RSS says what the heaviest test before
+        # this one used. Each test's own memory (peak_job_rss_mb) is gated instead.
+        self.rules = rules.with_tolerances(PLUGIN_TOLERANCES)
         self._loaded = True
 
     def use_tmp_factory(self, get_factory: Callable[[], Any]) -> None:

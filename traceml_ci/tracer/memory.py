@@ -12,9 +12,13 @@ MAX_RSS_SAMPLES = 4096
 
 
 class RssSampler:
-    """(step, RSS MB) samples at most every ~100 ms; halves its resolution when full."""
+    """(step, RSS MB) samples at most every ~100 ms; halves its resolution when full.
 
-    __slots__ = ("_read", "last_ns", "samples", "interval_ns")
+    Also the job's own memory: RSS when the sampler was made (the tracer's start) and the
+    highest RSS seen since, so a job's peak can be told from what ran before it in the same
+    process (a pytest session runs many tests in one process)."""
+
+    __slots__ = ("_read", "last_ns", "samples", "interval_ns", "start_mb", "max_mb", "_hwm_start")
 
     def __init__(self, interval_ns: int = RSS_INTERVAL_NS) -> None:
         import psutil
@@ -24,6 +28,9 @@ class RssSampler:
         self.last_ns = 0
         self.samples: list[tuple[int, float]] = []
         self.interval_ns = interval_ns
+        self.start_mb: float = self._read()
+        self.max_mb: float = self.start_mb
+        self._hwm_start = _kernel_peak_mb()
 
     def maybe_sample(self, step: int, now_ns: int) -> None:
         if now_ns - self.last_ns < self.interval_ns:
@@ -32,23 +39,45 @@ class RssSampler:
         self.sample(step)
 
     def sample(self, step: int) -> None:
-        self.samples.append((step, self._read()))
+        mb = self._read()
+        self.samples.append((step, mb))
+        if mb > self.max_mb:
+            self.max_mb = mb
         if len(self.samples) > MAX_RSS_SAMPLES:
             self.samples = self.samples[::2]
 
     def peak_mb(self) -> float | None:
         """Peak RSS: the kernel's high-water mark where available, else our samples."""
         peak = max((mb for _, mb in self.samples), default=None)
-        try:
-            import resource
-            import sys
-
-            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            # Linux reports KiB, macOS bytes.
-            kernel_peak = maxrss / MB if sys.platform == "darwin" else maxrss / 1024.0
-            return max(peak or 0.0, kernel_peak)
-        except (ImportError, OSError):
+        kernel_peak = _kernel_peak_mb()
+        if kernel_peak is None:
             return peak
+        return max(peak or 0.0, kernel_peak)
+
+    def job_peak_mb(self) -> float:
+        """Peak RSS during the job above RSS at its start (MB, >= 0): the job's own memory.
+
+        The highest sample, or the kernel's high-water mark when the job raised it (then it is
+        exact; otherwise the process's earlier peak hides the job's, and the ~100 ms samples --
+        one at the end included -- are all there is)."""
+        peak = self.max_mb
+        hwm = _kernel_peak_mb()
+        if hwm is not None and self._hwm_start is not None and hwm > self._hwm_start:
+            peak = max(peak, hwm)
+        return max(peak - self.start_mb, 0.0)
+
+
+def _kernel_peak_mb() -> float | None:
+    """The process's lifetime peak RSS from getrusage, in MB; None where unavailable."""
+    try:
+        import resource
+        import sys
+
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):
+        return None
+    # Linux reports KiB, macOS bytes.
+    return maxrss / MB if sys.platform == "darwin" else maxrss / 1024.0
 
 
 def system_total_mb() -> float | None:
