@@ -135,10 +135,10 @@ def _judge(
                         enforced=not opts.report_only)
     if not result.fails:
         return result, ""
-    median = f" ({n} runs combined)" if n > 1 else ""
+    combined = f" ({n} runs combined)" if n > 1 else ""
     what = "regression" if verdict is Verdict.REGRESSION else "not comparable with the baseline"
     message = (
-        f"traceml: {what} for {key}{median} against {opts.baseline}\n\n"
+        f"traceml: {what} for {key}{combined} against {opts.baseline}\n\n"
         + render_text(comparison, width=TABLE_WIDTH).rstrip()
         + "\n\n"
         + (ACCEPT_HINT if verdict is Verdict.REGRESSION else

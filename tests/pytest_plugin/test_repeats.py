@@ -1,5 +1,5 @@
 """--traceml-repeats=N: the test body runs N times, each under a fresh tracer; the runs are
-combined (each share's median, their spread as noise), gated and stored."""
+combined (each share's mean, their spread as noise), gated and stored."""
 
 from __future__ import annotations
 
