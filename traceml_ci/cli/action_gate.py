@@ -114,9 +114,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "action-gate",
         help="the GitHub Action's gate step: pytest, verdict, job summary, outputs",
-        description="Run pytest with the traceml-ci plugin, judge the head summaries against "
-        "BASELINE, append the report to $GITHUB_STEP_SUMMARY and write the step outputs "
-        "(verdict, report-path, summary-path, failed, comment-mode, ...) to $GITHUB_OUTPUT. "
+        description="Run pytest with the traceml-ci plugin, which compares each traced test with "
+        "BASELINE once and writes the session's comparison; take the verdict from it, append "
+        "its report to $GITHUB_STEP_SUMMARY and write the step outputs (verdict, report-path, "
+        "comparison-path, summary-path, failed, comment-mode, ...) to $GITHUB_OUTPUT. "
         "Exits 0 whatever the verdict; exit 2 on bad arguments.",
     )
     p.add_argument("--baseline", metavar="PATH", default="", help="the committed baseline set")
