@@ -63,9 +63,10 @@ class TraceML:
         cwd: str | os.PathLike[str] | None = None,
     ) -> dict[str, Any]:
         """Run ``script args`` under ``traceml-ci run`` in a subprocess (``--traceml-repeats``
-        times), gate the median summary under ``key`` (default: the test's node id) and return
-        it. A relative ``script`` is looked up next to the test file, then in the working
-        directory. ``timeout_s``: per run, in seconds."""
+        times, and up to ``--traceml-confirm`` more to confirm a regression), gate the runs
+        combined under ``key`` (default: the test's node id) and return that summary. A
+        relative ``script`` is looked up next to the test file, then in the working directory.
+        ``timeout_s``: per run, in seconds."""
         __tracebackhide__ = True
         from pytest_plugin.scripts import ScriptFailed, traced_script
 
@@ -85,20 +86,27 @@ class TraceML:
             pytest.fail(clash, pytrace=False)
         used.add(key)
         out = state.out_dir(item.nodeid)
-        docs = []
-        for i in range(state.options.repeats):
+        docs: list[dict[str, Any]] = []
+
+        def run_once() -> dict[str, Any]:
+            __tracebackhide__ = True
             failure = None
             try:
                 docs.append(traced_script(
-                    path, [str(a) for a in args], out_dir=out / f"run-{i}", run_name=key,
-                    warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
+                    path, [str(a) for a in args], out_dir=out / f"run-{len(docs)}",
+                    run_name=key, warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
                     cwd=Path(cwd) if cwd is not None else None,
                 ))
             except ScriptFailed as exc:
                 failure = str(exc)
             if failure is not None:  # outside the except block: no chained traceback
                 pytest.fail(failure, pytrace=False)
-        result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs)
+            return docs[-1]
+
+        for _ in range(state.options.repeats):
+            run_once()
+        # A regression is confirmed by running the script again (--traceml-confirm).
+        result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs, rerun=run_once)
         self.summary = result.summary
         return result.summary or docs[-1]
 

@@ -2,17 +2,20 @@
 record the result, and fail the test when the result says so.
 
 A regression is a result: the comparison comes back from the gate as data, and only here is it
-turned into a test failure, with the diff table and how to accept the change.
+turned into a test failure, with the diff table and how to accept the change. Before that, a
+regression is confirmed (``--traceml-confirm``): the job runs again, up to K more times, and
+fails only if all its runs combined still regress (docs/pytest-plugin.md, "Confirmation").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from pytest_plugin.results import GateResult, Outcome
+from pytest_plugin.results import GateResult, Handling
 from pytest_plugin.state import TracemlState
 from pytest_plugin.summaries import MAX_PROBLEMS_SHOWN, summary_problems
 
@@ -28,16 +31,53 @@ def no_baseline_note(key: str) -> str:
 
 
 def gate_summaries(
-    state: TracemlState, *, nodeid: str, key: str, docs: Sequence[dict[str, Any]]
+    state: TracemlState,
+    *,
+    nodeid: str,
+    key: str,
+    docs: Sequence[dict[str, Any]],
+    rerun: Callable[[], dict[str, Any]] | None = None,
 ) -> GateResult:
     """Gate this test's summaries (one per repeat) under baseline ``key``; records the result
-    in ``state`` and raises pytest's Failed when the test must fail."""
+    in ``state`` and raises pytest's Failed when the test must fail.
+
+    ``rerun``: runs the job once more and returns its summary. When the runs so far regress,
+    it is called up to ``--traceml-confirm`` times, each new run combined with the earlier
+    ones, until the combined runs no longer regress."""
     __tracebackhide__ = True
+    docs = list(docs)
     result, message = _judge(state, nodeid=nodeid, key=key, docs=docs)
+    extra = 0
+    while rerun is not None and extra < state.options.confirm and _regressed(result):
+        docs.append(rerun())
+        extra += 1
+        result, message = _judge(state, nodeid=nodeid, key=key, docs=docs)
+    if extra:
+        result, message = _with_confirmation(result, message, extra, len(docs))
     state.record(result)
-    if result.outcome.fails:
+    if result.fails:
         pytest.fail(message, pytrace=False)
     return result
+
+
+def _regressed(result: GateResult) -> bool:
+    from traceml_ci.gate import Verdict
+
+    return result.verdict is Verdict.REGRESSION
+
+
+def _with_confirmation(
+    result: GateResult, message: str, extra: int, runs: int
+) -> tuple[GateResult, str]:
+    """Say what confirmation did: the regression held over ``runs`` runs, or it did not."""
+    if _regressed(result):
+        note = f"confirmed: {runs} runs combined still regress ({extra} re-run(s))"
+        message = message.replace("\n\n", f"\n{note}\n\n", 1)
+    else:
+        note = (f"the first run looked like a regression; not confirmed by {extra} re-run(s) "
+                f"({runs} runs combined)")
+    detail = f"{result.detail}; {note}" if result.detail else note
+    return replace(result, detail=detail), message
 
 
 def _judge(
@@ -52,55 +92,56 @@ def _judge(
             more = len(problems) - MAX_PROBLEMS_SHOWN
             if more > 0:
                 shown += f"\n  ... and {more} more"
-            result = GateResult(nodeid, key, Outcome.INVALID, problems[0], None, len(docs))
+            result = GateResult(nodeid, key, Handling.INVALID, problems[0], None, len(docs))
             return result, (
                 f"traceml: the summary for {key}{which} does not match the "
                 f"final_summary.json schema:\n{shown}"
             )
     from traceml_ci.summary.repeats import combine_repeats
 
-    head = combine_repeats(docs)  # several repeats: each share's median, their spread as noise
+    head = combine_repeats(docs)  # several repeats: each share's mean, their spread as noise
     n = len(docs)
     if not opts.gating:
-        return GateResult(nodeid, key, Outcome.NOT_GATED, _brief(head), head, n), ""
+        return GateResult(nodeid, key, Handling.NOT_GATED, _brief(head), head, n), ""
     base = state.baseline.get(key)
     if base is None:
         if opts.update_baseline:
-            return GateResult(nodeid, key, Outcome.UPDATED, "new entry", head, n), ""
+            return GateResult(nodeid, key, Handling.UPDATED, "new entry", head, n), ""
         if opts.require_baseline:
             message = (
                 f"traceml: no baseline for {key} in {opts.baseline} "
                 "(--traceml-require-baseline).\n"
                 "Record one: run with --traceml-update-baseline."
             )
-            return GateResult(nodeid, key, Outcome.MISSING, "not in the baseline", head, n), message
-        return GateResult(nodeid, key, Outcome.NO_BASELINE, no_baseline_note(key), head, n), ""
+            result = GateResult(nodeid, key, Handling.MISSING, "not in the baseline", head, n)
+            return result, message
+        return GateResult(nodeid, key, Handling.NO_BASELINE, no_baseline_note(key), head, n), ""
 
-    from traceml_ci.gate import DEFAULT_RULES, compare, render_text
+    from traceml_ci.gate import DEFAULT_RULES, Status, Verdict, compare, render_text
 
     comparison = compare(base, head, state.rules or DEFAULT_RULES)
-    verdict = comparison.verdict.value
+    verdict = comparison.verdict
     if opts.update_baseline:
-        detail = f"was {verdict}" if verdict != Outcome.PASS.value else "unchanged"
-        return GateResult(nodeid, key, Outcome.UPDATED, detail, head, n), ""
-    outcome = Outcome(verdict)
+        detail = f"was {verdict.value}" if verdict is not Verdict.PASS else "unchanged"
+        return GateResult(nodeid, key, Handling.UPDATED, detail, head, n, comparison), ""
     detail = _brief(head, base)
-    if outcome in (Outcome.REGRESSION, Outcome.INCOMPARABLE):
+    if verdict in (Verdict.REGRESSION, Verdict.INCOMPARABLE):
         detail = _first_reason(comparison)
-    elif outcome is Outcome.WARN:
-        warned = [r.name for r in comparison.rows if r.status.value == "warn"]
+    elif verdict is Verdict.WARN:
+        warned = [r.name for r in comparison.rows if r.status is Status.WARN]
         if warned:
             detail += "; warn: " + ", ".join(warned)
-    result = GateResult(nodeid, key, outcome, detail, head, n)
-    if not outcome.fails:
+    result = GateResult(nodeid, key, Handling.COMPARED, detail, head, n, comparison,
+                        enforced=not opts.report_only)
+    if not result.fails:
         return result, ""
-    median = f" ({n} runs combined)" if n > 1 else ""
-    what = "regression" if outcome is Outcome.REGRESSION else "not comparable with the baseline"
+    combined = f" ({n} runs combined)" if n > 1 else ""
+    what = "regression" if verdict is Verdict.REGRESSION else "not comparable with the baseline"
     message = (
-        f"traceml: {what} for {key}{median} against {opts.baseline}\n\n"
+        f"traceml: {what} for {key}{combined} against {opts.baseline}\n\n"
         + render_text(comparison, width=TABLE_WIDTH).rstrip()
         + "\n\n"
-        + (ACCEPT_HINT if outcome is Outcome.REGRESSION else
+        + (ACCEPT_HINT if verdict is Verdict.REGRESSION else
            "Record a baseline on this kind of machine: run with --traceml-update-baseline.")
     )
     return result, message

@@ -11,6 +11,9 @@ from typing import Any
 
 from traceml_ci.fsutil import find_pyproject
 
+#: Re-runs of a traced test that looks like a regression, before it fails (--traceml-confirm).
+DEFAULT_CONFIRM = 2
+
 #: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
@@ -31,7 +34,13 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "--traceml-report",
         "traceml_report",
         "path",
-        "write the comparison as markdown (the same as `traceml-ci diff --format markdown`)",
+        "write this session's comparison as markdown (as `traceml-ci diff --format markdown`)",
+    ),
+    (
+        "--traceml-comparison",
+        "traceml_comparison",
+        "path",
+        "write this session's comparison as JSON (as `traceml-ci diff --format json`)",
     ),
     (
         "--traceml-tolerances",
@@ -49,7 +58,21 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "--traceml-repeats",
         "traceml_repeats",
         "int",
-        "run each traced test N times and gate on the median run (noisy runners); default 1",
+        "run each traced test N times and gate on the runs combined (noisy runners); default 1",
+    ),
+    (
+        "--traceml-confirm",
+        "traceml_confirm",
+        "int",
+        "before failing a traced test on a regression, run it up to K more times and fail only "
+        f"if all its runs combined still regress; 0 disables; default {DEFAULT_CONFIRM}",
+    ),
+    (
+        "--traceml-report-only",
+        "traceml_report_only",
+        "flag",
+        "compare and report, but a regression does not fail the test "
+        "(the GitHub Action's fail-on-regression: false)",
     ),
 )
 
@@ -68,6 +91,9 @@ class Options:
     tolerances: Path | None = None
     require_baseline: bool = False
     repeats: int = 1
+    confirm: int = DEFAULT_CONFIRM
+    comparison: Path | None = None
+    report_only: bool = False
     #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
     pyproject: Path | None = None
 
@@ -75,8 +101,8 @@ class Options:
     def active(self) -> bool:
         """Whether anything was asked of the plugin beyond tracing marked tests."""
         return any(
-            (self.baseline, self.update_baseline, self.save, self.report, self.tolerances,
-             self.require_baseline, self.repeats != 1)
+            (self.baseline, self.update_baseline, self.save, self.report, self.comparison,
+             self.tolerances, self.require_baseline, self.repeats != 1, self.report_only)
         )
 
     @property
@@ -127,6 +153,9 @@ def read_options(config: Any) -> Options:
     repeats = values.get("repeats", 1)
     if repeats < 1:
         raise SetupError(f"--traceml-repeats must be at least 1, not {repeats}")
+    confirm = values.get("confirm", DEFAULT_CONFIRM)
+    if confirm < 0:
+        raise SetupError(f"--traceml-confirm must be 0 or more, not {confirm}")
     if values.get("update_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
     if values.get("require_baseline") and values.get("baseline") is None:

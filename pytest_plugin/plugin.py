@@ -82,9 +82,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
                 item.runtest()
         with run.repeat():
             result = yield
+        run.gate(rerun=item.runtest)  # a regression is confirmed by running the body again
     finally:
         del item.stash[RUN_KEY]
-    run.gate()
     return result
 
 
@@ -128,4 +128,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     from pytest_plugin.terminal import write_section
 
-    write_section(terminalreporter, list(state.results.values()), state.notes, state.errors)
+    write_section(terminalreporter, list(state.results.values()), state.notes, state.errors,
+                  state.verdict_line())

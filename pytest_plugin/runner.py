@@ -3,7 +3,7 @@ then the summaries gated. The front door drives it from ``pytest_runtest_call``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +90,7 @@ class MarkedRun:
             locked.add("warmup_steps")
         options: dict[str, Any] = dict(
             mode=a.mode,
-            out_dir=self._out / f"repeat-{index}" if self.repeats > 1 else self._out,
+            out_dir=self._out / f"repeat-{index}" if self.repeats > 1 or index else self._out,
             run_name=self.key,
             max_steps=a.max_steps,
             locked=frozenset(locked),
@@ -134,6 +134,14 @@ class MarkedRun:
             pytest.fail("traceml: the tracer could not write its summary", pytrace=False)
         return read_summary(path)
 
-    def gate(self) -> None:
+    def gate(self, rerun: Callable[[], Any]) -> None:
+        """Gate the runs so far; ``rerun()`` runs the test body once more (confirmation)."""
         __tracebackhide__ = True
-        gate_summaries(self.state, nodeid=self.item.nodeid, key=self.key, docs=self.docs)
+
+        def one_more() -> dict[str, Any]:
+            with self.repeat():
+                rerun()
+            return self.docs[-1]
+
+        gate_summaries(self.state, nodeid=self.item.nodeid, key=self.key, docs=self.docs,
+                       rerun=one_more)

@@ -1,5 +1,9 @@
 """One pytest session's traceml state: settings, baseline, rules, and every gated result.
 
+The session's one comparison (``session_comparison``) is assembled from the comparisons made
+as each test finished; the terminal's verdict line, --traceml-report and --traceml-comparison
+are all rendered from it, so they cannot disagree and no pair is compared twice.
+
 Under pytest-xdist each worker gates its own tests and sends its results to the controller
 (``payload`` / ``merge_payload``); only the controller (or a plain session) writes files.
 """
@@ -10,14 +14,21 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_plugin.baseline import Summaries, load_baseline, merge_into, save_set
 from pytest_plugin.options import Options, SetupError
-from pytest_plugin.results import GateResult, Outcome
+from pytest_plugin.results import GateResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traceml_ci.gate import SetComparison
 
 #: The key of this plugin's entry in xdist's ``workeroutput``.
 WORKER_OUTPUT_KEY = "traceml_results"
+#: Rules the plugin puts on top of the user's: see ``load``.
+PLUGIN_TOLERANCES = {"step_memory.peak_rss_mb": {"skip": True}}
+#: Notes list at most this many keys, then "(+N more)".
+MAX_KEYS_LISTED = 10
 
 
 class TracemlState:
@@ -32,12 +43,13 @@ class TracemlState:
         self.errors: list[str] = []
         self._tmp_factory: Any = None
         self._loaded = False
+        self._comparison: SetComparison | None = None
 
     # -- setup -------------------------------------------------------------------------------
     def load(self) -> None:
         """Read the baseline and the tolerance rules once. Raises SetupError naming the file."""
         opts = self.options
-        if self._loaded or not (opts.gating or opts.report or opts.tolerances):
+        if self._loaded or not (opts.gating or opts.report or opts.comparison or opts.tolerances):
             return
         from traceml_ci.errors import InputError
         from traceml_ci.gate import load_rules
@@ -45,9 +57,12 @@ class TracemlState:
         if opts.baseline is not None:
             self.baseline = load_baseline(opts.baseline)
         try:
-            self.rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
+            rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
         except InputError as exc:
             raise SetupError(f"traceml: unusable tolerance rules: {exc}") from None
+        # Tests share one process: its lifetime peak RSS says what the heaviest test before
+        # this one used. Each test's own memory (peak_job_rss_mb) is gated instead.
+        self.rules = rules.with_tolerances(PLUGIN_TOLERANCES)
         self._loaded = True
 
     def use_tmp_factory(self, get_factory: Callable[[], Any]) -> None:
@@ -93,6 +108,7 @@ class TracemlState:
 
     def record(self, result: GateResult) -> None:
         self.results[result.key] = result
+        self._comparison = None
 
     def payload(self) -> str:
         return json.dumps([r.to_dict() for r in self.results.values()], allow_nan=False)
@@ -115,15 +131,17 @@ class TracemlState:
 
     # -- end of session (controller only) -----------------------------------------------------
     def write_files(self) -> None:
-        """--traceml-update-baseline, --traceml-save, --traceml-report. Problems are collected
-        in ``errors`` (the session then exits with a usage error), never raised."""
+        """--traceml-update-baseline, --traceml-save, --traceml-report, --traceml-comparison.
+        Problems are collected in ``errors`` (the session then exits with a usage error)."""
         opts, heads = self.options, self.heads
         if opts.update_baseline and opts.baseline is not None and heads:
             self._write(opts.baseline, lambda p: self._merge(p, heads))
         if opts.save is not None:
             self._write(opts.save, lambda p: self._save(p, heads))
-        if opts.report is not None and self.results:
+        if opts.report is not None:
             self._write(opts.report, self._report)
+        if opts.comparison is not None:
+            self._write(opts.comparison, self._comparison_json)
 
     def _write(self, path: Path, write: Any) -> None:
         from traceml_ci.errors import TracemlError
@@ -143,25 +161,53 @@ class TracemlState:
 
     def _report(self, path: Path) -> None:
         from traceml_ci.fsutil import atomic_write_text
+        from traceml_ci.gate import render_markdown
 
-        atomic_write_text(path, self.report_markdown())
+        atomic_write_text(path, render_markdown(self.session_comparison()))
         self.notes.append(f"report written: {path}")
 
-    def report_markdown(self) -> str:
-        """This session's summaries against their baseline entries, in the gate's markdown.
-        Only keys that ran are compared: a deselected test is not reported as removed."""
-        from traceml_ci.gate import DEFAULT_RULES, compare_sets, render_markdown
+    def _comparison_json(self, path: Path) -> None:
+        from traceml_ci.fsutil import atomic_write_text
+        from traceml_ci.gate import render_json
 
-        heads = self.heads
-        base = {k: self.baseline[k] for k in heads if k in self.baseline}
-        return render_markdown(compare_sets(base, heads, self.rules or DEFAULT_RULES))
+        atomic_write_text(path, render_json(self.session_comparison()))
+        self.notes.append(f"comparison written: {path}")
 
-    @property
-    def failed(self) -> list[GateResult]:
-        return [r for r in self.results.values() if r.outcome.fails]
+    def session_comparison(self) -> SetComparison:
+        """This session's one comparison, from the per-test comparisons already made.
 
-    def outcome_counts(self) -> dict[Outcome, int]:
-        counts: dict[Outcome, int] = {}
-        for r in self.results.values():
-            counts[r.outcome] = counts.get(r.outcome, 0) + 1
-        return counts
+        Compared: every test whose summary had a baseline entry. Added: summaries with no entry.
+        A baseline entry this session did not gate -- its test deselected (``-k``, a path),
+        skipped, or failing before its summary was gated -- is *not run*: listed in a note and
+        no part of the verdict (it is not "removed": the session simply did not look at it)."""
+        if self._comparison is not None:
+            return self._comparison
+        from traceml_ci.gate import DEFAULT_RULES, set_comparison
+
+        results = sorted(self.results.values(), key=lambda r: r.key)
+        items = {r.key: r.comparison for r in results if r.comparison is not None}
+        added = [r.key for r in results if r.summary is not None and r.key not in self.baseline]
+        notes = []
+        invalid = [r.key for r in results if r.summary is None]
+        if invalid:
+            notes.append(f"{len(invalid)} without a valid summary: " + _keys(invalid))
+        not_run = [k for k in self.baseline if k not in self.results]
+        if not_run:
+            notes.append(f"{len(not_run)} in the baseline not run in this session (not "
+                         "compared): " + _keys(not_run))
+        rules = self.rules or DEFAULT_RULES
+        self._comparison = set_comparison(items, added, [], rules.source, notes)
+        return self._comparison
+
+    def verdict_line(self) -> str | None:
+        """The session's verdict for the terminal, when anything was compared."""
+        if not any(r.comparison is not None for r in self.results.values()):
+            return None
+        c = self.session_comparison()
+        return f"session verdict: {c.verdict.value}" + (
+            " (" + "; ".join(c.reasons) + ")" if c.reasons else "")
+
+
+def _keys(keys: list[str]) -> str:
+    more = len(keys) - MAX_KEYS_LISTED
+    return ", ".join(keys[:MAX_KEYS_LISTED]) + (f" (+{more} more)" if more > 0 else "")

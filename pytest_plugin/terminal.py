@@ -4,39 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pytest_plugin.results import GateResult, Outcome
+from pytest_plugin.results import GateResult, Handling
 
-#: Markup per outcome, for terminals that show colour.
-_MARKUP: dict[Outcome, dict[str, bool]] = {
-    Outcome.PASS: {"green": True},
-    Outcome.WARN: {"yellow": True},
-    Outcome.REGRESSION: {"red": True, "bold": True},
-    Outcome.INCOMPARABLE: {"red": True},
-    Outcome.NO_BASELINE: {"yellow": True},
-    Outcome.MISSING: {"red": True},
-    Outcome.UPDATED: {"cyan": True},
-    Outcome.NOT_GATED: {},
-    Outcome.INVALID: {"red": True, "bold": True},
+#: Markup per verdict or handling (by its word), for terminals that show colour.
+_MARKUP: dict[str, dict[str, bool]] = {
+    "pass": {"green": True},
+    "warn": {"yellow": True},
+    "regression": {"red": True, "bold": True},
+    "incomparable": {"red": True},
+    Handling.NO_BASELINE.value: {"yellow": True},
+    Handling.MISSING.value: {"red": True},
+    Handling.UPDATED.value: {"cyan": True},
+    Handling.NOT_GATED.value: {},
+    Handling.INVALID.value: {"red": True, "bold": True},
 }
 
-_WIDTH = max(len(o.value) for o in Outcome)
+_WIDTH = max(len(word) for word in _MARKUP)
 
 
 def result_lines(results: Iterable[GateResult]) -> list[tuple[str, dict[str, bool]]]:
     """One ``(text, markup)`` per result, sorted by node id then key."""
     out = []
     for r in sorted(results, key=lambda r: (r.nodeid, r.key)):
-        label = r.outcome.value.upper().ljust(_WIDTH)
+        label = r.label.upper().ljust(_WIDTH)
         name = r.nodeid if r.key == r.nodeid else f"{r.nodeid} [key {r.key}]"
         repeats = f" (×{r.repeats} runs)" if r.repeats > 1 else ""
         detail = f"  {r.detail}" if r.detail else ""
-        out.append((f"{label}  {name}{repeats}{detail}", _MARKUP[r.outcome]))
+        out.append((f"{label}  {name}{repeats}{detail}", _MARKUP.get(r.label, {})))
     return out
 
 
 def write_section(reporter: object, results: list[GateResult], notes: list[str],
-                  errors: list[str]) -> None:
-    """Write the section through pytest's TerminalReporter; nothing at all when empty."""
+                  errors: list[str], verdict: str | None = None) -> None:
+    """Write the section through pytest's TerminalReporter; nothing at all when empty.
+    ``verdict``: the session's verdict line, from the same comparison as the report."""
     if not (results or notes or errors):
         return
     write_sep = reporter.write_sep  # type: ignore[attr-defined]
@@ -44,6 +45,8 @@ def write_section(reporter: object, results: list[GateResult], notes: list[str],
     write_sep("-", "traceml")
     for text, markup in result_lines(results):
         write_line(text, **markup)
+    if verdict:
+        write_line(f"traceml: {verdict}")
     for note in notes:
         write_line(f"traceml: {note}")
     for error in errors:

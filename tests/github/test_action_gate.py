@@ -1,9 +1,11 @@
-"""``traceml-ci action-gate`` in-process, with pytest stood in for (it writes real summaries)."""
+"""``traceml-ci action-gate`` in-process, with the pytest subprocess stood in for by the plugin's
+own session code gating real summaries (the real subprocess: test_action_steps.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,9 @@ SUMMARIES = DATA / "summaries.json"  # a real set written by the plugin for a ti
 
 
 class FakePytest:
-    """Replaces the pytest subprocess: records its command, writes the head summaries."""
+    """Replaces the pytest subprocess: records its command, then does what the plugin does at
+    the end of a session whose traced tests produced SUMMARIES -- with the plugin's own code
+    (TracemlState, gate_summaries), so the files are the plugin's, not an imitation."""
 
     def __init__(self, exit_code: int = 0, writes: bool = True) -> None:
         self.exit_code = exit_code
@@ -28,10 +32,36 @@ class FakePytest:
         self.cmd: list[str] = []
 
     def __call__(self, cmd: list[str]) -> int:
+        from pytest_plugin.gating import gate_summaries
+        from pytest_plugin.options import Options, SetupError
+        from pytest_plugin.state import TracemlState
+
         self.cmd = cmd
-        save = next(a.split("=", 1)[1] for a in cmd if a.startswith("--traceml-save="))
-        if self.writes:
-            shutil.copy(SUMMARIES, save)
+        if not self.writes:
+            return self.exit_code
+        given = dict(a.split("=", 1) for a in cmd if a.startswith("--traceml-") and "=" in a)
+
+        def path(flag: str) -> Path | None:
+            return Path(given[flag]) if given.get(flag) else None
+
+        state = TracemlState(Options(
+            baseline=path("--traceml-baseline"), save=path("--traceml-save"),
+            report=path("--traceml-report"), comparison=path("--traceml-comparison"),
+            tolerances=path("--traceml-tolerances"), confirm=0,
+            report_only="--traceml-report-only" in cmd,
+        ))  # fmt: skip
+        try:
+            state.load()
+        except SetupError as exc:  # what pytest prints for the plugin's usage errors
+            print(f"ERROR: {exc}", file=sys.stderr)
+            return 4
+        for key, doc in json.loads(SUMMARIES.read_text())["summaries"].items():
+            try:
+                gate_summaries(state, nodeid=f"test_smoke.py::{key}", key=key, docs=[doc])
+            except pytest.fail.Exception:
+                pass  # the test failed; the exit code is the caller's to choose
+        state.write_files()
+        assert not state.errors, state.errors
         return self.exit_code
 
 
@@ -104,14 +134,30 @@ def test_same_summaries_pass_and_update_only(gate, tmp_path: Path) -> None:
     assert "verdict **pass**" in r["summary"]
 
 
+def test_a_baseline_entry_that_did_not_run_changes_no_verdict(gate, tmp_path: Path) -> None:
+    # A traced test deselected (-k, a path) or skipped: its baseline entry is "not run" in
+    # the report, the comparison and the Action's outputs alike -- not "removed", no warning.
+    doc = json.loads(SUMMARIES.read_text())
+    doc["summaries"]["deselected"] = doc["summaries"]["tiny"]
+    (tmp_path / "baseline.json").write_text(json.dumps(doc))
+    r = gate("--baseline", "baseline.json")
+    report = Path(r["outputs"]["report-path"]).read_text()
+    comparison = json.loads(Path(r["outputs"]["comparison-path"]).read_text())
+    assert r["outputs"]["verdict"] == comparison["verdict"] == "pass"
+    assert report.splitlines()[1].startswith("**✅ traceml-ci pass: 1 compared**")
+    assert "1 in the baseline not run in this session (not compared): deselected" in report
+    assert comparison["removed"] == [] and "removed" not in report
+
+
 def test_regression_without_failing_on_it(gate, tmp_path: Path) -> None:
     baseline = write_slow_baseline(tmp_path)
     r = gate("--baseline", baseline, "--fail-on-regression", "false", "--comment", "always")
     assert r["outputs"]["verdict"] == "regression"
     assert r["outputs"]["failed"] == "false"
     assert r["outputs"]["comment-mode"] == "skip"  # a push: no pull request to comment on
-    # without fail-on-regression the plugin does not gate; the report comes from `diff`
-    assert not any(a.startswith("--traceml-baseline") for a in r["fake"].cmd)
+    # without fail-on-regression the plugin still compares, but no test fails on it
+    assert f"--traceml-baseline={baseline}" in r["fake"].cmd
+    assert "--traceml-report-only" in r["fake"].cmd
     report = Path(r["outputs"]["report-path"]).read_text()
     assert report.startswith("<!-- traceml-ci:report -->") and "regress" in report.lower()
     assert "::warning title=traceml-ci::performance regression" in r["stdout"]
@@ -168,7 +214,7 @@ def test_unreadable_baseline_is_an_error_verdict(gate, tmp_path: Path) -> None:
     (tmp_path / "baseline.json").write_text("{not json")
     r = gate("--baseline", "baseline.json", "--fail-on-regression", "false")
     assert (r["outputs"]["verdict"], r["outputs"]["failed"]) == ("error", "true")
-    assert "baseline.json" in r["stderr"]  # diff's own one-line error names the file
+    assert "baseline.json" in r["stderr"]  # the plugin's one-line error names the file
 
 
 @pytest.mark.parametrize(

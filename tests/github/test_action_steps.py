@@ -50,6 +50,11 @@ def test_tiny_training():
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
+
+
+@pytest.mark.traceml(key="deselected")
+def test_deselected():
+    pass  # never runs: the job's pytest-args deselect it (-k)
 """
 
 FAKE_PYTHON = """#!/bin/bash
@@ -100,7 +105,8 @@ class Job:
             "python": str(self.python),
             "working-directory": "smoke",
             "baseline": "perf/baseline.json",
-            "pytest-args": "test_smoke.py -q -p no:cacheprovider -p no:hypothesispytest",
+            "pytest-args": "test_smoke.py -q -p no:cacheprovider -p no:hypothesispytest "
+                           "-k 'not deselected'",
         }
         github_ctx = {"token": TOKEN, "job": "smoke", "event_name": event_name}
         return run_composite(
@@ -189,3 +195,27 @@ def test_regression_fails_the_job_and_edits_the_same_comment(
 
     [posted] = job.github.bodies(REPO, PR)  # still one comment, now with the regression
     assert posted.startswith(marker_for("smoke")) and "regress" in posted.lower()
+
+
+def test_a_deselected_test_gives_the_same_verdict_in_report_and_outputs(
+    job: Job, first_run: JobResult
+) -> None:
+    # The baseline has an entry for a traced test this job deselects: the plugin's report and
+    # the Action's verdict come from one comparison, in which that entry is "not run".
+    doc = json.loads(Path(first_run.outputs["summary-path"]).read_text())
+    doc["summaries"]["deselected"] = doc["summaries"]["tiny"]
+    baseline = job.workspace / "smoke" / "perf" / "baseline.json"
+    baseline.parent.mkdir(exist_ok=True)
+    baseline.write_text(json.dumps(doc))
+    result = job.run("push", {}, install="skip")
+    gate = result.step("Run the smoke tests")
+    assert gate.exit_code == 0, gate.stderr[-3000:]
+    report = Path(result.outputs["report-path"]).read_text()
+    comparison = json.loads(Path(gate.outputs["comparison-path"]).read_text())
+    verdict = result.outputs["verdict"]
+    assert verdict == comparison["verdict"] and verdict in ("pass", "warn")  # warn: a busy host
+    assert report.splitlines()[1].startswith(f"**{'✅' if verdict == 'pass' else '⚠️'} "
+                                             f"traceml-ci {verdict}: 1 compared")
+    assert "not run in this session (not compared): deselected" in report
+    assert comparison["removed"] == [] and "removed" not in report
+    assert not result.failed

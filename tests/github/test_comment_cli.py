@@ -13,7 +13,13 @@ import pytest
 from tests.github.conftest import PR, REPO, TOKEN
 from tests.github.fake_github import FakeGitHub
 from traceml_ci.cli.main import main
-from traceml_ci.github.sticky import COMMENT_LIMIT, REPORT_MARKER, gh_len, marker_for
+from traceml_ci.gate.render import MARKER as REPORT_MARKER
+from traceml_ci.github.sticky import (
+    COMMENT_LIMIT,
+    CREATE_RECHECK_DELAY_S,
+    gh_len,
+    marker_for,
+)
 
 REPORT = f"{REPORT_MARKER}\n**traceml-ci: pass**\n\n| metric | base | head |\n|---|---|---|\n"
 
@@ -90,11 +96,14 @@ def test_pr_number_from_the_event_file(gh_env, body, tmp_path, monkeypatch, caps
     assert len(gh_env.bodies(REPO, PR)) == 1
 
 
-def test_server_error_then_success(gh_env: FakeGitHub, body: Path, capsys) -> None:
+def test_server_error_then_success(gh_env: FakeGitHub, body: Path, capsys, monkeypatch) -> None:
+    slept: list[float] = []  # recorded, not waited: the test takes milliseconds, not 2 s
+    monkeypatch.setattr("traceml_ci.github.client.time.sleep", slept.append)
     gh_env.fail_next("GET", 502, "Bad Gateway")
     gh_env.fail_next("POST", 500, "Internal Server Error")
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 0, err
+    assert slept[-1] == CREATE_RECHECK_DELAY_S  # waited before looking for the lost create
     # list (502, retried), create (500: did it land?), list again, create.
     assert [r.method for r in gh_env.requests] == ["GET", "GET", "POST", "GET", "POST"]
     assert len(gh_env.bodies(REPO, PR)) == 1

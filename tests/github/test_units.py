@@ -8,16 +8,18 @@ from pathlib import Path
 import pytest
 
 from tests.github.composite import Expr, parse_outputs
-from traceml_ci.github.context import GitHubContext
-from traceml_ci.github.gate_step import (
-    CommentMode,
+from traceml_ci.cli.action_gate import (
     CommentPolicy,
-    Verdict,
+    NoVerdict,
+    _comparison_verdict,
     comment_here,
     decide_failure,
     intended_comment,
-    verdict_from_diff,
 )
+from traceml_ci.cli.comment import CommentMode, _without_report_marker
+from traceml_ci.gate import Verdict
+from traceml_ci.gate.render import MARKER
+from traceml_ci.github.context import GitHubContext
 from traceml_ci.github.runner import (
     STEP_SUMMARY_LIMIT_BYTES,
     annotation,
@@ -25,7 +27,6 @@ from traceml_ci.github.runner import (
     format_outputs,
 )
 from traceml_ci.github.sticky import (
-    REPORT_MARKER,
     TRIM_NOTE,
     compose_body,
     gh_len,
@@ -47,7 +48,7 @@ def test_marker_ids_cannot_break_the_html_comment(job: str, expected: str) -> No
 
 
 def test_compose_replaces_the_generic_marker() -> None:
-    body = compose_body(f"{REPORT_MARKER}\nreport\n", marker_for("j"))
+    body = compose_body(_without_report_marker(f"{MARKER}\nreport\n"), marker_for("j"))
     assert body == f"{marker_for('j')}\nreport\n"
     assert compose_body("\ufeffplain\r\ntext", "M") == "M\nplain\ntext\n"
 
@@ -142,20 +143,26 @@ def test_fork_detection(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "doc", "verdict"),
+    ("text", "verdict"),
     [
-        (0, {"verdict": "pass"}, Verdict.PASS),
-        (0, {"verdict": "warn"}, Verdict.WARN),
-        (1, {"verdict": "regression"}, Verdict.REGRESSION),
-        (3, None, Verdict.INCOMPARABLE),
-        (1, {"verdict": "???"}, Verdict.REGRESSION),
-        (2, {"verdict": "pass"}, Verdict.ERROR),
-        (0, {"verdict": "no-baseline"}, Verdict.ERROR),
-        (137, None, Verdict.ERROR),
+        ('{"verdict": "pass"}', Verdict.PASS),
+        ('{"verdict": "warn"}', Verdict.WARN),
+        ('{"verdict": "regression"}', Verdict.REGRESSION),
+        ('{"verdict": "incomparable"}', Verdict.INCOMPARABLE),
+        ('{"verdict": "no-baseline"}', NoVerdict.ERROR),  # not a verdict of the gate's
+        ('{"verdict": "???"}', NoVerdict.ERROR),
+        ("[]", NoVerdict.ERROR),
+        ("{not json", NoVerdict.ERROR),
+        (None, NoVerdict.ERROR),  # the plugin wrote none
     ],
 )
-def test_verdict_from_diff(code: int, doc, verdict: Verdict) -> None:
-    assert verdict_from_diff(code, doc) is verdict
+def test_the_verdict_is_read_from_the_plugins_comparison(
+    tmp_path: Path, text: str | None, verdict
+) -> None:
+    path = tmp_path / "comparison.json"
+    if text is not None:
+        path.write_text(text)
+    assert _comparison_verdict(path) is verdict
 
 
 @pytest.mark.parametrize(
@@ -163,14 +170,14 @@ def test_verdict_from_diff(code: int, doc, verdict: Verdict) -> None:
     [
         (Verdict.PASS, 0, True, False),
         (Verdict.WARN, 0, True, False),
-        (Verdict.NO_BASELINE, 0, True, False),
+        (NoVerdict.NO_BASELINE, 0, True, False),
         (Verdict.INCOMPARABLE, 0, True, False),
         (Verdict.REGRESSION, 1, True, True),
         (Verdict.REGRESSION, 0, True, True),
         (Verdict.REGRESSION, 0, False, False),
         (Verdict.REGRESSION, 1, False, True),  # a real test failure still fails
         (Verdict.PASS, 2, True, True),
-        (Verdict.ERROR, 0, False, True),
+        (NoVerdict.ERROR, 0, False, True),
     ],
 )
 def test_decide_failure(verdict, pytest_exit, fail_on_regression, failed) -> None:
@@ -186,7 +193,7 @@ def test_decide_failure(verdict, pytest_exit, fail_on_regression, failed) -> Non
         (CommentPolicy.ALWAYS, Verdict.PASS, CommentMode.UPSERT),
         (CommentPolicy.ON_REGRESSION, Verdict.REGRESSION, CommentMode.UPSERT),
         (CommentPolicy.ON_REGRESSION, Verdict.PASS, CommentMode.UPDATE),
-        (CommentPolicy.ON_REGRESSION, Verdict.ERROR, CommentMode.UPDATE),
+        (CommentPolicy.ON_REGRESSION, NoVerdict.ERROR, CommentMode.UPDATE),
     ],
 )
 def test_intended_comment(policy, verdict, mode) -> None:

@@ -1,5 +1,5 @@
 """--traceml-repeats=N: the test body runs N times, each under a fresh tracer; the runs are
-combined (each share's median, their spread as noise), gated and stored."""
+combined (each share's mean, their spread as noise), gated and stored."""
 
 from __future__ import annotations
 
@@ -32,14 +32,16 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     result.stdout.fnmatch_lines(["traceml: baseline * (1 entries), rules: *, 3 runs combined"])
     result.stdout.re_match_lines([r"(PASS|WARN) +test_smoke.py::test_mlp \(×3 runs\)  "])
 
-    smoke.slow_data(calls="1,3")  # two slow runs of three: the mean share moves beyond noise
-    result = smoke.run("--traceml-repeats=3")
+    # Two slow runs of three: the mean share moves beyond noise (no confirmation re-runs here:
+    # this test is about the three repeats alone).
+    smoke.slow_data(calls="1,3")
+    result = smoke.run("--traceml-repeats=3", "--traceml-confirm=0")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "traceml: regression for test_smoke.py::test_mlp (3 runs combined) against *",
         "REGRESSION *test_smoke.py::test_mlp (×3 runs)  step_time.diagnosis: *",
     ])
 
-    # Without repeats the same slow first run fails on its own.
+    # Without repeats (and without confirmation) the same slow first run fails on its own.
     smoke.slow_data(calls="1")
-    smoke.run().assert_outcomes(failed=1)
+    smoke.run("--traceml-confirm=0").assert_outcomes(failed=1)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_plugin.results import GateResult, Outcome
+from pytest_plugin.results import GateResult, Handling
 from pytest_plugin.terminal import result_lines
 
 
@@ -38,21 +38,54 @@ def test_repeats_combine_on_the_middle_run_by_step_time(
     assert combine_repeats(docs)["run"]["name"] == picked
 
 
+def _compared(doc: dict[str, Any], dataloader_pp: float = 0.0) -> Any:
+    """A real comparison of ``doc`` with itself, its dataloader share moved by ``dataloader_pp``."""
+    from traceml_ci.gate import compare
+
+    head = copy.deepcopy(doc)
+    st = head["step_time"]
+    st["dataloader_pct"] += dataloader_pp
+    st["forward_pct"] -= dataloader_pp
+    return compare(doc, head)
+
+
 def test_result_round_trips_through_plain_data(summary_doc: dict[str, Any]) -> None:
-    r = GateResult("t.py::a", "k", Outcome.NO_BASELINE, "note", summary_doc, 3)
+    r = GateResult("t.py::a", "k", Handling.NO_BASELINE, "note", summary_doc, 3)
     assert GateResult.from_dict(r.to_dict()) == r
+    compared = GateResult("t.py::a", "k", Handling.COMPARED, "", summary_doc, 1,
+                          _compared(summary_doc, 30.0))
+    back = GateResult.from_dict(compared.to_dict())
+    assert back == compared and back.verdict is compared.verdict  # the same comparison
 
 
-def test_which_outcomes_fail_a_test() -> None:
-    assert {o for o in Outcome if o.fails} == {
-        Outcome.REGRESSION, Outcome.INCOMPARABLE, Outcome.MISSING, Outcome.INVALID}
+def test_what_fails_a_test(summary_doc: dict[str, Any]) -> None:
+    from traceml_ci.gate import Verdict
+
+    regressed = _compared(summary_doc, 30.0)
+    assert regressed.verdict is Verdict.REGRESSION
+    same = _compared(summary_doc)
+    assert same.verdict is Verdict.PASS
+
+    def result(handling: Handling, comparison: Any = None, enforced: bool = True) -> GateResult:
+        return GateResult("t.py::a", "k", handling, comparison=comparison, enforced=enforced)
+
+    assert result(Handling.COMPARED, regressed).fails
+    assert not result(Handling.COMPARED, regressed, enforced=False).fails  # --traceml-report-only
+    assert not result(Handling.COMPARED, same).fails
+    assert not result(Handling.UPDATED, regressed).fails  # accepted: "was regression"
+    assert {h for h in Handling if result(h).fails} == {Handling.MISSING, Handling.INVALID}
+    # The word shown is the gate's verdict when there is one, else the handling.
+    assert result(Handling.COMPARED, regressed).label == "regression"
+    assert result(Handling.UPDATED, regressed).label == "updated"
 
 
-def test_terminal_lines_are_sorted_aligned_and_marked_up() -> None:
+def test_terminal_lines_are_sorted_aligned_and_marked_up(summary_doc: dict[str, Any]) -> None:
     results = [
-        GateResult("t.py::b", "t.py::b", Outcome.REGRESSION, "step_time.diagnosis: A → B"),
-        GateResult("t.py::a", "short", Outcome.PASS, "COMPUTE_BOUND, step 3 ms", repeats=3),
-        GateResult("t.py::c", "t.py::c", Outcome.NOT_GATED),
+        GateResult("t.py::b", "t.py::b", Handling.COMPARED, "step_time.diagnosis: A → B",
+                   comparison=_compared(summary_doc, 30.0)),
+        GateResult("t.py::a", "short", Handling.COMPARED, "COMPUTE_BOUND, step 3 ms",
+                   repeats=3, comparison=_compared(summary_doc)),
+        GateResult("t.py::c", "t.py::c", Handling.NOT_GATED),
     ]
     lines = result_lines(results)
     assert [text for text, _ in lines] == [
@@ -61,14 +94,3 @@ def test_terminal_lines_are_sorted_aligned_and_marked_up() -> None:
         "RECORDED          t.py::c",
     ]
     assert lines[1][1] == {"red": True, "bold": True}
-
-
-def test_every_gate_verdict_has_an_outcome_and_an_action_verdict() -> None:
-    # The front doors restate the gate's verdicts (they add states of their own): keep in step.
-    from pytest_plugin.results import Outcome
-    from traceml_ci.gate import Verdict
-    from traceml_ci.github.gate_step import Verdict as ActionVerdict
-
-    for verdict in Verdict:
-        assert Outcome(verdict.value).value == verdict.value
-        assert ActionVerdict(verdict.value).value == verdict.value

@@ -1,9 +1,12 @@
 """``traceml-ci action-gate``: the GitHub Action's gate step (pytest, verdict, summary, outputs).
 
-Runs pytest with the traceml-ci plugin, judges the head summaries against the baseline with
-``traceml-ci diff``, appends the report to the job summary, writes the step's outputs and the
-metadata a later ``traceml-ci comment --meta`` needs. It exits 0 whatever the verdict: the
-Action comments first and fails in its last step, on the ``failed`` output.
+Runs pytest with the traceml-ci plugin, which compares each traced test with the baseline once
+and writes the session's one comparison (``comparison.json``) and its report (``report.md``).
+The step's verdict is read from that comparison -- nothing is compared again here -- and the
+job summary, the annotations, the step's outputs and the metadata a later ``traceml-ci comment
+--meta`` needs are derived from it. The Action's decisions (does the job fail, is a comment
+wanted, may this job post it) live here too; ``traceml_ci.github`` is transport only. It exits
+0 whatever the verdict: the Action comments first and fails in its last step, on ``failed``.
 """
 
 from __future__ import annotations
@@ -16,20 +19,86 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from traceml_ci.cli.comment import META_KIND
+from traceml_ci.cli.comment import META_KIND, CommentMode
 from traceml_ci.errors import UsageError
+from traceml_ci.gate.compare import Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.github.context import GitHubContext
-    from traceml_ci.github.gate_step import Verdict
 
 REPORT_NAME = "report.md"
 SUMMARIES_NAME = "summaries.json"
 COMPARISON_NAME = "comparison.json"
 META_NAME = "comment.json"
+
+
+class NoVerdict(str, Enum):
+    """Why the gate step has no verdict of the gate's to give (its ``verdict`` output then
+    names this instead)."""
+
+    NO_BASELINE = "no-baseline"  # first run: nothing to compare with yet
+    ERROR = "error"  # no head summaries, or no comparison the plugin could write
+
+
+#: The step's ``verdict`` output: the gate's verdict, or why there is none.
+Outcome = Verdict | NoVerdict
+
+
+class CommentPolicy(str, Enum):
+    """The Action's ``comment`` input."""
+
+    ALWAYS = "always"
+    ON_REGRESSION = "on-regression"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class Failure:
+    failed: bool
+    reason: str
+
+
+def decide_failure(outcome: Outcome, pytest_exit: int, fail_on_regression: bool) -> Failure:
+    """Whether the job should fail, and the one line that says why."""
+    if outcome is Verdict.REGRESSION and fail_on_regression:
+        return Failure(True, "performance regression beyond tolerance (see the job summary)")
+    if pytest_exit == 5:
+        return Failure(True, "pytest collected no tests: check pytest-args")
+    if pytest_exit != 0:
+        return Failure(True, f"pytest failed (exit {pytest_exit})")
+    if outcome is NoVerdict.ERROR:
+        return Failure(True, "the gate could not judge this run (see the log)")
+    return Failure(False, "")
+
+
+def intended_comment(policy: CommentPolicy, outcome: Outcome) -> CommentMode:
+    """The comment this outcome calls for under ``policy``, wherever the job runs."""
+    if policy is CommentPolicy.NEVER:
+        return CommentMode.SKIP
+    if policy is CommentPolicy.ALWAYS or outcome is Verdict.REGRESSION:
+        return CommentMode.UPSERT
+    # Only refresh an earlier comment, so a fixed PR does not keep showing a stale table.
+    return CommentMode.UPDATE
+
+
+def comment_here(intended: CommentMode, ctx: GitHubContext) -> tuple[CommentMode, str]:
+    """Whether this job can post the comment itself, and a note when it cannot."""
+    if intended is CommentMode.SKIP:
+        return CommentMode.SKIP, ""
+    if not ctx.is_pull_request or ctx.pull_request_number() is None:
+        return CommentMode.SKIP, ""
+    if ctx.event_name == "pull_request" and ctx.is_fork_pull_request():
+        return CommentMode.SKIP, (
+            "pull request from a fork: its token is read-only, so this job does not comment; "
+            "a workflow_run job can post the report from this run's artifact "
+            "(github-action/examples/fork-safe-comment.yml)"
+        )
+    return intended, ""
 
 
 def _bool(text: str) -> bool:
@@ -45,9 +114,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "action-gate",
         help="the GitHub Action's gate step: pytest, verdict, job summary, outputs",
-        description="Run pytest with the traceml-ci plugin, judge the head summaries against "
-        "BASELINE, append the report to $GITHUB_STEP_SUMMARY and write the step outputs "
-        "(verdict, report-path, summary-path, failed, comment-mode, ...) to $GITHUB_OUTPUT. "
+        description="Run pytest with the traceml-ci plugin, which compares each traced test with "
+        "BASELINE once and writes the session's comparison; take the verdict from it, append "
+        "its report to $GITHUB_STEP_SUMMARY and write the step outputs (verdict, report-path, "
+        "comparison-path, summary-path, failed, comment-mode, ...) to $GITHUB_OUTPUT. "
         "Exits 0 whatever the verdict; exit 2 on bad arguments.",
     )
     p.add_argument("--baseline", metavar="PATH", default="", help="the committed baseline set")
@@ -56,7 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pytest-args", metavar="ARGS", default="", help="pytest arguments (one string)"
     )
     p.add_argument(
-        "--comment", choices=("always", "on-regression", "never"), default="on-regression"
+        "--comment", choices=[c.value for c in CommentPolicy],
+        default=CommentPolicy.ON_REGRESSION.value,
     )
     p.add_argument("--fail-on-regression", type=_bool, default=True, metavar="BOOL")
     p.add_argument("--comment-id", metavar="ID", default="", help="marker id (default $GITHUB_JOB)")
@@ -66,12 +137,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.github.context import GitHubContext
-    from traceml_ci.github.gate_step import (
-        CommentPolicy,
-        comment_here,
-        decide_failure,
-        intended_comment,
-    )
     from traceml_ci.github.runner import annotation, write_outputs
     from traceml_ci.github.sticky import marker_id
 
@@ -88,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = Path(args.baseline) if args.baseline else None
 
     pytest_exit = _run_pytest(pytest_args, files, baseline, args)
-    verdict = _judge(files, baseline, args.tolerances, args.fail_on_regression, pytest_exit)
+    verdict = _judge(files, baseline, pytest_exit)
     failure = decide_failure(verdict, pytest_exit, args.fail_on_regression)
     intended = intended_comment(CommentPolicy(args.comment), verdict)
     mode, note = comment_here(intended, ctx)
@@ -133,45 +198,48 @@ def _run_pytest(
     pytest_args: list[str], files: _Files, baseline: Path | None, args: argparse.Namespace
 ) -> int:
     cmd = [sys.executable, "-m", "pytest", *pytest_args]
-    cmd += [f"--traceml-report={files.report}", f"--traceml-save={files.summaries}"]
-    if baseline is not None and args.fail_on_regression:
-        # Without it a regression cannot fail a test: the verdict comes from `diff` alone.
+    cmd += [f"--traceml-report={files.report}", f"--traceml-save={files.summaries}",
+            f"--traceml-comparison={files.comparison}"]
+    if baseline is not None:
         cmd.append(f"--traceml-baseline={baseline}")
+        if not args.fail_on_regression:
+            cmd.append("--traceml-report-only")  # compared and reported; no test fails on it
     if args.tolerances:
         cmd.append(f"--traceml-tolerances={args.tolerances}")
     print(f"traceml-ci: {shlex.join(cmd)}", flush=True)
     return subprocess.call(cmd)
 
 
-def _judge(
-    files: _Files, baseline: Path | None, tolerances: str, fail_on_regression: bool,
-    pytest_exit: int,
-) -> Verdict:  # fmt: skip
-    """The verdict; leaves a report in ``files.report`` whatever happened."""
-    from traceml_ci.github.gate_step import Verdict
-
+def _judge(files: _Files, baseline: Path | None, pytest_exit: int) -> Outcome:
+    """The step's verdict: the plugin's session comparison's, read back, never recomputed.
+    Leaves a report in ``files.report`` whatever happened."""
+    outcome: Outcome
     if not files.summaries.is_file():
-        verdict = Verdict.ERROR
+        outcome = NoVerdict.ERROR
         print(f"traceml-ci: pytest wrote no head summaries ({files.summaries})", file=sys.stderr)
     elif baseline is None or not baseline.is_file():
-        verdict = Verdict.NO_BASELINE
+        outcome = NoVerdict.NO_BASELINE
+        files.report.unlink(missing_ok=True)  # nothing was compared: say so, not "incomparable"
     else:
-        verdict = _diff_verdict(baseline, files.summaries, tolerances, files.comparison)
-        if not fail_on_regression or not files.report.is_file():
-            _diff(baseline, files.summaries, tolerances, files.report, "markdown")
+        outcome = _comparison_verdict(files.comparison)
     if not files.report.is_file():
-        text = _fallback_report(verdict, baseline, pytest_exit)
-        files.report.write_text(text, encoding="utf-8")
-    elif verdict is Verdict.NO_BASELINE:
-        text = files.report.read_text(encoding="utf-8")
-        if "--traceml-update-baseline" not in text:
-            text = text.rstrip("\n") + "\n\n" + _no_baseline_note(baseline) + "\n"
-            files.report.write_text(text, encoding="utf-8")
-    return verdict
+        files.report.write_text(_fallback_report(outcome, baseline, pytest_exit), encoding="utf-8")
+    return outcome
+
+
+def _comparison_verdict(path: Path) -> Outcome:
+    """The verdict of the plugin's ``--traceml-comparison`` file; ERROR when it has none."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return Verdict(doc["verdict"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
+        print(f"traceml-ci: the plugin's comparison {path} is {why}", file=sys.stderr)
+        return NoVerdict.ERROR
 
 
 def _write_meta(
-    path: Path, pr: int | None, job_id: str, mode: str, ctx: GitHubContext, verdict: Verdict
+    path: Path, pr: int | None, job_id: str, mode: str, ctx: GitHubContext, verdict: Outcome
 ) -> None:
     """comment.json: what `traceml-ci comment --meta` needs, here or in a workflow_run job."""
     meta = {"kind": META_KIND, "pr": pr, "marker": job_id, "mode": mode,
@@ -180,14 +248,14 @@ def _write_meta(
 
 
 def _append_summary(
-    path: str, report: Path, job_id: str, verdict: Verdict, pytest_exit: int, reason: str
+    path: str, report: Path, job_id: str, verdict: Outcome, pytest_exit: int, reason: str
 ) -> None:
+    from traceml_ci.gate.render import MARKER
     from traceml_ci.github.runner import append_step_summary
-    from traceml_ci.github.sticky import REPORT_MARKER
 
     body = report.read_text(encoding="utf-8")
-    if body.startswith(REPORT_MARKER):
-        body = body[len(REPORT_MARKER) :].lstrip("\n")
+    if body.startswith(MARKER):
+        body = body[len(MARKER) :].lstrip("\n")
     footer = f"<sub>traceml-ci · job `{job_id}` · verdict **{verdict.value}** · pytest exit "
     footer += f"{pytest_exit}" + (f" · {_md_code(reason)}" if reason else "") + "</sub>"
     append_step_summary(path, f"{body.rstrip()}\n\n{footer}\n")
@@ -207,27 +275,6 @@ def _out_dir(given: str, job_id: str) -> Path:
     return out
 
 
-def _diff(baseline: Path, head: Path, tolerances: str, output: Path, fmt: str) -> int:
-    """Run ``traceml-ci diff`` in-process (its contract is the CLI's); its exit code."""
-    from traceml_ci.cli.main import main
-
-    argv = ["diff", str(baseline), str(head), "--format", fmt, "--output", str(output)]
-    if tolerances:
-        argv += ["--tolerances", tolerances]
-    return main(argv)
-
-
-def _diff_verdict(baseline: Path, head: Path, tolerances: str, output: Path) -> Verdict:
-    from traceml_ci.github.gate_step import verdict_from_diff
-
-    code = _diff(baseline, head, tolerances, output, "json")
-    try:
-        doc = json.loads(output.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        doc = None
-    return verdict_from_diff(code, doc if isinstance(doc, dict) else None)
-
-
 def _md_code(text: str) -> str:
     return "`" + text.replace("`", "'") + "`"
 
@@ -241,34 +288,31 @@ def _no_baseline_note(baseline: Path | None) -> str:
     )
 
 
-def _fallback_report(verdict: Verdict, baseline: Path | None, pytest_exit: int) -> str:
-    from traceml_ci.github.gate_step import Verdict
-    from traceml_ci.github.sticky import REPORT_MARKER
+def _fallback_report(verdict: Outcome, baseline: Path | None, pytest_exit: int) -> str:
+    from traceml_ci.gate.render import MARKER
 
-    if verdict is Verdict.NO_BASELINE:
+    if verdict is NoVerdict.NO_BASELINE:
         text = f"**traceml-ci: no baseline yet.** {_no_baseline_note(baseline)}"
-    elif verdict is Verdict.ERROR:
+    elif verdict is NoVerdict.ERROR:
         text = (
             f"**traceml-ci: no verdict.** pytest exited {pytest_exit} and the head summaries "
             "could not be judged; see the job log."
         )
     else:
         text = f"**traceml-ci: {verdict.value}.**"
-    return f"{REPORT_MARKER}\n{text}\n"
+    return f"{MARKER}\n{text}\n"
 
 
 def _annotations(
-    verdict: Verdict, reason: str, baseline: Path | None, fail: bool, note: str
+    verdict: Outcome, reason: str, baseline: Path | None, fail: bool, note: str
 ) -> Iterator[tuple[str, str, str]]:
-    from traceml_ci.github.gate_step import Verdict
-
     title = "traceml-ci"
     if verdict is Verdict.REGRESSION:
         level = "error" if fail else "warning"
         yield level, "performance regression beyond tolerance: see the job summary", title
     elif verdict is Verdict.INCOMPARABLE:
         yield "warning", "base and head are not comparable (see the job summary)", title
-    elif verdict is Verdict.NO_BASELINE:
+    elif verdict is NoVerdict.NO_BASELINE:
         yield "notice", _no_baseline_note(baseline).replace("`", ""), title
     if reason and verdict is not Verdict.REGRESSION:
         yield "error", reason, title

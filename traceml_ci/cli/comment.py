@@ -7,11 +7,23 @@ import json
 import os
 import re
 import sys
+from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError, UsageError
 
 META_KIND = "traceml-ci/comment-meta"
+
+
+class CommentMode(str, Enum):
+    """What to do with this job's comment (``--mode``; the Action's gate step picks one)."""
+
+    UPSERT = "upsert"  # edit it, or create it if there is none
+    UPDATE = "update"  # only edit an earlier one: a fixed PR does not keep a stale table
+    SKIP = "skip"  # do nothing
+
+
+_MODES = tuple(m.value for m in CommentMode)
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -40,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--mode",
-        choices=("upsert", "update", "skip"),
+        choices=_MODES,
         help="upsert: create the comment if missing (default); update: only edit an existing "
         "one; skip: do nothing",
     )
@@ -71,6 +83,16 @@ def _read_body(path: str) -> str:
         raise InputError(path, "the comment body is not UTF-8 text") from None
 
 
+def _without_report_marker(report: str) -> str:
+    """The report less the gate's generic first-line marker: the job's own marker replaces it."""
+    from traceml_ci.gate.render import MARKER
+
+    lines = report.lstrip("\ufeff").splitlines()
+    if lines and lines[0].strip() == MARKER:
+        lines = lines[1:]
+    return "\n".join(lines)
+
+
 def _read_meta(path: str) -> dict[str, Any]:
     """The gate step's metadata; it may come from an untrusted run's artifact, so check it."""
     if os.path.islink(path):
@@ -87,7 +109,7 @@ def _read_meta(path: str) -> dict[str, Any]:
     pr, marker, mode = data.get("pr"), data.get("marker"), data.get("mode")
     if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0):
         raise InputError(path, f"pr {pr!r} is not a pull request number")
-    if not isinstance(marker, str) or mode not in ("upsert", "update", "skip"):
+    if not isinstance(marker, str) or mode not in _MODES:
         raise InputError(path, "needs a string marker and mode upsert, update or skip")
     return data
 
@@ -95,12 +117,12 @@ def _read_meta(path: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.github.client import GitHubClient
     from traceml_ci.github.context import GitHubContext
-    from traceml_ci.github.sticky import Mode, compose_body, marker_for, upsert_comment
+    from traceml_ci.github.sticky import compose_body, marker_for, upsert_comment
 
     ctx = GitHubContext.from_environ()
     meta = _read_meta(args.meta) if args.meta else {}
-    mode = args.mode or meta.get("mode") or "upsert"
-    if mode == "skip":
+    mode = CommentMode(args.mode or meta.get("mode") or CommentMode.UPSERT.value)
+    if mode is CommentMode.SKIP:
         print("traceml-ci: comment skipped (mode skip)")
         return 0
     if not ctx.token:
@@ -140,8 +162,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{str(expect)[:12]} (a newer push, or a PR number that does not match the run)"
             )
             return 0
-    body = compose_body(report.replace(ctx.token, "***"), marker)
-    result = upsert_comment(client, repo, number, body, marker, Mode(mode))
+    body = compose_body(_without_report_marker(report.replace(ctx.token, "***")), marker)
+    result = upsert_comment(client, repo, number, body, marker,
+                            create=mode is CommentMode.UPSERT)
     where = result.comment.html_url if result.comment and result.comment.html_url else ""
     ident = f" {result.comment.id}" if result.comment else ""
     print(f"traceml-ci: comment{ident} {result.outcome.value} on {repo}#{number} {where}".rstrip())

@@ -13,6 +13,7 @@ from traceml_ci.gate.compare import (
     Verdict,
     compare,
     compare_sets,
+    set_comparison,
 )
 from traceml_ci.gate.inputs import (
     BASELINE_SET_VERSION,
@@ -41,5 +42,6 @@ __all__ = [
     "render_json",
     "render_markdown",
     "render_text",
+    "set_comparison",
     "write_baseline_set",
 ]

@@ -675,12 +675,26 @@ def compare_sets(
     """Compare baseline sets key by key. Keys only in head are *added* (no baseline yet: fine);
     keys only in base are *removed* (a warning). Any regressed key makes a regression."""
     common = [k for k in base if k in head]
-    added = [k for k in head if k not in base]
-    removed = [k for k in base if k not in head]
     items = {
         k: compare(base[k], head[k], rules, allow_env_mismatch=allow_env_mismatch)
         for k in common
     }
+    added = [k for k in head if k not in base]
+    removed = [k for k in base if k not in head]
+    return set_comparison(items, added, removed, rules.source)
+
+
+def set_comparison(
+    items: Mapping[str, Comparison],
+    added: list[str],
+    removed: list[str],
+    rules_source: str = "defaults",
+    notes: list[str] | None = None,
+) -> SetComparison:
+    """A SetComparison from per-key comparisons already made (``compare_sets``, or the pytest
+    plugin, which compares each test as it finishes and must not compare it again).
+    ``notes``: extra reasons, listed last (e.g. baseline keys a test session did not run)."""
+    items = dict(items)
     reasons: list[str] = []
     verdicts = [c.verdict for c in items.values()]
     regressed = [k for k, c in items.items() if c.verdict is Verdict.REGRESSION]
@@ -701,4 +715,5 @@ def compare_sets(
         reasons.append(f"{len(added)} added (no baseline yet): " + _keys(added))
     if removed:
         reasons.append(f"{len(removed)} removed (in base, not in head): " + _keys(removed))
-    return SetComparison(verdict, items, added, removed, reasons, rules.source)
+    reasons += notes or []
+    return SetComparison(verdict, items, list(added), list(removed), reasons, rules_source)

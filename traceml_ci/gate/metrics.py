@@ -93,7 +93,7 @@ def _catalogue() -> tuple[Metric, ...]:
                higher_is_worse=False, env_dependent=True)
     )
     out.append(Metric("step_memory.diagnosis", Kind.LABEL, ("step_memory", "diagnosis"), ""))
-    for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb"):
+    for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "peak_job_rss_mb"):
         out.append(
             Metric(f"step_memory.{key}", Kind.MEMORY, ("step_memory", key), "MB",
                    env_dependent=True)

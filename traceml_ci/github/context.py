@@ -104,8 +104,3 @@ class GitHubContext:
         pr = self.event.get("pull_request") or {}
         sha = (pr.get("head") or {}).get("sha")
         return sha if isinstance(sha, str) else None
-
-    def run_url(self) -> str | None:
-        if self.repository and self.run_id:
-            return f"{self.server_url.rstrip('/')}/{self.repository}/actions/runs/{self.run_id}"
-        return None

@@ -10,27 +10,21 @@ from traceml_ci.github.client import CreateUncertain, GitHubClient, IssueComment
 
 #: GitHub refuses a comment body longer than this many characters.
 COMMENT_LIMIT = 65_536
-#: The marker ``traceml-ci diff --format markdown`` puts on its first line.
-REPORT_MARKER = "<!-- traceml-ci:report -->"
 TRIM_NOTE = (
     "\n\n> [!NOTE]\n> This report was cut to fit GitHub's 65,536-character comment limit; "
     "the whole report is in the job summary and the run's artifact."
 )
+#: After a create whose answer was lost, wait this long before looking for the comment it may
+#: have made (GitHub's list can lag a write by a moment).
+CREATE_RECHECK_DELAY_S = 2.0
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._/:@+=-]+")
-
-
-class Mode(str, Enum):
-    """``upsert`` creates the comment if there is none; ``update`` only edits an existing one."""
-
-    UPSERT = "upsert"
-    UPDATE = "update"
 
 
 class Outcome(str, Enum):
     CREATED = "created"
     UPDATED = "updated"
     UNCHANGED = "unchanged"
-    SKIPPED = "skipped"  # Mode.UPDATE and no earlier comment
+    SKIPPED = "skipped"  # create=False and no earlier comment
 
 
 @dataclass(frozen=True)
@@ -55,10 +49,8 @@ def gh_len(text: str) -> int:
 
 
 def compose_body(report: str, marker: str, limit: int = COMMENT_LIMIT) -> str:
-    """``marker`` as the first line, then the report (less its generic marker), trimmed to fit."""
+    """``marker`` as the first line, then the report, trimmed to fit."""
     lines = report.lstrip("\ufeff").splitlines()
-    if lines and lines[0].strip() == REPORT_MARKER:
-        lines = lines[1:]
     body = marker + "\n" + "\n".join(lines).strip("\n") + "\n"
     return body if gh_len(body) <= limit else _trim(body, limit)
 
@@ -106,17 +98,17 @@ def find_comment(client: GitHubClient, repo: str, number: int, marker: str) -> I
 
 
 def upsert_comment(
-    client: GitHubClient, repo: str, number: int, body: str, marker: str, mode: Mode = Mode.UPSERT
+    client: GitHubClient, repo: str, number: int, body: str, marker: str, *, create: bool = True
 ) -> Result:
-    """Edit this job's comment on pull request ``number``, or create it (``Mode.UPSERT``)."""
+    """Edit this job's comment on pull request ``number``, or create it if ``create``."""
     existing = find_comment(client, repo, number, marker)
     if existing is None:
-        if mode is Mode.UPDATE:
+        if not create:
             return Result(Outcome.SKIPPED, None)
         try:
             return Result(Outcome.CREATED, client.create_issue_comment(repo, number, body))
         except CreateUncertain:
-            client.sleep(2.0)
+            client.sleep(CREATE_RECHECK_DELAY_S)
             made = find_comment(client, repo, number, marker)  # did the failed create land?
             if made is not None:
                 return Result(Outcome.CREATED, made)

@@ -64,6 +64,8 @@ class RunRecord:
     #: (step number, RSS MB) samples taken at most every ~100 ms, after warmup.
     rss_samples: Sequence[tuple[int, float]] = ()
     peak_rss_mb: float | None = None
+    #: Peak RSS during the run above RSS at its start: its own memory (see StepMemory).
+    peak_job_rss_mb: float | None = None
     system_total_mb: float | None = None
     device_total_mb: float | None = None
     alloc_retries: int | None = None
@@ -243,6 +245,7 @@ def _step_memory(record: RunRecord, th: Thresholds) -> tuple[StepMemory, list]:
             peak_reserved_mb=peak_reserved,
             device_total_mb=record.device_total_mb,
             peak_rss_mb=record.peak_rss_mb,
+            peak_job_rss_mb=record.peak_job_rss_mb,
             growth_mb_per_1k_steps=None if slope is None else slope * 1000.0,
             growth_basis=basis,
             alloc_retries=record.alloc_retries,

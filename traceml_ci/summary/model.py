@@ -126,6 +126,10 @@ class StepMemory:
     alloc_retries: int | None
     ooms: int | None
     samples: int
+    #: Peak RSS while the tracer ran minus RSS when it started: the job's own host memory,
+    #: whatever ran before it in the same process (``peak_rss_mb`` is the process's lifetime
+    #: high-water mark). The pytest plugin gates this one.
+    peak_job_rss_mb: float | None = None
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,7 @@ class Tracer:
             memory_device=str(device) if device is not None else "cpu",
             rss_samples=rss_samples,
             peak_rss_mb=self.rss.peak_mb() if self.rss else None,
+            peak_job_rss_mb=self.rss.job_peak_mb() if self.rss else None,
             system_total_mb=system_total_mb(),
             device_total_mb=device_total,
             alloc_retries=retries,
