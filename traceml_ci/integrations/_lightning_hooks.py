@@ -70,7 +70,5 @@ class LightningHooks:
 
 def _forward_modules(pl_module: Any) -> tuple[Any, ...]:
     children = getattr(pl_module, "children", None)
-    subs = [
-        m for m in (children() if children else ()) if next(m.parameters(), None) is not None
-    ]
+    subs = [m for m in (children() if children else ()) if next(m.parameters(), None) is not None]
     return (pl_module, *subs)
