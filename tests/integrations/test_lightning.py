@@ -1,0 +1,78 @@
+"""The Lightning callback and zero-change ``traceml-ci run``, against a real lightning.Trainer
+with automatic optimization (forward and backward run inside ``optimizer.step(closure)``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integrations.conftest import load_summary
+from tests.integrations.spin import Stopwatch, assert_shares_match
+
+pytestmark = pytest.mark.integration
+
+pytest.importorskip("lightning")
+
+from tests.integrations import lightning_job as job  # noqa: E402  (needs lightning)
+from traceml_ci.integrations.lightning import TraceMLCallback  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def callback_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Stopwatch]:
+    """One fit() with the callback: its summary and the stopwatch of the same run."""
+    import torch
+
+    from traceml_ci.tracer import api
+
+    out = tmp_path_factory.mktemp("lightning") / "out"
+    watch = Stopwatch()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    api.stop()
+    try:
+        torch.manual_seed(0)
+        callback = TraceMLCallback(out_dir=out, warmup_steps=job.WARMUP, run_name="pl-mlp")
+        job.trainer([callback]).fit(job.SpinMLP(watch), job.loader(watch))
+        doc = load_summary(out)  # written at train end
+    finally:
+        api.stop()
+        torch.set_num_threads(threads)
+    return doc, watch
+
+
+def test_callback_traces_each_optimizer_step(callback_run: tuple[dict, Stopwatch]) -> None:
+    doc, watch = callback_run
+    st = doc["step_time"]
+    assert len(watch.step_ends) == job.STEPS
+    assert st["steps_total"] == job.STEPS
+    assert st["steps_analyzed"] == job.STEPS - job.WARMUP
+    assert doc["run"]["name"] == "pl-mlp"
+    assert doc["run"]["status"] == "completed"
+    assert st["throughput"]["batch_size"] == job.BATCH
+
+
+def test_callback_shares_within_2pp_of_a_stopwatch(callback_run: tuple[dict, Stopwatch]) -> None:
+    """Forward and backward run inside optimizer.step(closure): they must still count as
+    forward and backward, the optimizer only its own time (issue 9 item 1, a tracer fix)."""
+    doc, watch = callback_run
+    assert_shares_match(doc, watch)
+
+
+def test_zero_change_run_shares_within_2pp_of_a_stopwatch(tmp_path: Path) -> None:
+    """``traceml-ci run`` on a Lightning script that never imports traceml-ci."""
+    watch_path, out = tmp_path / "watch.json", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "traceml_ci", "run", "--out", str(out)]
+    cmd += ["--warmup-steps", str(job.WARMUP), job.__file__, str(watch_path)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = load_summary(out)
+    watch = Stopwatch.load(watch_path)
+    assert doc["run"]["mode"] == "zero-change"
+    assert doc["step_time"]["steps_total"] == job.STEPS
+    assert_shares_match(doc, watch)
