@@ -76,3 +76,30 @@ def test_zero_change_run_shares_within_2pp_of_a_stopwatch(tmp_path: Path) -> Non
     assert doc["run"]["mode"] == "zero-change"
     assert doc["step_time"]["steps_total"] == job.STEPS
     assert_shares_match(doc, watch)
+
+
+def test_accumulated_batches_make_one_step(tmp_path: Path) -> None:
+    """accumulate_grad_batches=2: a step per optimizer step, covering both batches."""
+    watch = Stopwatch()
+    callback = TraceMLCallback(out_dir=tmp_path, warmup_steps=0)
+    model = job.SpinMLP(watch, optimizer_ms=0.0)
+    job.trainer([callback], max_steps=4, accumulate_grad_batches=2).fit(
+        model, job.loader(watch, batches=8, item_ms=0.0)
+    )
+    st = load_summary(tmp_path)["step_time"]
+    assert len(watch.step_ends) == 4 and len(watch.events["forward"]) == 8
+    assert st["steps_total"] == 4
+    # Each step spans both batches: two forwards and two backwards.
+    assert st["step_ms"]["median"] >= 2 * (job.FORWARD_MS + job.BACKWARD_MS)
+
+
+def test_a_crash_in_training_step_writes_a_crashed_summary(tmp_path: Path) -> None:
+    watch = Stopwatch()
+    callback = TraceMLCallback(out_dir=tmp_path, warmup_steps=0)
+    model = job.SpinMLP(watch, optimizer_ms=0.0)
+    model.fail_at = 3
+    with pytest.raises(RuntimeError, match="boom"):
+        job.trainer([callback]).fit(model, job.loader(watch, batches=8, item_ms=0.0))
+    doc = load_summary(tmp_path)
+    assert doc["run"]["status"] == "crashed"
+    assert doc["step_time"]["steps_total"] == 3  # the step that raised is dropped
