@@ -1,7 +1,8 @@
 """A Lightning MLP with automatic optimization and known costs, for the Lightning tests.
 
-Run as a script (``traceml-ci run lightning_job.py WATCH.json``, with the repository on
-PYTHONPATH) it trains without any traceml-ci code and writes its stopwatch to WATCH.json.
+Run as a script (``traceml-ci run lightning_job.py WATCH.json [--callback]``, with the
+repository on PYTHONPATH) it trains -- without any traceml-ci code unless ``--callback`` -- and
+writes its stopwatch to WATCH.json.
 """
 
 from __future__ import annotations
@@ -87,13 +88,18 @@ def trainer(callbacks: list, max_steps: int = STEPS, **kwargs: Any) -> L.Trainer
     )
 
 
-def main(watch_path: str) -> None:
+def main(watch_path: str, callback: bool = False) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     watch = Stopwatch()
-    trainer([]).fit(SpinMLP(watch), loader(watch))
+    callbacks = []
+    if callback:
+        from traceml_ci.integrations.lightning import TraceMLCallback
+
+        callbacks.append(TraceMLCallback(out_dir="ignored: traceml-ci run --out wins"))
+    trainer(callbacks).fit(SpinMLP(watch), loader(watch))
     watch.dump(Path(watch_path))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], callback="--callback" in sys.argv[2:])

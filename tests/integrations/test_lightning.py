@@ -63,19 +63,32 @@ def test_callback_shares_within_2pp_of_a_stopwatch(callback_run: tuple[dict, Sto
     assert_shares_match(doc, watch)
 
 
-def test_zero_change_run_shares_within_2pp_of_a_stopwatch(tmp_path: Path) -> None:
-    """``traceml-ci run`` on a Lightning script that never imports traceml-ci."""
+def run_job(tmp_path: Path, *args: str) -> tuple[dict, Stopwatch]:
+    """``traceml-ci run lightning_job.py``: its summary and stopwatch."""
     watch_path, out = tmp_path / "watch.json", tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "traceml_ci", "run", "--out", str(out)]
-    cmd += ["--warmup-steps", str(job.WARMUP), job.__file__, str(watch_path)]
+    cmd += ["--warmup-steps", str(job.WARMUP), job.__file__, str(watch_path), *args]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    doc = load_summary(out)
-    watch = Stopwatch.load(watch_path)
+    return load_summary(out), Stopwatch.load(watch_path)
+
+
+def test_zero_change_run_shares_within_2pp_of_a_stopwatch(tmp_path: Path) -> None:
+    """``traceml-ci run`` on a Lightning script that never imports traceml-ci."""
+    doc, watch = run_job(tmp_path)
     assert doc["run"]["mode"] == "zero-change"
     assert doc["step_time"]["steps_total"] == job.STEPS
     assert_shares_match(doc, watch)
+
+
+def test_callback_under_traceml_ci_run_joins_its_tracer(tmp_path: Path) -> None:
+    """The callback uses the launcher's tracer: ``--out`` wins over the callback's out_dir, the
+    steps are the callback's (mode auto), and one summary is written."""
+    doc, watch = run_job(tmp_path, "--callback")
+    assert not (tmp_path / "ignored: traceml-ci run --out wins").exists()
+    assert doc["run"]["mode"] == "auto"
+    assert doc["step_time"]["steps_total"] == job.STEPS == len(watch.step_ends)
 
 
 def test_accumulated_batches_make_one_step(tmp_path: Path) -> None:
