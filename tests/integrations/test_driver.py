@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import REPO
 from tests.integrations.conftest import load_summary
 from traceml_ci.integrations._driver import StepDriver
 from traceml_ci.tracer import api
@@ -66,3 +69,25 @@ def test_a_crashed_step_is_dropped(tmp_path: Path) -> None:
     doc = load_summary(tmp_path)
     assert doc["run"]["status"] == "crashed"
     assert doc["step_time"]["steps_total"] == 2
+
+
+@pytest.mark.parametrize(
+    ("module", "package", "hint"),
+    [
+        ("hf", "transformers", "pip install 'traceml-ci[hf]'"),
+        ("lightning", "lightning", "pip install 'traceml-ci[lightning]'"),
+        ("pytorch_lightning", "pytorch_lightning", "pip install pytorch-lightning"),
+    ],
+)
+def test_a_callback_without_its_library_is_one_clear_import_error(
+    module: str, package: str, hint: str
+) -> None:
+    # The library made unimportable, as if not installed.
+    code = f"import sys; sys.modules[{package!r}] = None; import traceml_ci.integrations.{module}"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"ImportError: traceml_ci.integrations.{module} needs {package}: {hint}"
+    assert "During handling" not in proc.stderr  # no chained ModuleNotFoundError
