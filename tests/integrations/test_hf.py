@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import busy
 from tests.integrations.conftest import load_summary
 from tests.integrations.spin import (
     SpinDataset,
@@ -33,8 +34,6 @@ def tiny_bert(watch: Stopwatch) -> torch.nn.Module:
         # An explicit signature: the Trainer keeps only the columns forward() names.
         def forward(self, input_ids=None, attention_mask=None, labels=None):  # type: ignore[override]
             t0 = now()
-            from tests.conftest import busy
-
             busy(FORWARD_MS)
             out = super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
             out["loss"] = spin_backward(out["loss"], BACKWARD_MS)
