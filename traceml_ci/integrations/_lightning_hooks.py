@@ -37,6 +37,7 @@ class LightningHooks:
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":  # before configure_optimizers: the tracer sees the optimizer born
+            self._models = None  # this fit's module
             self.driver.start()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
