@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import busy
@@ -136,3 +138,33 @@ def test_samples_per_second_counts_every_micro_batch(
     true_samples_per_s = ACCUM * BATCH / watch.seconds_per_step(WARMUP)
     got = doc["step_time"]["throughput"]["samples_per_s"]
     assert got == pytest.approx(true_samples_per_s, rel=0.15)
+
+
+def test_trainer_building_its_own_optimizer(tmp_path: Path) -> None:
+    """The usual setup: the Trainer builds AdamW itself (after the callback started tracing)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    watch = Stopwatch()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        max_steps=4,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    Trainer(
+        model=tiny_bert(watch),
+        args=args,
+        train_dataset=SpinDataset(4 * BATCH, 0.0, item, watch),
+        data_collator=default_data_collator,
+        callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=0)],
+    ).train()
+    st = load_summary(tmp_path / "out")["step_time"]
+    assert st["steps_total"] == 4
+    assert st["phase_ms"]["optimizer"] > 0
+    assert st["phase_ms"]["forward"] >= FORWARD_MS
