@@ -159,7 +159,11 @@ class AutoPatches:
         ):
             self._fallback_hooks(optim_mod)
         for cls in classes:
-            wrap(optim_mod, cls)
+            # Only classes torch has hooked: the others are wrapped at their first
+            # Optimizer.__init__ (above). A subclass whose __init__ never runs it (accelerate's
+            # AcceleratedOptimizer) lacks the hook dicts torch's wrapper reads, and stays as is.
+            if getattr(cls.__dict__.get("step"), "hooked", False):
+                wrap(optim_mod, cls)
 
     def _fallback_hooks(self, optim_mod: Any) -> None:
         """A caller holding a class's step from before we wrapped it (an LR scheduler created

@@ -1,0 +1,171 @@
+"""Known costs for the framework tests, and an independent stopwatch around them.
+
+Busy-waits sit where each phase really runs -- the dataset's ``__getitem__`` (plus the
+collate), the model's forward, a custom autograd backward and an optimizer subclass's step --
+and a ``perf_counter`` stopwatch times each of those calls whole in the same run (backward: the
+call that runs it, e.g. ``accelerator.backward``). The truth for a
+phase is its exclusive time (an optimizer step that runs forward and backward in its closure
+counts only its own time), as a share of the wall time between optimizer steps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tests.conftest import busy
+from traceml_ci.summary.stats import tukey_keep_mask
+
+PHASES = ("dataloader", "forward", "backward", "optimizer")
+now = time.perf_counter
+
+
+class Stopwatch:
+    """Intervals per phase and the end of every optimizer step, in perf_counter seconds."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[tuple[float, float]]] = {p: [] for p in PHASES}
+        self.step_ends: list[float] = []
+
+    def add(self, phase: str, t0: float, t1: float) -> None:
+        self.events[phase].append((t0, t1))
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps({"events": self.events, "step_ends": self.step_ends}))
+
+    @classmethod
+    def load(cls, path: Path) -> Stopwatch:
+        doc = json.loads(path.read_text())
+        watch = cls()
+        watch.events = {p: [tuple(e) for e in doc["events"][p]] for p in PHASES}
+        watch.step_ends = doc["step_ends"]
+        return watch
+
+    def exclusive(self) -> list[tuple[str, float, float]]:
+        """Every interval as (phase, end, exclusive seconds): nested intervals of other phases
+        (forward and backward inside an optimizer closure) are taken out of the outer one."""
+        flat = sorted((t0, t1, p) for p in PHASES for t0, t1 in self.events[p])
+        out = []
+        for t0, t1, p in flat:
+            inner = sum(b - a for a, b, q in flat if q != p and t0 < a and b < t1)
+            out.append((p, t1, (t1 - t0) - inner))
+        return out
+
+    def shares(self, warmup: int) -> dict[str, float]:
+        """Percent of wall time per phase over the steps after ``warmup``; a step runs from the
+        end of the previous optimizer step to the end of its own. Far outlier steps are left
+        out, by the rule the tracer uses."""
+        ends = self.step_ends
+        assert len(ends) > warmup + 2, f"only {len(ends)} optimizer steps"
+        windows = list(zip(ends[warmup - 1 : -1], ends[warmup:], strict=True))
+        per = [dict.fromkeys(PHASES, 0.0) for _ in windows]
+        for p, t1, secs in self.exclusive():
+            for i, (a, b) in enumerate(windows):
+                if a < t1 <= b:
+                    per[i][p] += secs
+                    break
+        walls = [b - a for a, b in windows]
+        keep = tukey_keep_mask(walls, 3.0)
+        wall = sum(w for w, k in zip(walls, keep, strict=True) if k)
+        return {
+            p: 100.0 * sum(s[p] for s, k in zip(per, keep, strict=True) if k) / wall for p in PHASES
+        }
+
+    def seconds_per_step(self, warmup: int) -> float:
+        ends = self.step_ends
+        return (ends[-1] - ends[warmup - 1]) / (len(ends) - warmup)
+
+
+class SpinDataset(torch.utils.data.Dataset):
+    """Each item costs ``item_ms``; ``make(i)`` builds it."""
+
+    def __init__(self, n: int, item_ms: float, make: Any, watch: Stopwatch) -> None:
+        self.n, self.item_ms, self.make, self.watch = n, item_ms, make, watch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        t0 = now()
+        busy(self.item_ms)
+        item = self.make(i)
+        self.watch.add("dataloader", t0, now())
+        return item
+
+
+def timed_collate(collate: Any, watch: Stopwatch) -> Any:
+    """The collate is part of the DataLoader's ``next()``: timed as dataloader too."""
+
+    def run(items: list) -> Any:
+        t0 = now()
+        batch = collate(items)
+        watch.add("dataloader", t0, now())
+        return batch
+
+    return run
+
+
+class _SpinBackward(torch.autograd.Function):
+    """Identity on the loss whose backward spins: a known cost inside the autograd engine."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: torch.Tensor, ms: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.ms = ms
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
+        busy(ctx.ms)
+        return grad, None
+
+
+def spin_backward(loss: torch.Tensor, ms: float) -> torch.Tensor:
+    """``loss`` unchanged; its backward costs ``ms`` more."""
+    return _SpinBackward.apply(loss, ms)
+
+
+def timed(fn: Any, phase: str, watch: Stopwatch) -> Any:
+    """``fn``, each call timed whole as ``phase`` (e.g. the framework's backward call)."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        t0 = now()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            watch.add(phase, t0, now())
+
+    return run
+
+
+def spin_optimizer(base: type, ms: float, watch: Stopwatch) -> type:
+    """A subclass of optimizer class ``base`` whose ``step`` costs ``ms`` more, timed whole
+    (a closure it runs included; ``Stopwatch.exclusive`` takes nested phases out)."""
+
+    class Spin(base):  # type: ignore[misc, valid-type]
+        def step(self, closure: Any = None) -> Any:
+            t0 = now()
+            busy(ms)
+            result = super().step(closure)
+            t1 = now()
+            watch.add("optimizer", t0, t1)
+            watch.step_ends.append(t1)
+            return result
+
+    Spin.__name__ = f"Spin{base.__name__}"
+    return Spin
+
+
+def assert_shares_match(doc: dict, watch: Stopwatch, tolerance_pp: float = 2.0) -> None:
+    """Each phase's share in the summary within ``tolerance_pp`` of the stopwatch's."""
+    st = doc["step_time"]
+    truth = watch.shares(st["warmup_steps"])
+    got = {p: st[f"{p}_pct"] for p in PHASES}
+    off = {p: round(got[p] - truth[p], 2) for p in PHASES}
+    print(f"traceml {got}\nstopwatch { {p: round(v, 2) for p, v in truth.items()} }")  # with -s
+    assert all(abs(d) <= tolerance_pp for d in off.values()), (
+        f"traceml {got} vs stopwatch {truth}: off by {off} pp"
+    )

@@ -1,0 +1,170 @@
+"""The Hugging Face Trainer callback, against a real Trainer with a tiny model built from config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import busy
+from tests.integrations.conftest import load_summary
+from tests.integrations.spin import (
+    SpinDataset,
+    Stopwatch,
+    assert_shares_match,
+    now,
+    spin_backward,
+    spin_optimizer,
+    timed,
+    timed_collate,
+)
+
+pytestmark = pytest.mark.integration
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+BATCH, ACCUM, STEPS, WARMUP = 4, 4, 20, 5
+# Known costs (ms): per item, per micro-batch forward and backward, per optimizer step.
+ITEM_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS = 0.6, 1.5, 1.5, 8.0
+
+
+def tiny_bert(watch: Stopwatch) -> torch.nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    class SpinBert(BertForSequenceClassification):
+        # An explicit signature: the Trainer keeps only the columns forward() names.
+        def forward(self, input_ids=None, attention_mask=None, labels=None):  # type: ignore[override]
+            t0 = now()
+            busy(FORWARD_MS)
+            out = super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+            out["loss"] = spin_backward(out["loss"], BACKWARD_MS)
+            watch.add("forward", t0, now())
+            return out
+
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
+    torch.manual_seed(0)
+    return SpinBert(config)
+
+
+def item(i: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    return {
+        "input_ids": torch.randint(0, 64, (16,), generator=g),
+        "attention_mask": torch.ones(16, dtype=torch.long),
+        "labels": torch.tensor(i % 2),
+    }
+
+
+@pytest.fixture(scope="module")
+def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Stopwatch]:
+    """One real Trainer run, gradient_accumulation_steps=4, with the callback: its summary and
+    the stopwatch of the same run."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+    from traceml_ci.tracer import api
+
+    tmp_path = tmp_path_factory.mktemp("hf")
+    watch = Stopwatch()
+    model = tiny_bert(watch)
+    optimizer = spin_optimizer(torch.optim.AdamW, OPTIMIZER_MS, watch)(model.parameters(), lr=1e-3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        max_steps=STEPS,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    api.stop()
+    try:
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=SpinDataset(STEPS * ACCUM * BATCH, ITEM_MS, item, watch),
+            data_collator=timed_collate(default_data_collator, watch),
+            optimizers=(optimizer, None),
+            callbacks=[TraceMLCallback(out_dir=out, warmup_steps=WARMUP, run_name="hf-accum")],
+        )
+        # The stopwatch's backward: the whole call the Trainer makes to run it.
+        trainer.accelerator.backward = timed(trainer.accelerator.backward, "backward", watch)
+        trainer.train()
+        doc = load_summary(out)  # written at train end, not at exit
+    finally:
+        api.stop()
+        torch.set_num_threads(threads)
+    return doc, watch
+
+
+def test_one_step_per_optimizer_step(accumulated_run: tuple[dict, Stopwatch]) -> None:
+    doc, watch = accumulated_run
+    st = doc["step_time"]
+    assert len(watch.step_ends) == STEPS
+    assert len(watch.events["forward"]) == STEPS * ACCUM
+    assert st["steps_total"] == STEPS
+    assert st["steps_analyzed"] == STEPS - WARMUP
+    assert doc["run"]["name"] == "hf-accum"
+    assert doc["run"]["mode"] == "auto"
+    assert doc["run"]["status"] == "completed"
+
+
+def test_shares_within_2pp_of_a_stopwatch(accumulated_run: tuple[dict, Stopwatch]) -> None:
+    doc, watch = accumulated_run
+    assert_shares_match(doc, watch)
+
+
+def test_samples_per_second_counts_every_micro_batch(
+    accumulated_run: tuple[dict, Stopwatch],
+) -> None:
+    """Samples per optimizer step = the 4 micro-batches (issue 9, item 3: a tracer fix)."""
+    doc, watch = accumulated_run
+    true_samples_per_s = ACCUM * BATCH / watch.seconds_per_step(WARMUP)
+    got = doc["step_time"]["throughput"]["samples_per_s"]
+    assert got == pytest.approx(true_samples_per_s, rel=0.15)
+
+
+def test_trainer_building_its_own_optimizer(tmp_path: Path) -> None:
+    """The usual setup: the Trainer builds AdamW itself (after the callback started tracing)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    watch = Stopwatch()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        max_steps=4,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    Trainer(
+        model=tiny_bert(watch),
+        args=args,
+        train_dataset=SpinDataset(4 * BATCH, 0.0, item, watch),
+        data_collator=default_data_collator,
+        callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=0)],
+    ).train()
+    st = load_summary(tmp_path / "out")["step_time"]
+    assert st["steps_total"] == 4
+    assert st["phase_ms"]["optimizer"] > 0
+    assert st["phase_ms"]["forward"] >= FORWARD_MS

@@ -1,0 +1,1 @@
+"""Framework callbacks: Hugging Face ``Trainer`` (``.hf``) and Lightning (``.lightning``)."""

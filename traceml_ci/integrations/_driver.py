@@ -1,0 +1,105 @@
+"""What every framework callback does: join or start the tracer, open and close steps, finish."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceml_ci.summary.model import RunStatus
+from traceml_ci.summary.thresholds import Thresholds
+from traceml_ci.tracer import api
+
+
+def _warn(message: str) -> None:
+    try:
+        sys.stderr.write(f"traceml-ci: warning: {message}\n")
+    except Exception:  # pragma: no cover
+        pass
+
+
+class StepDriver:
+    """Drives ``trace_step`` from a framework's hooks instead of a ``with`` block.
+
+    A callback cannot wrap the loop body, so it enters the step's scope in one hook and exits it
+    in another. Everything else (phases, clocks, the summary) is the tracer's auto mode: the
+    callback only says where a step begins and ends and which model's forward is the forward.
+    Like the tracer, it never raises into the training loop.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path | None = None,
+        run_name: str | None = None,
+        warmup_steps: int | None = None,
+        batch_size: int | None = None,
+        thresholds: Thresholds | None = None,
+    ) -> None:
+        self.options: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "out_dir": out_dir,
+                "run_name": run_name,
+                "warmup_steps": warmup_steps,
+                "batch_size": batch_size,
+                "thresholds": thresholds,
+            }.items()
+            if v is not None
+        }
+        self.scope: Any = None
+        self._broken = False
+
+    @property
+    def in_step(self) -> bool:
+        return self.scope is not None
+
+    def start(self) -> None:
+        """Join the process's tracer (``traceml-ci run``, or the script's own ``init()``), or
+        start one with this callback's options. Call it before the optimizer is built: the
+        tracer then times its steps without torch's global hooks."""
+        try:
+            tracer = api.current()
+            if tracer is None or tracer.summary is not None:
+                api.init(**self.options)
+            elif self.options and not tracer.store.steps_total:
+                api.init(**self.options)  # not yet recording: the callback's options apply
+        except Exception as exc:
+            self._fail(exc)
+
+    def open(self, models: tuple[Any, ...]) -> None:
+        """A step begins; ``models``: whose outermost forward is the forward phase."""
+        if self.scope is not None or self._broken:
+            return
+        try:
+            scope = api.trace_step(*models)
+            scope.__enter__()
+            self.scope = scope
+        except Exception as exc:
+            self._fail(exc)
+
+    def close(self, ok: bool = True) -> None:
+        """The step ends; ``ok=False`` drops it (the training loop raised)."""
+        scope, self.scope = self.scope, None
+        if scope is None:
+            return
+        try:
+            if ok:
+                scope.__exit__(None, None, None)
+            else:
+                scope.__exit__(RuntimeError, None, None)
+        except Exception as exc:
+            self._fail(exc)
+
+    def finish(self, status: RunStatus | None = None) -> Path | None:
+        """Close an open step and write the summary (``<out_dir>/final_summary.json``)."""
+        self.close(ok=status in (None, RunStatus.COMPLETED))
+        try:
+            return api.finish(status)
+        except Exception as exc:
+            self._fail(exc)
+            return None
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self._broken:
+            self._broken = True
+            _warn(f"the training callback stopped tracing ({exc!r}); training goes on")

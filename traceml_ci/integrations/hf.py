@@ -1,0 +1,56 @@
+"""Hugging Face ``transformers.Trainer`` callback: each optimizer step traced as one step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+try:
+    from transformers import TrainerCallback
+except ImportError:
+    raise ImportError(
+        "traceml_ci.integrations.hf needs transformers: pip install 'traceml-ci[hf]'"
+    ) from None
+
+from traceml_ci.integrations._driver import StepDriver
+from traceml_ci.summary.thresholds import Thresholds
+
+
+class TraceMLCallback(TrainerCallback):
+    """``Trainer(..., callbacks=[TraceMLCallback()])``: writes ``final_summary.json`` when
+    training ends.
+
+    A step is one optimizer step: with ``gradient_accumulation_steps=N`` it covers the N
+    micro-batches (their fetches, forwards and backwards) and the optimizer step. The phases are
+    the tracer's auto mode: the DataLoader's ``next()``, the model's outermost forward,
+    ``backward()`` and ``optimizer.step()``; clipping, logging and the LR scheduler are
+    ``other``. Keywords are ``traceml_ci.init``'s; under ``traceml-ci run`` its flags win.
+    """
+
+    def __init__(
+        self,
+        *,
+        out_dir: str | Path | None = None,
+        run_name: str | None = None,
+        warmup_steps: int | None = None,
+        batch_size: int | None = None,
+        thresholds: Thresholds | None = None,
+    ) -> None:
+        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds)
+
+    # Started at the Trainer's construction when possible: before the optimizer exists.
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.driver.start()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.driver.start()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model = kwargs.get("model")
+        self.driver.open((model,) if model is not None else ())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.driver.close()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.driver.finish()
