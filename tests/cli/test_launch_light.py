@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from traceml_ci.errors import ExitCode
 from tests.conftest import FIXTURES
+from traceml_ci.errors import ExitCode
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer.fallback import write_fallback_summary
 
