@@ -89,7 +89,8 @@ def test_a_second_process_cannot_clobber_a_finished_summary(tmp_path) -> None:
         kill_group(late)
     assert (out / "final_summary.json").read_bytes() == written  # A's, untouched
     own = out / f"pid-{late.pid}" / "final_summary.json"
-    assert err.strip() == (
+    # (late.py records no steps: the tracer's manual-mode warning may come first)
+    assert err.strip().splitlines()[-1] == (
         f"traceml-ci: another process wrote {out / 'final_summary.json'} during this run; "
         f"this one's summary went to {own}"
     )
