@@ -49,10 +49,9 @@ def test_a_heavy_test_before_does_not_move_a_traced_tests_memory(smoke: SmokePro
     result.assert_outcomes(passed=5)
     mem = {k: s["step_memory"] for k, s in json.loads(save.read_text())["summaries"].items()}
     before, after = mem["before"], mem["after"]
-    # The heavy test really did move the process's memory (its lifetime peak before the traced
-    # test may already include a transient of the start-up: half the heavy test at least) ...
-    assert after["peak_rss_mb"] - before["peak_rss_mb"] >= 0.5 * HEAVY_MB, mem
-    # ... but not the traced test's own: the same body uses the same memory either way.
+    # The heavy test keeps HEAVY_MB alive across the traced test after it (the process's
+    # lifetime peak is no contrast to assert: in a loaded suite start-up transients can exceed
+    # it); the traced test's own figure does not move: the same body uses the same memory.
     assert abs(after["peak_job_rss_mb"] - before["peak_job_rss_mb"]) <= 20, mem
     assert 0 <= before["peak_job_rss_mb"] < 0.5 * HEAVY_MB
 

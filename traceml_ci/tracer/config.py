@@ -16,10 +16,6 @@ from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 MODES = ("auto", "manual")
 
-#: Environment variables (set by `traceml-ci run` for the traced script, or by users).
-ENV_RUN_NAME = "TRACEML_CI_RUN_NAME"
-ENV_WARMUP = "TRACEML_CI_WARMUP_STEPS"
-
 
 @dataclass
 class TracerConfig:
@@ -50,13 +46,3 @@ class TracerConfig:
         name = SUMMARY_FILENAME if rank == 0 else f"final_summary.rank{rank}.json"
         return self.out_dir / name
 
-
-def env_defaults() -> dict[str, object]:
-    """init() defaults taken from the environment."""
-    out: dict[str, object] = {}
-    if os.environ.get(ENV_RUN_NAME):
-        out["run_name"] = os.environ[ENV_RUN_NAME]
-    warm = os.environ.get(ENV_WARMUP)
-    if warm and warm.isdigit():
-        out["warmup_steps"] = int(warm)
-    return out
