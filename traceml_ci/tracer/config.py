@@ -45,4 +45,3 @@ class TracerConfig:
         rank = int(os.environ.get("RANK", "0") or 0)
         name = SUMMARY_FILENAME if rank == 0 else f"final_summary.rank{rank}.json"
         return self.out_dir / name
-
