@@ -168,20 +168,14 @@ def _first_reason(comparison: Any) -> str:
 
 def _brief(head: dict[str, Any], base: dict[str, Any] | None = None) -> str:
     """``COMPUTE_BOUND, step 3.81 ms (base 3.90 ms)`` -- one line for the terminal summary."""
-    st = head.get("step_time") or {}
-    text = str(st.get("diagnosis", "?"))
-    ms = _step_ms(head)
+    from traceml_ci.summary.view import SummaryView
+
+    view = SummaryView(head)
+    text = view.text(("step_time", "diagnosis")) or "?"
+    ms = view.step_ms()
     if ms is not None:
         text += f", step {ms:.3g} ms"
-        b = _step_ms(base) if base is not None else None
+        b = SummaryView(base).step_ms() if base is not None else None
         if b is not None:
             text += f" (base {b:.3g} ms)"
     return text
-
-
-def _step_ms(doc: dict[str, Any]) -> float | None:
-    try:
-        value = doc["step_time"]["step_ms"]["median"]
-    except (KeyError, TypeError):
-        return None
-    return float(value) if isinstance(value, (int, float)) else None

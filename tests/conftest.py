@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
-#: Real summaries from other tools (TraceML 0.5.0), copied in: a plain clone has no sibling folder to read them from.
+#: Real summaries from other tools (TraceML 0.5.0), copied into the repository.
 FIXTURES = REPO / "tests" / "data"
 
 
