@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from tests.conftest import busy
+from tests.tracer.loops import BusyBackward
 from traceml_ci.summary.stats import tukey_keep_mask
 
 PHASES = ("dataloader", "forward", "backward", "optimizer")
@@ -109,23 +110,9 @@ def timed_collate(collate: Any, watch: Stopwatch) -> Any:
     return run
 
 
-class _SpinBackward(torch.autograd.Function):
-    """Identity on the loss whose backward spins: a known cost inside the autograd engine."""
-
-    @staticmethod
-    def forward(ctx: Any, loss: torch.Tensor, ms: float) -> torch.Tensor:  # type: ignore[override]
-        ctx.ms = ms
-        return loss.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
-        busy(ctx.ms)
-        return grad, None
-
-
 def spin_backward(loss: torch.Tensor, ms: float) -> torch.Tensor:
     """``loss`` unchanged; its backward costs ``ms`` more."""
-    return _SpinBackward.apply(loss, ms)
+    return BusyBackward.apply(loss, ms)
 
 
 def timed(fn: Any, phase: str, watch: Stopwatch) -> Any:

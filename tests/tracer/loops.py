@@ -38,7 +38,9 @@ def busy_loader(batches: int, batch_ms: float, batch_size: int = 4) -> DataLoade
     return DataLoader(BusyDataset(batches * batch_size), batch_size=batch_size, collate_fn=collate)
 
 
-class _BusyBackward(torch.autograd.Function):
+class BusyBackward(torch.autograd.Function):
+    """Identity whose backward spins: a known cost inside the autograd engine."""
+
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:  # type: ignore[override]
         ctx.ms = ms
@@ -61,7 +63,7 @@ class BusyModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         busy(self.forward_ms)
-        return _BusyBackward.apply(self.lin(x), self.backward_ms)
+        return BusyBackward.apply(self.lin(x), self.backward_ms)
 
 
 class BusySGD(torch.optim.SGD):
