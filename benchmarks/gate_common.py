@@ -133,5 +133,56 @@ def judge_combined(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, An
     return _judge_list(list(itertools.product(bs, hs)))
 
 
+def judge_sequential(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, Any]] | None,
+                     baseline_runs: int = 3, max_reruns: int = 2, limit: int = 40,
+                     rules: Any = None) -> dict[str, Any]:
+    """The pytest plugin's policy, run on recorded summaries: a baseline of ``baseline_runs``
+    runs combined (``--traceml-baseline-runs``); the head's first run judged, re-run while it
+    regresses or comes close (``traceml_ci.gate.confirm``, the same function the plugin calls),
+    up to ``max_reruns`` times. Up to ``limit`` baseline groups × ``limit`` orders of head runs
+    (with ``heads`` None: head runs drawn from the base runs outside the baseline group).
+    Returns verdict counts (``pairs``: head jobs judged) and the mean runs per head job."""
+    import random
+
+    from traceml_ci.gate import DEFAULT_RULES, Verdict, compare
+    from traceml_ci.gate.confirm import confirm, worth_confirming
+    from traceml_ci.summary.repeats import combine_repeats
+
+    rules = rules or DEFAULT_RULES
+    verdicts: Counter[str] = Counter()
+    runs = jobs = 0
+    rng = random.Random(2)
+    for group in combined_groups(bases, baseline_runs, limit):
+        base = combine_repeats([bases[i] for i in group])
+        pool = ([d for i, d in enumerate(bases) if i not in group] if heads is None
+                else list(heads))
+        depth = min(1 + max_reruns, len(pool))
+        orders = list(itertools.permutations(range(len(pool)), depth))
+        rng.shuffle(orders)
+        for order in orders[:limit]:
+            seq = [pool[i] for i in order]
+            made = [seq[0]]
+
+            def rerun(seq: list[dict[str, Any]] = seq, made: list[dict[str, Any]] = made
+                      ) -> dict[str, Any]:
+                made.append(seq[len(made)])
+                return made[-1]
+
+            def judge(docs: Sequence[dict[str, Any]], base: dict[str, Any] = base
+                      ) -> tuple[Any, dict[str, Any]]:
+                head = combine_repeats(docs) if len(docs) > 1 else dict(docs[0])
+                return compare(base, head, rules), head
+
+            done = confirm(made[:1], judge,
+                           regressed=lambda j: j[0].verdict is Verdict.REGRESSION,
+                           suspect=lambda j, base=base: worth_confirming(j[0], base, j[1]),
+                           rerun=rerun, max_reruns=depth - 1)
+            verdicts[done.result[0].verdict.value] += 1
+            runs += len(done.docs)
+            jobs += 1
+    return {"pairs": jobs, "verdicts": dict(verdicts), "regressed": {},
+            "runs_per_job": runs / jobs if jobs else 0.0}
+
+
 def pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "n/a"

@@ -9,7 +9,10 @@ slows the forward (``--forward-ms``). Every (base, head) pair is diffed at the d
 detection rate = share of pairs with a ``regression`` verdict. Target: >= 99% at 8 pp or more.
 The measured shift (median head share - median base share) is reported beside the target.
 ``--repeats R`` also judges every pair of R-run combinations (``traceml-ci combine``) of the
-same runs: what a CI job running the smoke test R times a side would see.
+same runs: what a CI job running the smoke test R times a side would see. "plugin policy" is
+the pytest plugin's default (``gate_common.judge_sequential``): a baseline of 3 runs combined,
+the head's first run judged and re-run, up to 2 more, while it regresses or comes close --
+with the runs it took per head job.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gate_common import judge_combined, judge_pairs, pct, run_many  # noqa: E402
+from gate_common import (  # noqa: E402
+    judge_combined,
+    judge_pairs,
+    judge_sequential,
+    pct,
+    run_many,
+)
 
 JOB = Path(__file__).resolve().parent / "gate_job.py"
 SHIFTS_PP = (2.0, 4.0, 8.0, 12.0)
@@ -76,23 +85,33 @@ def main() -> int:
         caught = res["verdicts"].get("regression", 0)
         on_metric = res["regressed"].get(f"step_time.{phase}_pct", 0)
         comb = judge_combined(bases, heads, args.repeats)
+        policy = judge_sequential(bases, heads)
         rows.append({"phase": phase, "target_pp": target, "inject": inject,
                      "measured_pp": round(measured, 2), "pairs": res["pairs"],
                      "detected": caught, "rate": caught / res["pairs"],
                      "flagged_on_the_phase_share": on_metric, "verdicts": res["verdicts"],
                      "combined_pairs": comb["pairs"],
-                     "combined_detected": comb["verdicts"].get("regression", 0)})
+                     "combined_detected": comb["verdicts"].get("regression", 0),
+                     "policy_jobs": policy["pairs"],
+                     "policy_detected": policy["verdicts"].get("regression", 0),
+                     "policy_runs_per_job": round(policy["runs_per_job"], 2)})
     r_n = args.repeats
     null_c = judge_combined(bases, None, r_n)
     print(f"base vs base, {r_n} runs combined per side: regression "
           f"{pct(null_c['verdicts'].get('regression', 0), null_c['pairs'])} of {null_c['pairs']}")
+    null_p = judge_sequential(bases, None)
+    print(f"base vs base, plugin policy: regression "
+          f"{pct(null_p['verdicts'].get('regression', 0), null_p['pairs'])} of {null_p['pairs']}"
+          f", {null_p['runs_per_job']:.2f} runs per job")
     print(f"\n{'shift':<22} {'measured':>9} {'pairs':>6} {'detected':>9}  share row regressed"
-          f"  | x{r_n} combined: pairs detected")
+          f"  | x{r_n} combined: pairs detected | plugin policy: jobs detected runs/job")
     for r in rows:
         print(f"{r['phase']:>10} +{r['target_pp']:>4g} pp    {r['measured_pp']:>+7.2f}pp "
               f"{r['pairs']:>6} {pct(r['detected'], r['pairs']):>9}  "
               f"{pct(r['flagged_on_the_phase_share'], r['pairs']):>19}  | "
-              f"{r['combined_pairs']:>6} {pct(r['combined_detected'], r['combined_pairs']):>8}")
+              f"{r['combined_pairs']:>6} {pct(r['combined_detected'], r['combined_pairs']):>8} | "
+              f"{r['policy_jobs']:>5} {pct(r['policy_detected'], r['policy_jobs']):>8} "
+              f"{r['policy_runs_per_job']:>5.2f}")
     print(f"summaries in {root}")
     if args.json:
         args.json.write_text(json.dumps({"base_step_ms": step, "null": null, "series": rows},

@@ -17,7 +17,9 @@ rule off and with the contention guard off, to show what each buys. Each run's m
 runqueue wait (``run.contention``) is summarised per group. ``--keep DIR`` keeps the
 summaries and reuses any already there, so a second run only re-judges. ``--repeats R`` also
 judges disjoint R-run combinations (``traceml-ci combine``) of the quiet runs against each
-other, and of quiet bases against loaded heads.
+other, and of quiet bases against loaded heads. "plugin policy" is what the pytest plugin
+does by default: a baseline of 3 quiet runs combined, the head's first run judged and re-run
+(up to 2 more) while it regresses or comes close -- with its runs per job (the CI cost).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from gate_common import (  # noqa: E402
     REPO,
     judge_combined,
     judge_pairs,
+    judge_sequential,
     pct,
     run_many,
     runqueue_waits,
@@ -55,7 +58,9 @@ def _without_contention(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _line(what: str, res: dict[str, Any]) -> tuple[int, int]:
     n, reg = res["pairs"], res["verdicts"].get("regression", 0)
     warn = res["verdicts"].get("warn", 0)
-    print(f"  {what}: regression (false alarm) {reg}/{n} = {pct(reg, n)}, warn {pct(warn, n)}")
+    cost = f", {res['runs_per_job']:.2f} runs per job" if "runs_per_job" in res else ""
+    print(f"  {what}: regression (false alarm) {reg}/{n} = {pct(reg, n)}, warn {pct(warn, n)}"
+          f"{cost}")
     if res["regressed"]:
         print(f"    metrics that regressed: {res['regressed']}")
     return reg, n
@@ -98,6 +103,10 @@ def main() -> int:
                 quiet, _without_contention(loaded))
             groups["all"] = judge_pairs(quiet + loaded)
         groups["quiet, noise rule off"] = judge_pairs(quiet, rules=no_noise)
+        # The pytest plugin's policy: a 3-run baseline, the head re-run when it comes close.
+        groups["quiet, plugin policy"] = judge_sequential(quiet, None)
+        if loaded:
+            groups["loaded head, plugin policy"] = judge_sequential(quiet, loaded)
         for r in args.repeats:
             if 2 * r <= len(quiet):
                 groups[f"quiet, {r} runs combined per side"] = judge_combined(quiet, None, r)

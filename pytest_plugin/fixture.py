@@ -103,7 +103,7 @@ class TraceML:
                 pytest.fail(failure, pytrace=False)
             return docs[-1]
 
-        for _ in range(state.options.repeats):
+        for _ in range(state.options.runs_per_test):
             run_once()
         # A regression is confirmed by running the script again (--traceml-confirm).
         result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs, rerun=run_once)

@@ -3,8 +3,9 @@ record the result, and fail the test when the result says so.
 
 A regression is a result: the comparison comes back from the gate as data, and only here is it
 turned into a test failure, with the diff table and how to accept the change. Before that, a
-regression is confirmed (``--traceml-confirm``): the job runs again, up to K more times, and
-fails only if all its runs combined still regress (docs/pytest-plugin.md, "Confirmation").
+regression -- or a result that came close -- is confirmed (``--traceml-confirm``): the job runs
+again, up to K more times, and fails only if all its runs combined still regress
+(``traceml_ci.gate.confirm``; docs/pytest-plugin.md, "Confirmation").
 """
 
 from __future__ import annotations
@@ -41,27 +42,26 @@ def gate_summaries(
     """Gate this test's summaries (one per repeat) under baseline ``key``; records the result
     in ``state`` and raises pytest's Failed when the test must fail.
 
-    ``rerun``: runs the job once more and returns its summary. When the runs so far regress,
-    it is called up to ``--traceml-confirm`` times, each new run combined with the earlier
-    ones, until the combined runs no longer regress."""
+    ``rerun``: runs the job once more and returns its summary. When the runs so far regress or
+    come close, it is called up to ``--traceml-confirm`` times, each new run combined with the
+    earlier ones, until the combination is clean (``traceml_ci.gate.confirm``)."""
     __tracebackhide__ = True
-    docs = list(docs)
-    first = len(docs)
-    result, message = _judge(state, nodeid=nodeid, key=key, docs=docs)
-    extra = 0
-    while rerun is not None and extra < state.options.confirm and _regressed(result):
-        docs.append(rerun())
-        extra += 1
-        result, message = _judge(state, nodeid=nodeid, key=key, docs=docs)
-        if _regressed(result):
-            # One disturbed first run can outweigh clean re-runs in a mean of shares; if the
-            # re-runs on their own do not regress, the first run was the odd one out.
-            alone = _judge(state, nodeid=nodeid, key=key, docs=docs[first:])
-            if not _regressed(alone[0]):
-                result, message = alone
-                break
-    if extra:
-        result, message = _with_confirmation(result, message, extra, len(docs))
+    from traceml_ci.gate.confirm import confirm
+
+    def judge(runs: Sequence[dict[str, Any]]) -> tuple[GateResult, str]:
+        return _judge(state, nodeid=nodeid, key=key, docs=runs)
+
+    done = confirm(
+        docs, judge,
+        regressed=lambda judged: _regressed(judged[0]),
+        suspect=lambda judged: _suspect(state, judged[0]),
+        rerun=None if state.options.update_baseline else rerun,
+        max_reruns=state.options.confirm,
+    )
+    result, message = done.result
+    if done.reruns:
+        result, message = _with_confirmation(result, message, done.reruns, len(done.docs),
+                                             first_regressed=_regressed(done.first[0]))
     state.record(result)
     if result.fails:
         pytest.fail(message, pytrace=False)
@@ -74,16 +74,32 @@ def _regressed(result: GateResult) -> bool:
     return result.verdict is Verdict.REGRESSION
 
 
+def _suspect(state: TracemlState, result: GateResult) -> bool:
+    """Whether a result that did not regress came close enough to be worth another run."""
+    base = state.baseline.get(result.key)
+    if result.comparison is None or result.summary is None or base is None:
+        return False
+    from traceml_ci.gate.confirm import worth_confirming
+
+    return worth_confirming(result.comparison, base, result.summary)
+
+
 def _with_confirmation(
-    result: GateResult, message: str, extra: int, runs: int
+    result: GateResult, message: str, extra: int, runs: int, *, first_regressed: bool
 ) -> tuple[GateResult, str]:
-    """Say what confirmation did: the regression held over ``runs`` runs, or it did not."""
+    """Say what confirmation did: whether the first run regressed or only came close, and
+    whether ``runs`` runs combined regress."""
     if _regressed(result):
-        note = f"confirmed: {runs} runs combined still regress ({extra} re-run(s))"
+        if first_regressed:
+            note = f"confirmed: {runs} runs combined still regress ({extra} re-run(s))"
+        else:
+            note = f"the first run came close; {runs} runs combined regress ({extra} re-run(s))"
         message = message.replace("\n\n", f"\n{note}\n\n", 1)
-    else:
+    elif first_regressed:
         note = (f"the first run looked like a regression; not confirmed by {extra} re-run(s) "
                 f"({runs} runs in all)")
+    else:
+        note = f"the first run came close; not a regression over {runs} runs combined"
     detail = f"{result.detail}; {note}" if result.detail else note
     return replace(result, detail=detail), message
 

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.fsutil import find_pyproject
-
-#: Re-runs of a traced test that looks like a regression, before it fails (--traceml-confirm).
-DEFAULT_CONFIRM = 2
+from traceml_ci.summary.keys import DEFAULT_BASELINE_RUNS, DEFAULT_CONFIRM_RERUNS
 
 #: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -64,8 +62,16 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "--traceml-confirm",
         "traceml_confirm",
         "int",
-        "before failing a traced test on a regression, run it up to K more times and fail only "
-        f"if all its runs combined still regress; 0 disables; default {DEFAULT_CONFIRM}",
+        "when a traced test regresses or comes close (a phase share past its warn tier), run "
+        "it up to K more times and fail only if all its runs combined still regress; "
+        f"0 disables; default {DEFAULT_CONFIRM_RERUNS}",
+    ),
+    (
+        "--traceml-baseline-runs",
+        "traceml_baseline_runs",
+        "int",
+        "with --traceml-update-baseline, run each traced test N times and store the runs "
+        f"combined (their spread becomes the entry's noise); default {DEFAULT_BASELINE_RUNS}",
     ),
     (
         "--traceml-report-only",
@@ -91,7 +97,8 @@ class Options:
     tolerances: Path | None = None
     require_baseline: bool = False
     repeats: int = 1
-    confirm: int = DEFAULT_CONFIRM
+    confirm: int = DEFAULT_CONFIRM_RERUNS
+    baseline_runs: int = DEFAULT_BASELINE_RUNS
     comparison: Path | None = None
     report_only: bool = False
     #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
@@ -104,6 +111,14 @@ class Options:
             (self.baseline, self.update_baseline, self.save, self.report, self.comparison,
              self.tolerances, self.require_baseline, self.repeats != 1, self.report_only)
         )
+
+    @property
+    def runs_per_test(self) -> int:
+        """Runs of each traced test before it is gated: ``--traceml-repeats``, and when a
+        baseline is being recorded at least ``--traceml-baseline-runs``."""
+        if self.update_baseline:
+            return max(self.repeats, self.baseline_runs)
+        return self.repeats
 
     @property
     def gating(self) -> bool:
@@ -153,9 +168,12 @@ def read_options(config: Any) -> Options:
     repeats = values.get("repeats", 1)
     if repeats < 1:
         raise SetupError(f"--traceml-repeats must be at least 1, not {repeats}")
-    confirm = values.get("confirm", DEFAULT_CONFIRM)
+    confirm = values.get("confirm", DEFAULT_CONFIRM_RERUNS)
     if confirm < 0:
         raise SetupError(f"--traceml-confirm must be 0 or more, not {confirm}")
+    baseline_runs = values.get("baseline_runs", DEFAULT_BASELINE_RUNS)
+    if baseline_runs < 1:
+        raise SetupError(f"--traceml-baseline-runs must be at least 1, not {baseline_runs}")
     if values.get("update_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
     if values.get("require_baseline") and values.get("baseline") is None:

@@ -65,7 +65,7 @@ class MarkedRun:
         self.args = args
         self.state = state
         self.key = args.key or item.nodeid
-        self.repeats = state.options.repeats
+        self.repeats = state.options.runs_per_test
         self.docs: list[dict[str, Any]] = []
         self.tracer: Any = None
         self._out: Path | None = None

@@ -80,8 +80,8 @@ class TracemlState:
             update = ", updating" if opts.update_baseline else ""
             parts.append(f"baseline {opts.baseline} ({state}{update})")
         parts.append(f"rules: {getattr(self.rules, 'source', 'defaults')}")
-        if opts.repeats > 1:
-            parts.append(f"{opts.repeats} runs combined")
+        if opts.runs_per_test > 1:
+            parts.append(f"{opts.runs_per_test} runs combined")
         return "traceml: " + ", ".join(parts)
 
     def out_dir(self, nodeid: str) -> Path:

@@ -131,7 +131,7 @@ def test_fine_after_it():
 
 def test_invalid_summary_fails_its_test_with_the_schema_error(smoke: SmokeProject) -> None:
     smoke.tests(BROKEN_SUMMARY_TEST)
-    result = smoke.run("--traceml-update-baseline")
+    result = smoke.run("--traceml-update-baseline", "--traceml-baseline-runs=1")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "traceml: the summary for test_smoke.py::test_broken_summary does not match the "

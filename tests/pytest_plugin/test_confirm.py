@@ -1,5 +1,6 @@
-"""--traceml-confirm=K: a traced test that looks like a regression runs again, up to K more
-times, and fails only if all its runs combined still regress; a clean first run costs one run."""
+"""--traceml-confirm=K: a traced test that looks like a regression, or comes close, runs again,
+up to K more times, and fails only if all its runs combined still regress; a clean first run
+costs one run."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def test_clean_run_costs_one_run_and_a_real_slowdown_fails_after_confirmation(
 
     clean = smoke.run()
     clean.assert_outcomes(passed=1)
-    if "not confirmed" not in clean.stdout.str():  # (a CPU hog beside may disturb one run)
+    # (A CPU hog beside may disturb one run: then it is re-run, and the line says so.)
+    if "re-run" not in clean.stdout.str() and "came close" not in clean.stdout.str():
         assert _calls(smoke) == ["1"]  # nothing to confirm: one run
     _calls(smoke)
 
@@ -111,3 +113,51 @@ def test_run_script_confirms_by_running_the_script_again(smoke: SmokeProject) ->
     result.assert_outcomes(passed=1)
     assert len(list(runs.iterdir())) in (2, 3)
     result.stdout.re_match_lines([r".*test_script .*not confirmed by [12] re-run\(s\)"])
+
+
+#: Shares warn past 5 pp and fail only past 95 (the labels are not gated): the injected slowdown
+#: (~+70 pp of dataloader share) comes close without regressing, whatever the machine's load.
+CLOSE_ONLY = '''
+[tolerances]
+"step_time.step_ms.median" = {rel = 2000, warn_rel = 1000}
+"step_time.*_pct" = {abs = 95, warn_abs = 5}
+"step_time.diagnosis" = {skip = true}
+"step_memory.*" = {skip = true}
+'''
+
+
+def test_a_first_run_that_came_close_is_re_run_before_its_verdict(smoke: SmokeProject) -> None:
+    smoke.tests(ONE_TEST)
+    smoke.tolerances.write_text(CLOSE_ONLY)
+    smoke.run(*RECORD).assert_outcomes(passed=1)
+    _calls(smoke)
+
+    smoke.slow_data()
+    result = smoke.run()
+    result.assert_outcomes(passed=1)
+    assert _calls(smoke) == ["1", "2", "3"]  # each combination still came close
+    result.stdout.re_match_lines([
+        r"WARN +test_smoke.py::test_mlp \(×3 runs\)  .*; the first run came close; not a "
+        r"regression over 3 runs combined",
+    ])
+
+    smoke.run("--traceml-confirm=0").assert_outcomes(passed=1)
+    assert _calls(smoke) == ["1"]  # nothing re-run when told so
+
+
+def test_a_baseline_is_recorded_from_three_runs_by_default(smoke: SmokeProject) -> None:
+    smoke.tests(ONE_TEST)
+    recorded = smoke.run("--traceml-update-baseline")
+    recorded.assert_outcomes(passed=1)
+    assert _calls(smoke) == ["1", "2", "3"]
+    recorded.stdout.fnmatch_lines(["traceml: baseline * (no file yet, updating), rules: *, "
+                                   "3 runs combined", "UPDATED *test_mlp (×3 runs)  new entry"])
+    entry = smoke.baseline_summaries()["test_smoke.py::test_mlp"]
+    assert entry["repeats"]["count"] == 3  # the runs' spread is part of the entry's noise
+
+    smoke.run("--traceml-update-baseline", "--traceml-baseline-runs=1").assert_outcomes(passed=1)
+    assert _calls(smoke) == ["1"]
+    assert "repeats" not in smoke.baseline_summaries()["test_smoke.py::test_mlp"]
+    refused = smoke.run("--traceml-update-baseline", "--traceml-baseline-runs=0")
+    assert refused.ret == 4
+    refused.stderr.fnmatch_lines(["*--traceml-baseline-runs must be at least 1, not 0*"])

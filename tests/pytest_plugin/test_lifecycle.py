@@ -24,9 +24,10 @@ def test_first_run_without_a_baseline_passes_with_a_note(smoke: SmokeProject) ->
 
 def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
     smoke.tests()
-    # Three runs combined, as on any shared runner: one disturbed run (a CPU hog preempting a
-    # 2 ms step) would otherwise become the baseline every later run is judged against.
-    updated = smoke.run("--traceml-update-baseline", "--traceml-repeats=3")
+    # Three runs combined by default (--traceml-baseline-runs): one disturbed run (a CPU hog
+    # preempting a 2 ms step) would otherwise become the baseline every later run is judged
+    # against.
+    updated = smoke.run("--traceml-update-baseline")
     updated.assert_outcomes(passed=3)
     updated.stdout.fnmatch_lines([
         "UPDATED *test_smoke.py::test_mlp (×3 runs)  new entry",
@@ -80,7 +81,7 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
 
     accepted = smoke.run("--traceml-update-baseline")
     accepted.assert_outcomes(passed=3)
-    accepted.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_mlp  was regression"])
+    accepted.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_mlp (×3 runs)  was regression"])
     assert smoke.baseline_summaries()["test_smoke.py::test_mlp"]["step_time"]["diagnosis"] == (
         "INPUT_BOUND"
     )

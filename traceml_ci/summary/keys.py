@@ -1,5 +1,6 @@
-"""The summary's constants, free of dataclasses and enums: cheap to import for the gate's CLI,
-whose whole run (start-up included) has a 0.25 s budget."""
+"""The constants every layer shares, free of dataclasses and enums: cheap to import for the
+gate's CLI, whose whole run (start-up included) has a 0.25 s budget, and for the pytest plugin's
+start-up in every session."""
 
 SCHEMA_VERSION = "1.0"
 TOOL_NAME = "traceml-ci"
@@ -14,3 +15,12 @@ SUMMARY_FILENAME = "final_summary.json"
 DEFAULT_WARMUP_STEPS = 5
 #: The environment variable naming the output folder (users set it; launchers may too).
 ENV_OUT = "TRACEML_CI_OUT"
+
+#: Re-runs of a job whose first run regressed or came close, before its verdict is final
+#: (traceml_ci.gate.confirm; the pytest plugin's --traceml-confirm).
+DEFAULT_CONFIRM_RERUNS = 2
+#: Runs of a job combined into a baseline entry when one is recorded (the pytest plugin's
+#: --traceml-baseline-runs). A baseline is recorded once and judged against on every PR, so its
+#: own run-to-run spread would shift every later verdict the same way: on the development VM
+#: single runs of one job spread over 5 pp of dataloader share.
+DEFAULT_BASELINE_RUNS = 3
