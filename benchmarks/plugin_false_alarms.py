@@ -6,8 +6,8 @@ case: a quiet baseline, a loaded head).
     .venv/bin/python benchmarks/plugin_false_alarms.py [--runs 20] [--hogs] [--confirm 2]
 
 Prints, per session: the verdict and how many runs the tiny job cost (1 on a clean result;
-up to 1 + confirm when a regression had to be confirmed); then the failure count (target: 0
-of 20) and the mean runs per job (target: 1 on an unchanged PR).
+up to 1 + confirm when a result that regressed or came close was confirmed); then the failure
+count (target: 0 of 20) and the mean runs per job (target: 1 on an unchanged PR).
 """
 
 from __future__ import annotations

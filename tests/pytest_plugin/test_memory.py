@@ -74,3 +74,41 @@ def test_the_plugin_gates_the_tests_own_memory_not_the_process_peak(
     rows = {r["name"]: r for r in json.loads(report.read_text())["items"]["after"]["rows"]}
     assert "step_memory.peak_rss_mb" not in rows  # the process's: not this test's to answer for
     assert rows["step_memory.peak_job_rss_mb"]["status"] in ("ok", "improved", "warn")
+
+
+#: A test whose first run in a process pays a one-time cost that its later runs reuse (as a
+#: lazy import or a first-use cache does): 60 MB kept from the first call on.
+ONCE_TESTS = '''
+import pytest
+
+from smoke_train import train
+
+ONCE = []
+
+
+@pytest.mark.traceml(key="once")
+def test_first_run_pays_once():
+    if not ONCE:
+        ONCE.append(bytearray(b"x") * (60 * 1024 * 1024))
+    train()
+'''
+
+
+def test_a_baseline_of_several_runs_keeps_the_first_runs_memory(smoke: SmokeProject) -> None:
+    """Three baseline runs in one process: the re-runs reuse the first one's memory, so the
+    entry keeps the largest peak, the one a fresh session's first run is compared with."""
+    smoke.tests(ONCE_TESTS)
+    rules = smoke.path / "memory.toml"
+    rules.write_text('[tolerances]\n"step_time.*" = {skip = true}\n')
+    base = [f"--traceml-baseline={smoke.baseline}", f"--traceml-tolerances={rules}"]
+    smoke.run(*base, "--traceml-update-baseline", gate=False,
+              subprocess=True).assert_outcomes(passed=1)
+    entry = smoke.baseline_summaries()["once"]
+    assert entry["repeats"]["count"] == 3
+    assert entry["step_memory"]["peak_job_rss_mb"] >= 50  # the first run's, not the median's
+    report = smoke.path / "comparison.json"
+    result = smoke.run(*base, f"--traceml-comparison={report}", "--traceml-confirm=0",
+                       gate=False, subprocess=True)
+    result.assert_outcomes(passed=1)
+    rows = {r["name"]: r for r in json.loads(report.read_text())["items"]["once"]["rows"]}
+    assert rows["step_memory.peak_job_rss_mb"]["status"] in ("ok", "improved", "warn")

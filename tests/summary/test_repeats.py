@@ -102,3 +102,17 @@ def test_any_valid_runs_combine_into_a_valid_summary(docs: list[dict]) -> None:
     assert summary_problems(out) == []
     assert docs == before  # the inputs are left alone
     assert out["repeats"]["count"] == len(docs)
+
+
+def test_memory_peaks_are_the_largest_runs() -> None:
+    """Runs in one process reuse the first run's memory: the combination keeps the largest
+    peak (a median would compare a warm re-run with the other side's cold run)."""
+    from tests.gate.summaries import make
+
+    docs = [make(rss_mb=mb) for mb in (400.0, 310.0, 305.0)]
+    for doc, job in zip(docs, (90.0, 4.0, 5.0), strict=True):
+        doc["step_memory"]["peak_job_rss_mb"] = job
+    out = combine_repeats(docs)
+    assert out["step_memory"]["peak_rss_mb"] == 400.0
+    assert out["step_memory"]["peak_job_rss_mb"] == 90.0
+    assert combine_repeats([out, make(rss_mb=300.0)])["step_memory"]["peak_rss_mb"] == 400.0

@@ -63,6 +63,10 @@ def runs_of(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ]
 
 
+#: The memory peaks of ``step_memory`` that a combination takes the largest of.
+PEAK_MEMORY_KEYS = ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "peak_job_rss_mb")
+
+
 def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One summary for repeated runs of the same job (schema-valid summaries, at least one).
     Combined summaries among ``docs`` count as the runs they combine."""
@@ -99,6 +103,15 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         found = [x for x in (v.phase_ms(p) for v in views) if x is not None]
         if found:
             st["phase_ms"][p] = round(statistics.median(found), 4)
+    # Memory peaks: the largest run's. Several runs in one process (the pytest plugin's repeats
+    # and re-runs) reuse what the first one allocated, so only the first shows the job's own
+    # memory; a median would compare a warm re-run with a cold run on the other side.
+    mem = out.get("step_memory")
+    if isinstance(mem, dict):
+        for key in PEAK_MEMORY_KEYS:
+            found = [x for x in (v.memory_mb(key) for v in views) if x is not None]
+            if found and key in mem:
+                mem[key] = max(found)
     step_noise = (st.get("noise") or {}).get("step_ms")
     if step_noise and all(m is not None for m in medians):
         known = [m for m in medians if m is not None]
