@@ -8,6 +8,8 @@ runs and injected (``--dataset-ms``), and the job runs ``--heads`` times; one mo
 slows the forward (``--forward-ms``). Every (base, head) pair is diffed at the default rules;
 detection rate = share of pairs with a ``regression`` verdict. Target: >= 99% at 8 pp or more.
 The measured shift (median head share - median base share) is reported beside the target.
+``--hogs N`` runs every head beside N busy-loop processes (the bases stay quiet): detection on
+a loaded runner, where the contention guard excuses what the measured waits can explain.
 ``--repeats R`` also judges every pair of R-run combinations (``traceml-ci combine``) of the
 same runs: what a CI job running the smoke test R times a side would see. "plugin policy" is
 the pytest plugin's default (``gate_common.judge_sequential``): a baseline of 3 runs combined,
@@ -57,6 +59,9 @@ def main() -> int:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--keep", type=Path, help="folder for the summaries (reused when present)")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--hogs", type=int, default=0,
+                   help="CPU hogs beside every head run (the bases stay quiet): detection on a "
+                   "loaded runner")
     p.add_argument("--repeats", type=int, default=3,
                    help="also judge combined summaries of this many runs per side (default 3)")
     args = p.parse_args()
@@ -78,7 +83,9 @@ def main() -> int:
     series.append(("forward", FORWARD_PP, ["--forward-ms", f"{forward_ms:.3f}"]))
     rows = []
     for phase, target, inject in series:
-        heads = run_many(JOB, root / f"{phase}+{target:g}pp", args.heads, inject,
+        loaded = f"-hogs{args.hogs}" if args.hogs else ""
+        heads = run_many(JOB, root / f"{phase}+{target:g}pp{loaded}", args.heads, inject,
+                         hogs=args.hogs,
                          label=f"{phase} +{target:g} pp")
         measured = median_share(heads, phase) - median_share(bases, phase)
         res = judge_pairs(bases, heads)
