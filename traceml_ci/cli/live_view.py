@@ -17,7 +17,7 @@ from typing import Any
 from traceml_ci.cli.show import SEVERITY_STYLE
 from traceml_ci.gate import fmt
 from traceml_ci.summary.keys import PHASES
-from traceml_ci.summary.live import ENDED, is_stale
+from traceml_ci.summary.live import ENDED, RUNNING, is_stale
 from traceml_ci.summary.model import MemoryLabel, Severity, StepTimeLabel
 
 #: Short phase names for the plain progress line and the "since start" row.
@@ -318,11 +318,11 @@ def _memory(snapshot: Mapping[str, Any]) -> Any:
     mem = _map(snapshot.get("memory"))
     alloc, reserved = _num(mem.get("allocated_mb")), _num(mem.get("reserved_mb"))
     rss = _num(mem.get("rss_mb"))
-    parts = []
+    # A GPU run's memory is the allocator's; the host's RSS is the CPU run's.
     if alloc is not None or reserved is not None:
-        parts += [f"allocated {_mb(alloc)}", f"reserved {_mb(reserved)}"]
-    if rss is not None or not parts:
-        parts.append(f"RSS {_mb(rss)}")
+        parts = [f"allocated {_mb(alloc)}", f"reserved {_mb(reserved)}"]
+    else:
+        parts = [f"RSS {_mb(rss)}"]
     text = Text(" · ".join(parts))
     growth = _num(mem.get("growth_mb_per_1k_steps"))
     flagged = growth_flagged(snapshot)
@@ -330,7 +330,7 @@ def _memory(snapshot: Mapping[str, Any]) -> Any:
         text.append(" · growth ")
         text.append(f"{growth:+,.1f} MB/1k steps", style="bold yellow" if flagged else "")
     if flagged:
-        text.append("  ▲ GROWING", style="bold yellow")
+        text.append(" ▲ GROWING", style="bold yellow")
     return text
 
 
@@ -376,7 +376,10 @@ def _status_line(snapshots: Sequence[Mapping[str, Any]], lead: Mapping[str, Any]
         text.append(" (hung, stopped, or gone)", style="red")
         return text
     ended_ranks = [s for s in snapshots if _status(s) in ENDED]
-    text.append("● running", style="bold green")
+    if _status(lead) == RUNNING:
+        text.append("● running", style="bold green")
+    else:  # a writer this view does not know
+        text.append(f"status {_str(lead.get('status'))}", style="yellow")
     if beat is not None:
         text.append(f" · heartbeat {_age(now - beat)} ago", style="dim")
     if ended_ranks:
