@@ -13,6 +13,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -272,3 +274,14 @@ def test_the_plain_line_says_the_split_the_labels_and_stale_ranks() -> None:
     assert plain_progress_line([]) == "traceml-ci: waiting for the first steps"
     assert plain_progress_line([{}]) == "traceml-ci: step - · - steps/s · dl - fwd - bwd - " \
                                         "opt - · -"
+
+
+def test_the_readme_picture_is_what_the_script_draws(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "live-view.svg"
+    subprocess.run([sys.executable, "docs/render_live_frame.py", "--out", str(out)], cwd=repo,
+                   check=True, timeout=120, capture_output=True)
+    svg = out.read_text(encoding="utf-8")
+    assert "INPUT_BOUND" in svg
+    assert svg == (repo / "docs" / "live-view.svg").read_text(encoding="utf-8"), (
+        "docs/live-view.svg is out of date: run `python docs/render_live_frame.py` and commit it")
