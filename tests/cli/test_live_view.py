@@ -285,3 +285,14 @@ def test_the_readme_picture_is_what_the_script_draws(tmp_path: Path) -> None:
     assert "INPUT_BOUND" in svg
     assert svg == (repo / "docs" / "live-view.svg").read_text(encoding="utf-8"), (
         "docs/live-view.svg is out of date: run `python docs/render_live_frame.py` and commit it")
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 160])
+def test_the_frame_fits_the_terminal_and_keeps_a_stale_rank_visible(width: int) -> None:
+    snaps = [snapshot(rank=0, world_size=2),
+             snapshot("COMPUTE_BOUND", rank=1, world_size=2, heartbeat=NOW - 20)]
+    text = text_of(snaps, width=width)
+    assert max(len(line) for line in text.splitlines()) == width
+    if width >= 60:
+        rows = [line for line in text.splitlines() if "ci-" in line][1:]
+        assert "STALE 20s" in rows[1] and rows[1].split()[1] == "1"

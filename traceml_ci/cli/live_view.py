@@ -399,18 +399,25 @@ def _identity(lead: Mapping[str, Any], ranks: int) -> Any:
     return text
 
 
-def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, bar_width: int) -> Any:
+def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int) -> Any:
+    """A row per rank, in ``room`` columns; below 80, without the split bar and with
+    shorter hosts and labels."""
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold dim",
                   expand=False)
+    # On a narrow terminal the bar goes and the host and label give way: rank, steps and
+    # heartbeat are what the table is for.
+    wide = room >= 80
+    bar_width = max(4, min(20, room - 74))
     table.add_column("rank", justify="right", no_wrap=True)
-    table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=18)
+    table.add_column("host", no_wrap=True, overflow="ellipsis", max_width=18 if wide else 8)
     table.add_column("steps", justify="right", no_wrap=True)
     table.add_column("step ms", justify="right", no_wrap=True)
-    table.add_column("split", no_wrap=True)
-    table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=18)
+    if wide:
+        table.add_column("split", no_wrap=True, overflow="crop")
+    table.add_column("label", no_wrap=True, overflow="ellipsis", max_width=18 if wide else 12)
     table.add_column("beat", justify="right", no_wrap=True)
     for s in snapshots:
         stale = is_stale(s, now)
@@ -425,16 +432,16 @@ def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, bar_width: 
             age = Text(_str(status), style="dim")
         else:
             age = Text(_age(None if beat is None else now - beat), style="dim")
-        table.add_row(
+        cells = [
             Text(_str(s.get("rank"), "?"), style="bold red" if stale else ""),
             Text(_str(s.get("host"))),
             Text(f"{steps:,}" if steps is not None else "-"),
             Text(_ms(median)),
-            _bar(_pcts(s), bar_width),
+            *([_bar(_pcts(s), bar_width)] if wide else []),
             Text(_str(kind, limit=40), style=_label_style(s.get("diagnosis")) if kind else "dim"),
             age,
-            style="red" if stale else None,
-        )
+        ]
+        table.add_row(*cells, style="red" if stale else None)
     return table
 
 
@@ -478,7 +485,7 @@ def render_frame(snapshots: Sequence[Mapping[str, Any]], *, now: float,
 
     parts: list[Any] = [_identity(lead, len(snapshots))]
     if len(snapshots) > 1:
-        parts += [Text(""), _ranks_table(snapshots, now, bar_width=20), Text(""),
+        parts += [Text(""), _ranks_table(snapshots, now, inner), Text(""),
                   Text(f"rank {_str(lead.get('rank'), '?')} in detail", style="dim")]
     parts += [grid, Text(""), _status_line(snapshots, lead, now)]
     stale_all = any(is_stale(s, now) for s in snapshots)
