@@ -84,6 +84,25 @@ def test_the_default_folder_is_traceml_ci_out_else_traceml_out(tmp_path, monkeyp
     assert usage.value.code == ExitCode.BAD_INPUT
 
 
+def test_wait_gives_a_starting_job_time_to_write_its_first_snapshot(tmp_path) -> None:
+    now = [1_000.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+        if now[0] >= 1_003.0 and not snapshot_path(tmp_path, 0).exists():
+            write(tmp_path, snapshot(heartbeat=now[0]))  # the job's first snapshot, at 3 s
+
+    buf = io.StringIO()
+    assert follow(tmp_path, console=Console(file=buf), live=False, once=True, wait=5.0,
+                  clock=lambda: now[0], sleep=sleep) == ExitCode.OK
+    assert buf.getvalue().startswith("traceml-ci: step 1200 ")
+    assert 1_003.0 <= now[0] < 1_004.0
+    with pytest.raises(InputError, match="no live folder"):  # nothing within the wait
+        follow(tmp_path / "other", console=Console(file=buf), live=False, wait=2.0,
+               clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] >= 1_005.0
+
+
 # --- One look -------------------------------------------------------------------------------
 
 def test_once_prints_one_plain_line_beside_garbage_files(tmp_path, capsys) -> None:

@@ -59,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    dest="give_up",
                    help="exit (code 2) once every running rank has been stale this many seconds "
                    f"(default {DEFAULT_GIVE_UP_S:g})")
+    p.add_argument("--wait", type=_non_negative, default=0.0, metavar="S",
+                   help="wait up to this many seconds for a job to start writing there "
+                   "(default 0: say at once that none is)")
     p.add_argument("--once", action="store_true",
                    help="print one frame (one line when not a terminal) and exit")
     p.add_argument("--plain", action="store_true",
@@ -76,6 +79,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number of seconds: {text!r}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -86,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return follow(out_dir, console=console,
                       live=console.is_interactive and not args.plain,
-                      interval=args.interval, give_up=args.give_up, once=args.once)
+                      interval=args.interval, give_up=args.give_up, once=args.once,
+                      wait=args.wait)
     except KeyboardInterrupt:
         print("traceml-ci: stopped watching (the job itself was not touched)", file=sys.stderr)
         return ExitCode.INTERRUPTED
@@ -100,16 +114,18 @@ def follow(
     interval: float = DEFAULT_INTERVAL_S,
     give_up: float = DEFAULT_GIVE_UP_S,
     once: bool = False,
+    wait: float = 0.0,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Follow ``out_dir``'s snapshots on ``console`` until the job ends (returns 0) or is gone
     (raises ``InputError``). ``live``: a rich Live view (a terminal); else plain lines every
-    ``interval`` seconds. ``clock`` (wall-clock seconds, compared with the writers'
-    heartbeats) and ``sleep`` are parameters so tests can drive the loop."""
+    ``interval`` seconds. ``wait``: seconds to wait for a first snapshot. ``clock``
+    (wall-clock seconds, compared with the writers' heartbeats) and ``sleep`` are parameters so
+    tests can drive the loop."""
     from traceml_ci.errors import ExitCode
 
-    snaps = _attach(out_dir, clock, sleep)
+    snaps = _attach(out_dir, wait, clock, sleep)
     if once:
         _show(console, snaps, clock(), live)
         if _ended(snaps):
@@ -162,23 +178,27 @@ def _signature(folder: Path) -> object:
         return None
 
 
-def _attach(out_dir: str | os.PathLike[str], clock: Callable[[], float],
+def _attach(out_dir: str | os.PathLike[str], wait: float, clock: Callable[[], float],
             sleep: Callable[[float], None]) -> list[dict[str, Any]]:
+    """The first readable snapshots, waiting up to ``wait`` seconds for them (at least
+    ``ATTACH_GRACE_S`` once the live folder exists: a writer may be starting)."""
     from traceml_ci.errors import InputError
     from traceml_ci.summary.live import live_dir, read_snapshots
 
     folder = live_dir(out_dir)
-    if not folder.is_dir():
-        raise InputError(str(folder), "no live folder: no traceml-ci job is writing here "
-                         "(start one with `traceml-ci run`, or name its output folder as DIR)")
-    deadline = clock() + ATTACH_GRACE_S
+    start = clock()
     while True:
-        snaps = read_snapshots(out_dir)
+        exists = folder.is_dir()
+        snaps = read_snapshots(out_dir) if exists else []
         if snaps:
             return snaps
-        if clock() >= deadline:
+        waited = clock() - start
+        if waited >= wait and (not exists or waited >= ATTACH_GRACE_S):
             break
         sleep(SNAPSHOT_INTERVAL_S / 2)
+    if not exists:
+        raise InputError(str(folder), "no live folder: no traceml-ci job is writing here "
+                         "(start one with `traceml-ci run`, or name its output folder as DIR)")
     raise InputError(str(folder), "no readable snapshot (rank<N>.json): no traceml-ci job is "
                      "writing here")
 
