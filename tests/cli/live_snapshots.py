@@ -38,7 +38,7 @@ FIRST_PCT = {"dataloader": 31.0, "forward": 30.0, "backward": 25.0, "optimizer":
              "other": 8.0}
 #: The CPU memory block of a snapshot.
 CPU_MEMORY = {"rss_mb": 311.2, "allocated_mb": None, "reserved_mb": None,
-              "growth_mb_per_1k_steps": 0.1}
+              "growth_mb_per_1k_steps": 0.1, "growth_basis": "rss"}
 
 
 def history(n: int = 60, base: float = 10.0) -> list[float]:

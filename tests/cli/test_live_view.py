@@ -40,9 +40,10 @@ REGEN = os.environ.get("TRACEML_CI_REGEN_GOLDEN") == "1"
 NOW = 1_000.4  # the snapshots' heartbeat is 1000.0: 0.4 s old
 
 
-def text_of(snaps: list[dict[str, Any]], now: float = NOW, width: int = 100) -> str:
+def text_of(snaps: list[dict[str, Any]], now: float = NOW, width: int = 100,
+            height: int | None = None) -> str:
     console = Console(record=True, width=width, color_system=None, file=io.StringIO())
-    console.print(render_frame(snaps, now=now, width=width))
+    console.print(render_frame(snaps, now=now, width=width, height=height))
     return console.export_text()
 
 
@@ -83,13 +84,17 @@ def test_each_step_diagnosis_renders_as_recorded(label: str) -> None:
 def test_gpu_memory_growth_is_flagged() -> None:
     snap = snapshot("COMPUTE_BOUND", memory={"rss_mb": 5120.0, "allocated_mb": 2648.0,
                                              "reserved_mb": 2900.0,
-                                             "growth_mb_per_1k_steps": 212.5})
+                                             "growth_mb_per_1k_steps": 212.5,
+                                             "growth_basis": "allocated"})
     snap["memory_diagnosis"] = growth_diagnosis()
     snap["gpu_util_pct"] = 87.0
     text = text_of([snap])
     assert "allocated 2,648 MB · reserved 2,900 MB" in text
     assert "GROWING" in text and "MEMORY_GROWTH" in text and "GPU util" in text
     check_golden("gpu_memory_growth.txt", text)
+    assert "growth (" not in text  # the basis goes without saying: it is what the row shows
+    snap["memory"]["growth_basis"] = "rss"
+    assert "growth (rss) +212.5 MB/1k steps" in text_of([snap])
     # Without the diagnosis, the same figures are not flagged: the summary's rules decide.
     snap["memory_diagnosis"] = {"kind": "BALANCED", "message": "ok", "next_step": "nothing"}
     assert "GROWING" not in text_of([snap])
@@ -296,3 +301,30 @@ def test_the_frame_fits_the_terminal_and_keeps_a_stale_rank_visible(width: int) 
     if width >= 60:
         rows = [line for line in text.splitlines() if "ci-" in line][1:]
         assert "STALE 20s" in rows[1] and rows[1].split()[1] == "1"
+
+
+def _eight_ranks() -> list[dict[str, Any]]:
+    return [snapshot(rank=i, world_size=8, host=f"node-{i}",
+                     heartbeat=NOW - (30 if i in (5, 6) else 0.4)) for i in range(8)]
+
+
+def test_a_short_terminal_gets_a_compact_frame_with_the_stale_ranks_first() -> None:
+    snaps = _eight_ranks()
+    text = text_of(snaps, height=16)
+    lines = text.splitlines()
+    assert len(lines) <= 16 < len(text_of(snaps).splitlines())
+    rows = [line for line in lines if "node-" in line][1:]
+    shown = [line.split()[1] for line in rows]
+    assert "5" in shown and "6" in shown and "… 3 more ranks" in text
+    assert "INPUT_BOUND · memory BALANCED" in text and "step 1,200 · 14.2 steps/s" in text
+    check_golden("compact_eight_ranks.txt", text)
+    single = text_of(snaps[:1], height=12)
+    assert len(single.splitlines()) <= 12 and "→" not in single  # hints left out
+
+
+@pytest.mark.parametrize("height", [1, 4, 9, 10, 13, 20, 30])
+def test_the_frame_never_takes_more_rows_than_it_is_given(height: int) -> None:
+    for snaps in (_eight_ranks(), _eight_ranks()[:1], []):
+        text = text_of(snaps, height=height)
+        assert len(text.splitlines()) <= max(height, 1), (height, text)
+    assert text_of(_eight_ranks(), height=4).startswith("traceml-ci: step 1200 ")

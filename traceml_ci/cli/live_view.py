@@ -291,7 +291,7 @@ def _step_time(snapshot: Mapping[str, Any], width: int) -> Any:
     return text
 
 
-def _progress(snapshot: Mapping[str, Any]) -> Any:
+def _progress(snapshot: Mapping[str, Any], short: bool = False) -> Any:
     from rich.text import Text
 
     window = _map(snapshot.get("window"))
@@ -300,6 +300,8 @@ def _progress(snapshot: Mapping[str, Any]) -> Any:
     win = _int(window.get("steps"))
     parts = [f"step {steps:,}" if steps is not None else "step -",
              f"{rate:,.1f} steps/s" if rate is not None else "- steps/s"]
+    if short:
+        return Text(" · ".join(parts))
     if win is not None:
         parts.append(f"window {win:,} steps")
     if window.get("clock") is not None:
@@ -319,7 +321,8 @@ def _memory(snapshot: Mapping[str, Any]) -> Any:
     alloc, reserved = _num(mem.get("allocated_mb")), _num(mem.get("reserved_mb"))
     rss = _num(mem.get("rss_mb"))
     # A GPU run's memory is the allocator's; the host's RSS is the CPU run's.
-    if alloc is not None or reserved is not None:
+    on_device = alloc is not None or reserved is not None
+    if on_device:
         parts = [f"allocated {_mb(alloc)}", f"reserved {_mb(reserved)}"]
     else:
         parts = [f"RSS {_mb(rss)}"]
@@ -327,7 +330,10 @@ def _memory(snapshot: Mapping[str, Any]) -> Any:
     growth = _num(mem.get("growth_mb_per_1k_steps"))
     flagged = growth_flagged(snapshot)
     if growth is not None:
-        text.append(" · growth ")
+        # The basis is said only when it is not the memory the row shows first.
+        basis = mem.get("growth_basis")
+        implied = basis in (None, "allocated" if on_device else "rss")
+        text.append(f" · growth{'' if implied else f' ({_str(basis, limit=20)})'} ")
         text.append(f"{growth:+,.1f} MB/1k steps", style="bold yellow" if flagged else "")
     if flagged:
         text.append(" ▲ GROWING", style="bold yellow")
@@ -446,17 +452,57 @@ def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int) 
 
 
 def render_frame(snapshots: Sequence[Mapping[str, Any]], *, now: float,
-                 width: int = 100) -> Any:
+                 width: int = 100, height: int | None = None) -> Any:
     """The rich renderable of one frame of the view, ``width`` columns wide (``now``:
     wall-clock seconds, to age heartbeats). One rank: its split, how the split moved since the
     start, step time with a sparkline, progress, memory, GPU, diagnoses and status. Several:
-    a row per rank first, then the lead (lowest) rank's detail."""
+    a row per rank first, then the lead (lowest) rank's detail.
+
+    ``height``: the rows the frame may take (None: as many as it needs). A frame that would be
+    taller becomes compact (one row each for split, step time, memory and labels; hints and
+    the moves since the start left out; only the ranks that fit, stale ones first), and below
+    that one plain line."""
+    width = max(int(width), 40)
+    frame = _full_frame(snapshots, now, width)
+    if height is None or _rows(frame, width) <= height:
+        return frame
+    frame = _compact_frame(snapshots, now, width, height)
+    if frame is not None and _rows(frame, width) <= height:
+        return frame
+    from rich.text import Text
+
+    line = Text(plain_progress_line(snapshots, now=now))
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
+def _rows(renderable: Any, width: int) -> int:
+    """The terminal rows ``renderable`` takes at ``width`` columns."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def _panel(parts: list[Any], snapshots: Sequence[Mapping[str, Any]], now: float,
+           width: int) -> Any:
     from rich.console import Group
+    from rich.panel import Panel
+    from rich.text import Text
+
+    any_stale = any(is_stale(s, now) for s in snapshots)
+    return Panel(Group(*parts), title=Text("traceml-ci live", style="bold"),
+                 title_align="left", width=width,
+                 border_style="red" if any_stale else "bright_black")
+
+
+def _full_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: int) -> Any:
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
 
-    width = max(int(width), 40)
     if not snapshots:
         return Panel(Text("waiting for the first snapshot…", style="dim"),
                      title="traceml-ci live", title_align="left", width=width)
@@ -488,7 +534,72 @@ def render_frame(snapshots: Sequence[Mapping[str, Any]], *, now: float,
         parts += [Text(""), _ranks_table(snapshots, now, inner), Text(""),
                   Text(f"rank {_str(lead.get('rank'), '?')} in detail", style="dim")]
     parts += [grid, Text(""), _status_line(snapshots, lead, now)]
-    stale_all = any(is_stale(s, now) for s in snapshots)
-    return Panel(Group(*parts), title=Text("traceml-ci live", style="bold"),
-                 title_align="left", width=width,
-                 border_style="red" if stale_all else "bright_black")
+    return _panel(parts, snapshots, now, width)
+
+
+#: Rows of a compact frame besides its ranks table: borders, identity, split, legend, step
+#: time, memory, labels, status.
+_COMPACT_ROWS = 9
+
+
+def _compact_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: int,
+                   height: int) -> Any:
+    """The frame in about ``height`` rows, or None when even its fixed rows do not fit."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not snapshots or height < _COMPACT_ROWS:
+        return None
+    lead = snapshots[0]
+    inner = width - 4
+    label_w = 6
+    value_w = inner - label_w - 1
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", width=label_w, no_wrap=True)
+    grid.add_column(width=value_w, no_wrap=True, overflow="ellipsis")
+    pct = _pcts(lead)
+    grid.add_row("split", _bar(pct, value_w))
+    legend = Text()
+    for p in PHASES:
+        if legend:
+            legend.append(" ")
+        legend.append("█ ", style=PHASE_STYLE[p])
+        legend.append(f"{PHASE_ABBREV[p]} {_pct(pct[p])}")
+    grid.add_row("", legend)
+    grid.add_row("step", _step_time(lead, value_w))
+    grid.add_row("memory", _memory(lead))
+    labels = Text()
+    for name, diag in (("", lead.get("diagnosis")), ("memory ", lead.get("memory_diagnosis"))):
+        kind = _kind(diag)
+        if labels:
+            labels.append(" · ")
+        labels.append(name)
+        labels.append(_str(kind, limit=40), style=_label_style(diag) if kind else "dim")
+    grid.add_row("dx", labels)
+    parts: list[Any] = [_identity(lead, len(snapshots))]
+    if len(snapshots) > 1:
+        room = height - _COMPACT_ROWS - 1  # the table's header
+        shown = _ranks_that_fit(snapshots, now, room)
+        if shown:
+            parts.append(_ranks_table(shown, now, inner))
+        hidden = len(snapshots) - len(shown)
+        if hidden:
+            parts.append(Text(f"… {hidden} more ranks", style="dim"))
+    status = _progress(lead, short=True)
+    status.append(" · ")
+    status.append_text(_status_line(snapshots, lead, now))
+    parts += [grid, status]
+    return _panel(parts, snapshots, now, width)
+
+
+def _ranks_that_fit(snapshots: Sequence[Mapping[str, Any]], now: float,
+                    room: int) -> list[Mapping[str, Any]]:
+    """At most ``room`` ranks (one row is kept for "… N more" when some are left out), the
+    stale ones first, then the lowest; in rank order."""
+    if len(snapshots) <= room:
+        return list(snapshots)
+    room -= 1
+    if room <= 0:
+        return []
+    order = sorted(range(len(snapshots)), key=lambda i: (not is_stale(snapshots[i], now), i))
+    return [snapshots[i] for i in sorted(order[:room])]

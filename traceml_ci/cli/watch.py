@@ -248,7 +248,7 @@ def _show(console: Any, snaps: Sequence[Mapping[str, Any]], now: float, live: bo
     from traceml_ci.cli.live_view import plain_progress_line, render_frame
 
     if live:
-        console.print(render_frame(snaps, now=now, width=console.width))
+        console.print(render_frame(snaps, now=now, width=console.width))  # it may scroll
     else:
         _say(console, plain_progress_line(snaps, now=now))
 
@@ -272,8 +272,8 @@ def _follow_live(follower: _Follower, console: Any, give_up: float,
         while True:
             now = clock()
             if changed or now - painted >= REPAINT_S:
-                view.update(render_frame(follower.snaps, now=now, width=console.width),
-                            refresh=True)
+                view.update(render_frame(follower.snaps, now=now, width=console.width,
+                                         height=console.height), refresh=True)
                 painted = now
             if _ended(follower.snaps):
                 return
