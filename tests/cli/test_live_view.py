@@ -228,10 +228,11 @@ KEYS = list(snapshot())
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.dictionaries(st.sampled_from(KEYS), JSON, max_size=len(KEYS)), min_size=1,
                 max_size=3),
-       st.floats(allow_nan=True, allow_infinity=True))
-def test_any_values_in_any_field_render_without_raising(docs: list[dict], now: float) -> None:
+       st.floats(allow_nan=True, allow_infinity=True), st.none() | st.integers(0, 40))
+def test_any_values_in_any_field_render_without_raising(docs: list[dict], now: float,
+                                                        height: int | None) -> None:
     snaps = [dict(d, live_version=LIVE_VERSION) for d in docs]
-    text_of(snaps, now=now if now == now else NOW)
+    text_of(snaps, now=now if now == now else NOW, height=height)
     assert "\n" not in plain_progress_line(snaps, now=now)
 
 
