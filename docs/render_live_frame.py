@@ -58,7 +58,7 @@ def snapshots() -> list[dict[str, Any]]:
                     "growth_basis": mem["growth_basis"]},
             identity={"run_name": summary["run"]["name"], "rank": rank, "local_rank": rank,
                       "world_size": 2, "host": "ci-runner-7", "pid": 4242 + rank,
-                      "started_at": NOW - 9.4},
+                      "started_at": "2025-12-01T14:39:50Z"},
             heartbeat=NOW - beat_age,
         ))
     return out

@@ -75,7 +75,8 @@ def snapshot(label: str = "INPUT_BOUND", *, heartbeat: float = 1_000.0, steps_do
     window = summary_doc(split["phase_ms"], other_ms=split.get("other_ms", 0.0), steps=100,
                          jitter=0.02)
     identity = {"run_name": run_name, "rank": rank, "local_rank": rank, "world_size": world_size,
-                "host": host, "pid": pid, "started_at": heartbeat - 85.0}
+                "host": host, "pid": pid,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(heartbeat - 85.0))}
     median = window["step_time"]["step_ms"]["median"]
     snap = snapshot_from_summary(
         window, steps_done=steps_done, steps_per_s=steps_per_s,

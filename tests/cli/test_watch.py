@@ -309,3 +309,19 @@ def test_on_a_terminal_watch_paints_the_view_and_ends(tmp_path) -> None:
     assert proc.returncode == ExitCode.OK, out
     assert "\x1b[" in out and "traceml-ci live" in out and "ended: completed" in out
     assert "traceml-ci: run ended (completed); summary: out/final_summary.json" in out
+
+
+def test_a_previous_runs_leftover_ranks_are_not_this_runs(tmp_path, capsys) -> None:
+    """Yesterday's run had two ranks and ended; today's has one, running, in the same folder."""
+    now = time.time()
+    old = snapshot(rank=1, world_size=2, heartbeat=now - 86_400, status="completed",
+                   summary_path="old.json")
+    old["started_at"] = "2026-01-01T00:00:00Z"
+    new = snapshot(rank=0, heartbeat=now, steps_done=42)
+    new["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 60))
+    write(tmp_path, old)
+    write(tmp_path, new)
+    assert main(["watch", str(tmp_path), "--once"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert out.startswith("traceml-ci: step 42 ") and "2 ranks" not in out and "ended" not in out
+    assert gone_for([new, old], now) is None

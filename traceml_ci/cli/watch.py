@@ -35,6 +35,9 @@ DEFAULT_GIVE_UP_S = 60.0
 REFRESH_PER_S = 4
 #: Without a new snapshot, the view still repaints this often, to age the heartbeats.
 REPAINT_S = 1.0
+#: Seconds of slack when telling a previous run's snapshots from this one's (``started_at``
+#: is written to the second).
+PREVIOUS_RUN_SLACK_S = 2.0
 #: Files in the live folder, none readable yet (a writer starting): wait this long before
 #: saying nobody writes there.
 ATTACH_GRACE_S = 2 * SNAPSHOT_INTERVAL_S
@@ -160,7 +163,7 @@ class _Follower:
         if seen == self._seen:
             return False
         self._seen = seen
-        fresh = read_snapshots(self.out_dir)
+        fresh = current_run(read_snapshots(self.out_dir))
         if not fresh or fresh == self.snaps:
             return False
         self.snaps = fresh
@@ -189,7 +192,7 @@ def _attach(out_dir: str | os.PathLike[str], wait: float, clock: Callable[[], fl
     start = clock()
     while True:
         exists = folder.is_dir()
-        snaps = read_snapshots(out_dir) if exists else []
+        snaps = current_run(read_snapshots(out_dir)) if exists else []
         if snaps:
             return snaps
         waited = clock() - start
@@ -201,6 +204,40 @@ def _attach(out_dir: str | os.PathLike[str], wait: float, clock: Callable[[], fl
                          "(start one with `traceml-ci run`, or name its output folder as DIR)")
     raise InputError(str(folder), "no readable snapshot (rank<N>.json): no traceml-ci job is "
                      "writing here")
+
+
+def _epoch(value: Any) -> float | None:
+    """``started_at`` as seconds since the epoch: an ISO 8601 string (as the tracer writes it)
+    or a number."""
+    from datetime import datetime, timezone
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def current_run(snaps: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The snapshots of the newest run in the folder: a rank whose last heartbeat came before
+    the newest run started is a previous run's leftover (a run with more ranks, in the same
+    output folder), not one of this run's."""
+    starts = [t for t in (_epoch(s.get("started_at")) for s in snaps) if t is not None]
+    if not starts:
+        return list(snaps)
+    since = max(starts) - PREVIOUS_RUN_SLACK_S
+
+    def older(snap: Mapping[str, Any]) -> bool:
+        beat = snap.get("heartbeat")
+        return isinstance(beat, (int, float)) and not isinstance(beat, bool) and beat < since
+
+    return [s for s in snaps if not older(s)] or list(snaps)
 
 
 def _ended(snaps: Sequence[Mapping[str, Any]]) -> bool:
