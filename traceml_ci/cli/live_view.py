@@ -463,9 +463,15 @@ def render_frame(snapshots: Sequence[Mapping[str, Any]], *, now: float,
     the moves since the start left out; only the ranks that fit, stale ones first), and below
     that one plain line."""
     width = max(int(width), 40)
-    frame = _full_frame(snapshots, now, width)
-    if height is None or _rows(frame, width) <= height:
-        return frame
+    if height is None:
+        return _full_frame(snapshots, now, width)
+    # The full frame's fewest rows: with many ranks it cannot fit, and is not even rendered.
+    least = 3 if not snapshots else _FULL_ROWS + (len(snapshots) + 4 if len(snapshots) > 1
+                                                  else 0)
+    if least <= height:
+        frame = _full_frame(snapshots, now, width)
+        if _rows(frame, width) <= height:
+            return frame
     frame = _compact_frame(snapshots, now, width, height)
     if frame is not None and _rows(frame, width) <= height:
         return frame
@@ -537,6 +543,10 @@ def _full_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: int) 
     return _panel(parts, snapshots, now, width)
 
 
+#: Rows of a full frame of one rank when nothing in it wraps and there is no hint: borders,
+#: identity, split, legend, since start, step time, progress, memory, diagnosis, memory dx,
+#: gap, status.
+_FULL_ROWS = 13
 #: Rows of a compact frame besides its ranks table: borders, identity, split, legend, step
 #: time, memory, labels, status.
 _COMPACT_ROWS = 9
