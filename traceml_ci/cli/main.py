@@ -24,6 +24,7 @@ from traceml_ci.errors import ExitCode, TracemlError, one_line
 #: Subcommand modules, in --help order.
 SUBCOMMANDS: tuple[str, ...] = (
     "run",
+    "watch",
     "show",
     "validate",
     "diff",
