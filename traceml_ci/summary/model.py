@@ -161,6 +161,9 @@ class RunInfo:
     rank: int = 0
     world_size: int = 1
     contention: Contention | None = None
+    #: Distributed runs only (None, and left out of the JSON, otherwise).
+    local_rank: int | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,8 @@ class Summary:
             "schema_version": self.schema_version,
             "tool": {"name": TOOL_NAME, "version": self.tool_version},
             "run": {
-                **dataclasses.asdict(self.run),
+                **{k: v for k, v in dataclasses.asdict(self.run).items()
+                   if v is not None or k not in ("local_rank", "host")},
                 "status": self.run.status.value,
                 "duration_s": round(self.run.duration_s, 3),
                 "contention": _contention_dict(self.run.contention),

@@ -1,0 +1,85 @@
+"""Cross-rank merge and stragglers named by cause (traceml_ci.summary.ranks), on summaries built
+from a real one with known per-rank phase times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.gate.summaries import make, shift
+from traceml_ci.summary.ranks import (
+    BALANCED,
+    COMPUTE_STRAGGLER,
+    INPUT_STRAGGLER,
+    MAX_RANKS_LISTED,
+    STRAGGLER,
+    merge_ranks,
+)
+from traceml_ci.summary.schema import summary_problems
+
+
+def rank(r: int, ms: dict[str, float] | None = None, **extra: Any) -> dict[str, Any]:
+    doc = make(ms)
+    doc["run"].update(rank=r, local_rank=r % 2, host=f"node{r // 2}", world_size=4, **extra)
+    return doc
+
+
+def test_balanced_ranks() -> None:
+    docs = [rank(r, shift(forward=0.1 * r)) for r in range(4)]
+    out = merge_ranks(docs, world_size=4, nodes=2, backend="gloo")
+    assert summary_problems(out) == []
+    dist = out["distributed"]
+    assert dist["straggler"]["label"] == BALANCED and dist["straggler"]["rank"] is None
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1, 2, 3]
+    assert dist["ranks"][3]["host"] == "node1"
+    assert any(d["kind"] == BALANCED and d["area"] == "distributed" for d in out["diagnoses"])
+
+
+def test_a_rank_slow_in_its_dataloader_is_an_input_straggler_not_the_waiters() -> None:
+    # Rank 1 waits 6 ms more for data; the others wait for it inside backward (all-reduce).
+    docs = [rank(0, shift(backward=6.0)), rank(1, shift(dataloader=6.0)),
+            rank(2, shift(backward=6.0)), rank(3, shift(backward=6.0))]
+    out = merge_ranks(docs, world_size=4)
+    s = out["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == (INPUT_STRAGGLER, 1, "dataloader")
+    assert s["score_pct"] > 15
+    diag = next(d for d in out["diagnoses"] if d["area"] == "distributed")
+    assert "Rank 1" in diag["message"] and "Rank 1" in diag["next_step"]
+    # Shares are the median rank's: the waiters' backward, not the straggler's input wait.
+    assert out["step_time"]["backward_pct"] > out["distributed"]["ranks"][1]["pct"]["backward"]
+    assert summary_problems(out) == []
+
+
+def test_a_rank_slow_in_forward_is_a_compute_straggler() -> None:
+    docs = [rank(0, shift(forward=4.0)), rank(1, shift(backward=4.0))]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == (COMPUTE_STRAGGLER, 0, "forward")
+
+
+def test_extra_work_outside_the_model_is_a_plain_straggler() -> None:
+    docs = [rank(0, shift(other=5.0)), rank(1), rank(2)]
+    s = merge_ranks(docs, world_size=3)["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == (STRAGGLER, 0, "other")
+
+
+def test_a_failed_rank_is_named_and_the_run_is_crashed() -> None:
+    out = merge_ranks([rank(0), rank(2)], world_size=3, failed=[1])
+    assert out["run"]["status"] == "crashed"
+    assert out["distributed"]["failed_ranks"] == [1]
+    assert out["distributed"]["ranks_reported"] == 2
+    assert summary_problems(out) == []
+
+
+def test_many_ranks_stay_small() -> None:
+    docs = [rank(r, shift(forward=0.01 * r)) for r in range(100)]
+    out = merge_ranks(docs, world_size=100)
+    dist = out["distributed"]
+    assert len(dist["ranks"]) == MAX_RANKS_LISTED and dist["ranks_not_listed"] == 36
+    assert dist["quantiles"]["own_work_ms"]["max"] >= dist["quantiles"]["own_work_ms"]["min"]
+    assert summary_problems(out) == []
+
+
+def test_nothing_to_merge_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        merge_ranks([], world_size=2)

@@ -1,0 +1,210 @@
+"""Several ranks, one summary: the per-rank table, cross-rank shares, and stragglers named by
+cause (docs/distributed.md).
+
+In data-parallel training every rank waits for the slowest at the gradient all-reduce, which
+sits inside backward: a slow rank makes the *others* look slow in backward. So ranks are
+compared on their **own work** -- the phases no collective waits in: dataloader, forward,
+optimizer and other (median ms per step) -- never on raw backward time. The straggler is the
+rank whose own work exceeds the median of the other ranks' by more than
+``STRAGGLER_MIN_EXCESS_PCT``; its cause is the phase with the largest excess over that phase's
+median across the other ranks.
+
+Pure data, no torch: the tracer gathers each rank's summary dict, rank 0 calls ``merge_ranks``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
+
+#: A rank whose own work per step is this much above the other ranks' median (percent)
+#: straggles.
+#: Below it, ranks of one job differ by scheduling noise (on the 2-vCPU development VM,
+#: balanced CPU ranks differed by up to 6 %).
+STRAGGLER_MIN_EXCESS_PCT = 15.0
+#: The phases a rank does on its own, without waiting for the others (DDP's all-reduce waits
+#: inside backward; see the module docstring).
+OWN_WORK_PHASES: tuple[str, ...] = ("dataloader", "forward", "optimizer", "other")
+#: Ranks listed one by one; beyond this the table keeps quantiles (the summary stays small).
+MAX_RANKS_LISTED = 64
+
+BALANCED = "RANKS_BALANCED"
+INPUT_STRAGGLER = "INPUT_STRAGGLER"
+COMPUTE_STRAGGLER = "COMPUTE_STRAGGLER"
+STRAGGLER = "STRAGGLER"
+#: The labels, best first (a label further down is worse).
+LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, INPUT_STRAGGLER)
+
+_CAUSE_LABEL = {"dataloader": INPUT_STRAGGLER, "forward": COMPUTE_STRAGGLER}
+NEXT_STEP: dict[str, str] = {
+    BALANCED: "Ranks do the same work per step; nothing to balance.",
+    INPUT_STRAGGLER: (
+        "Rank {rank} waits longer for its data than the others: look for uneven shards or "
+        "sample sizes, a slower disk or data path on its host, fewer DataLoader workers or "
+        "CPUs there."
+    ),
+    COMPUTE_STRAGGLER: (
+        "Rank {rank} computes its forward (and so its backward) slower than the others: a "
+        "slower or throttled GPU/host, another job sharing its device, or uneven batch shapes."
+    ),
+    STRAGGLER: (
+        "Rank {rank} spends longer outside forward and backward ({cause}) than the others: "
+        "look for per-rank logging, checkpointing or evaluation done on that rank only."
+    ),
+}
+
+
+def own_work_ms(view: SummaryView) -> float | None:
+    """Median ms per step of the phases a rank does without waiting for the others."""
+    parts = [view.phase_ms(p) for p in OWN_WORK_PHASES]
+    if any(x is None for x in parts):
+        return None
+    return float(sum(x for x in parts if x is not None))
+
+
+def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    v = SummaryView(doc)
+    run = v.run
+    own = own_work_ms(v)
+    return {
+        "rank": run.get("rank"),
+        "local_rank": run.get("local_rank"),
+        "host": run.get("host"),
+        "status": v.run_status,
+        "steps_analyzed": v.steps_analyzed,
+        "step_ms_median": v.step_ms("median"),
+        "pct": {p: v.share(p) for p in PHASES},
+        "phase_ms": {p: v.phase_ms(p) for p in PHASES},
+        "own_work_ms": None if own is None else round(own, 4),
+        "peak_mb": v.memory_mb("peak_allocated_mb") or v.memory_mb("peak_rss_mb"),
+    }
+
+
+def stragglers(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The straggler analysis of per-rank rows (``_rank_row``): label, rank, score, cause."""
+    timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
+    out: dict[str, Any] = {"label": BALANCED, "rank": None, "score_pct": 0.0, "cause": None,
+                           "threshold_pct": STRAGGLER_MIN_EXCESS_PCT, "scores_pct": {}}
+    if len(timed) < 2:
+        out["label"] = None  # nothing to compare
+        return out
+    def score(r: Mapping[str, Any]) -> float:
+        # Against the median of the *other* ranks: with two ranks, the overall median would
+        # sit halfway and halve the straggler's excess.
+        others = statistics.median(o["own_work_ms"] for o in timed if o is not r)
+        return 100.0 * (r["own_work_ms"] - others) / others if others > 0 else 0.0
+
+    scores = {r["rank"]: score(r) for r in timed}
+    out["scores_pct"] = {str(k): round(s, 2) for k, s in scores.items()}
+    worst = max(timed, key=lambda r: scores[r["rank"]])
+    score = scores[worst["rank"]]
+    out["score_pct"] = round(score, 2)
+    if score <= STRAGGLER_MIN_EXCESS_PCT:
+        return out
+    excess = {}
+    for p in OWN_WORK_PHASES:
+        values = [r["phase_ms"].get(p) for r in timed if r is not worst]
+        if all(isinstance(x, (int, float)) for x in values):
+            excess[p] = worst["phase_ms"][p] - statistics.median(values)
+    cause = max(excess, key=lambda p: excess[p]) if excess else None
+    out.update(label=_CAUSE_LABEL.get(cause or "", STRAGGLER), rank=worst["rank"], cause=cause)
+    return out
+
+
+def _median_shares(views: Sequence[SummaryView]) -> dict[str, float] | None:
+    shares = [v.shares() for v in views]
+    if not shares or any(s[p] is None for s in shares for p in PHASES):
+        return None
+    med = {p: statistics.median(float(s[p]) for s in shares) for p in PHASES}  # type: ignore[arg-type]
+    total = sum(med.values()) or 1.0
+    return {p: round(100.0 * med[p] / total, 2) for p in PHASES}
+
+
+def _quantiles(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float] | None:
+    values = sorted(r[key] for r in rows if isinstance(r.get(key), (int, float)))
+    if not values:
+        return None
+    qs = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else values * 9
+    return {"min": values[0], "p10": qs[0], "median": statistics.median(values), "p90": qs[-1],
+            "max": values[-1]}
+
+
+def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: int | None = None,
+                backend: str | None = None, failed: Sequence[int] = ()) -> dict[str, Any]:
+    """One summary for a distributed job from its ranks' summaries (rank 0's first).
+
+    The result is rank 0's summary with: ``step_time.*_pct`` the medians across ranks (so a
+    reader of single-process summaries sees the typical rank), the step-time label and
+    diagnosis recomputed from them, and a ``distributed`` block (world size, nodes, backend,
+    the per-rank table, the straggler analysis). ``failed``: ranks that did not report (the
+    run's status is then ``crashed`` unless it was already worse)."""
+    import copy
+
+    from traceml_ci.summary.diagnose import diagnose_step_time
+    from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
+
+    if not docs:
+        raise ValueError("no rank summaries to merge")
+    views = [SummaryView(d) for d in docs]
+    out = copy.deepcopy(dict(docs[0]))
+    rows = sorted((_rank_row(d) for d in docs),
+                  key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30)
+    st = out.get("step_time") or {}
+    shares = _median_shares(views)
+    diagnoses = [d for d in out.get("diagnoses") or [] if d.get("area") != "step_time"]
+    if shares is not None:
+        for p in PHASES:
+            st[f"{p}_pct"] = shares[p]
+        analysed = views[0].steps_analyzed or 0
+        warmup = views[0].warmup_steps or 0
+        found = diagnose_step_time(shares, analysed, warmup, DEFAULT_THRESHOLDS,
+                                   dataloader=None, device=views[0].memory_device or "cpu")
+        st["diagnosis"] = found[0].kind
+        diagnoses = [_diag_dict(d) for d in found] + diagnoses
+    analysis = stragglers(rows)
+    if analysis["label"] is not None:
+        diagnoses.append(_straggler_diagnosis(analysis))
+    out["diagnoses"] = diagnoses
+    statuses = {r["status"] for r in rows}
+    run = out.setdefault("run", {})
+    run["world_size"] = world_size
+    if run.get("status") == "completed" and (failed or "crashed" in statuses):
+        run["status"] = "crashed"  # one rank down: the job did not complete
+    listed = rows[:MAX_RANKS_LISTED]
+    out["distributed"] = {
+        "world_size": world_size,
+        "nodes": nodes,
+        "backend": backend,
+        "ranks_reported": len(rows),
+        "failed_ranks": sorted(int(r) for r in failed),
+        "ranks": listed,
+        "ranks_not_listed": len(rows) - len(listed),
+        "quantiles": ({k: _quantiles(rows, k) for k in ("step_ms_median", "own_work_ms")}
+                      if len(rows) > MAX_RANKS_LISTED else None),
+        "straggler": analysis,
+    }
+    return out
+
+
+def _diag_dict(d: Any) -> dict[str, Any]:
+    return {"area": d.area, "kind": d.kind, "severity": getattr(d.severity, "value", d.severity),
+            "message": d.message, "next_step": d.next_step}
+
+
+def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:
+    label = a["label"]
+    if label == BALANCED:
+        message = (f"No rank's own work per step is more than {a['threshold_pct']:g}% above the "
+                   f"other ranks' median (largest: {a['score_pct']:+.1f}%).")
+        severity = "info"
+    else:
+        message = (f"Rank {a['rank']} does {a['score_pct']:.0f}% more own work per step than the "
+                   f"other ranks' median, most of it in {a['cause']}; the others wait for it "
+                   "inside backward (the gradient all-reduce).")
+        severity = "warn"
+    return {"area": "distributed", "kind": label, "severity": severity, "message": message,
+            "next_step": NEXT_STEP[label].format(rank=a.get("rank"), cause=a.get("cause"))}
