@@ -434,6 +434,13 @@ def compare(
     elif diffs:
         reasons.append("environments differ (" + "; ".join(diffs) + "); compared anyway")
     bv, hv = SummaryView(base), SummaryView(head)
+    b_world, h_world = bv.world_size, hv.world_size
+    if b_world != h_world and not rules.allow_world_size_change:
+        reasons.append(f"world size {b_world} → {h_world}: runs over different numbers of ranks "
+                       "are not compared (rules: allow_world_size_change = true compares them)")
+        return Comparison(verdict=Verdict.INCOMPARABLE, rows=[], reasons=reasons,
+                          notes=list(reasons), base_run=_run_name(bv), head_run=_run_name(hv),
+                          rules_source=rules.source)
     missing_noise = [s for s, v in (("base", bv), ("head", hv)) if not v.has_noise]
     if missing_noise and rules.noise_factor > 0:
         reasons.append(

@@ -106,6 +106,12 @@ def _catalogue() -> tuple[Metric, ...]:
         Metric("gpu.util_mean_pct", Kind.PCT, ("gpu", "util_mean_pct"), "%",
                higher_is_worse=False, env_dependent=True)
     )
+    # Distributed runs (summary/ranks.py): the straggler label, and how far the worst rank's
+    # own work is above the others' median.
+    out.append(Metric("distributed.straggler.label", Kind.LABEL,
+                      ("distributed", "straggler", "label"), ""))
+    out.append(Metric("distributed.straggler.score_pct", Kind.PCT,
+                      ("distributed", "straggler", "score_pct"), "%"))
     return tuple(out)
 
 
@@ -117,9 +123,11 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 #: Step-time labels that are the healthy outcome: moving *to* one of them is an improvement.
 GOOD_STEP_TIME_LABELS = frozenset({"BALANCED", "COMPUTE_BOUND"})
 GOOD_MEMORY_LABELS = frozenset({"BALANCED"})
+GOOD_RANK_LABELS = frozenset({"RANKS_BALANCED"})
 #: Labels that say "too little data to tell": a change to or from them is a warning, not a verdict.
 UNKNOWN_LABELS = frozenset({"INSUFFICIENT_DATA", "NO_DATA"})
 
 
 def good_labels(metric: Metric) -> frozenset[str]:
-    return GOOD_STEP_TIME_LABELS if metric.path[0] == "step_time" else GOOD_MEMORY_LABELS
+    return {"step_time": GOOD_STEP_TIME_LABELS, "distributed": GOOD_RANK_LABELS}.get(
+        metric.path[0], GOOD_MEMORY_LABELS)

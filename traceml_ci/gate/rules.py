@@ -94,6 +94,8 @@ DEFAULT_TOLERANCES: tuple[tuple[str, Mapping[str, Any]], ...] = (
         "step_memory.peak_*_mb",
         {"rel": 10.0, "abs": 16.0, "warn_rel": 5.0, "warn_abs": 8.0, "direction": "worse"},
     ),
+    ("distributed.straggler.label", {"direction": "worse"}),
+    ("distributed.straggler.score_pct", {"abs": 15.0, "warn_abs": 8.0, "direction": "worse"}),
 )
 
 
@@ -111,6 +113,9 @@ class Rules:
     #: effect size and significance); "margin": the change less the noise must pass the
     #: tolerance (stricter: fewer false alarms, less power).
     noise_rule: str = DEFAULT_NOISE_RULE
+    #: Whether runs of different world sizes (distributed ranks) are compared at all; by
+    #: default they are incomparable: every share and time means something else.
+    allow_world_size_change: bool = False
     _cache: dict[str, Rule] = field(default_factory=dict, repr=False, compare=False)
 
     def rule_for(self, metric: str) -> Rule:
@@ -146,6 +151,7 @@ class Rules:
             noise_factor=self.noise_factor if noise_factor is None else float(noise_factor),
             source=source or self.source,
             noise_rule=noise_rule or self.noise_rule,
+            allow_world_size_change=self.allow_world_size_change,
         )
 
 
@@ -241,6 +247,7 @@ def _from_doc(doc: Mapping[str, Any], source: str, path: str) -> Rules:
         noise_factor=DEFAULT_NOISE_FACTOR if nf is None else float(nf),
         source=source,
         noise_rule=doc.get("noise_rule", DEFAULT_NOISE_RULE),
+        allow_world_size_change=bool(doc.get("allow_world_size_change", False)),
     )
 
 

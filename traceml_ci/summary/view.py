@@ -85,6 +85,15 @@ class SummaryView:
         return status if isinstance(status, str) else None
 
     @property
+    def world_size(self) -> int:
+        """Ranks in the run: ``distributed.world_size``, else ``run.world_size``, else 1."""
+        for path in (("distributed", "world_size"), ("run", "world_size")):
+            n = self.number(path)
+            if n is not None and n >= 1:
+                return int(n)
+        return 1
+
+    @property
     def runqueue_wait_pct(self) -> float | None:
         """Measured CPU contention: the main thread's runqueue wait, % of wall time."""
         value = finite(_table(self.run.get("contention")).get("runqueue_wait_pct"))
