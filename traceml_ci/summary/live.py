@@ -36,9 +36,18 @@ STALE_AFTER_S = 10.0
 #: Snapshots are a few KB; a bigger file in the folder is not one (and is not read).
 MAX_SNAPSHOT_BYTES = 256 * 1024
 
+#: Environment variable: ``0`` (or false/no/off) turns the snapshot writer off, like
+#: ``init(live=False)``.
+ENV_LIVE = "TRACEML_CI_LIVE"
+
 #: ``status`` values: still running, or how the run ended.
 RUNNING = "running"
 ENDED = ("completed", "crashed", "interrupted")
+
+
+def live_from_env(value: str | None) -> bool:
+    """Whether ``$TRACEML_CI_LIVE`` leaves the snapshot writer on (unset or empty: on)."""
+    return (value or "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def live_dir(out_dir: str | os.PathLike[str]) -> Path:
@@ -71,7 +80,9 @@ def snapshot_from_summary(
     """A snapshot from the summary dict ``build_summary`` made of the window's steps.
 
     ``identity``: rank, local_rank, world_size, host, pid, run name, started_at (the tracer's);
-    ``memory``: rss_mb, allocated_mb, reserved_mb, growth_mb_per_1k_steps, as known;
+    ``memory``: rss_mb (now), allocated_mb and reserved_mb (the newest step's device peaks),
+    growth_mb_per_1k_steps and growth_basis ("allocated" | "rss" | None: the final summary's
+    ``step_memory`` fields over the run so far), as known;
     ``first_window_pct``: the shares of the first window after warmup (to show how the split
     moved since the start)."""
     st = window.get("step_time") or {}
