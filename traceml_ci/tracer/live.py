@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -12,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.fsutil import atomic_write_text
 from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import (
@@ -51,7 +51,7 @@ class LiveWriter:
         self,
         tracer: Any,
         warn: Callable[[str], None],
-        interval_s: float = SNAPSHOT_INTERVAL_S,
+        interval_s: float | None = None,
     ) -> None:
         import psutil
 
@@ -61,7 +61,7 @@ class LiveWriter:
         self._run_name = _default_run_name
         self.tracer = tracer
         self._warn = warn
-        self.interval_s = interval_s
+        self.interval_s = SNAPSHOT_INTERVAL_S if interval_s is None else interval_s
         rank = _env_int("RANK", 0)
         self.path: Path = snapshot_path(tracer.config.out_dir, rank)
         self._stop = threading.Event()
@@ -112,13 +112,13 @@ class LiveWriter:
                        "training goes on")
 
     def _write(self, doc: dict[str, Any], final: bool = False) -> None:
-        text = json.dumps(doc, allow_nan=False, separators=(",", ":"))
+        data = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode("utf-8")
         with self._lock:
             if self._closed:
                 return
             if final:
                 self._closed = True
-            atomic_write_text(self.path, text)
+            _replace_file(self.path, data)
 
     def stop(self) -> None:
         """Stop the thread (no final snapshot): before finish's last reads, or a forgotten
@@ -170,7 +170,9 @@ class LiveWriter:
         now = time.time()
         steps = store.steps_total
         cols, stride = _rows(store, WINDOW_STEPS)
-        full_memory = status != RUNNING or now - self._memory_at >= MEMORY_EVERY_S
+        # While the growth is unknown (few samples yet) it is cheap: refresh it every time.
+        full_memory = (status != RUNNING or self._memory[0] is None
+                       or now - self._memory_at >= MEMORY_EVERY_S)
         record = self._record(cols, stride, steps, memory=full_memory)
         window = build_summary(record, tracer.config.thresholds)
         doc = window.to_dict()
@@ -188,9 +190,9 @@ class LiveWriter:
             steps_done=steps,
             steps_per_s=self._rate(now, steps),
             history_ms=list(self._history),
-            first_window_pct=self.first_window_pct,
+            first_window_pct=_rounded(self.first_window_pct),
             memory={
-                "rss_mb": self._proc.memory_info().rss / MB,
+                "rss_mb": self._rss_mb(),
                 "allocated_mb": cols[ALLOC_COL][-1] if on_device else None,
                 "reserved_mb": cols[RESERVED_COL][-1] if on_device else None,
             },
@@ -266,8 +268,20 @@ class LiveWriter:
         st = build_summary(record, self.tracer.config.thresholds).step_time
         return {p: st.pct.get(p) for p in PHASES}
 
+    def _rss_mb(self) -> float:
+        """RSS now: the tracer's newest sample (taken at a step's end, at most ~100 ms apart)
+        while it is fresh, which costs no system call; else a read of our own."""
+        rss = self.tracer.rss
+        if rss is not None and rss.samples and time.perf_counter_ns() - rss.last_ns < 1e9:
+            return rss.samples[-1][1]
+        return self._proc.memory_info().rss / MB
+
     def _rate(self, now: float, steps: int) -> float | None:
+        """Steps per second over the last ~RATE_SPAN_S of snapshots, from the first one that
+        saw a step (the script's set-up before its loop is not a slow step)."""
         rates = self._rates
+        if steps == 0:
+            return None
         rates.append((now, steps))
         while len(rates) > 2 and now - rates[1][0] >= RATE_SPAN_S:
             rates.popleft()
@@ -304,6 +318,41 @@ def _rows(store: Any, k: int, newest: bool = True) -> tuple[list[list[float]], i
         for i in range(ALLOC_COL):
             cols[i] = [v / 1e6 for v in cols[i]]
     return cols, stride
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path`` and rename it over ``path``: readers see
+    the old snapshot or the new one, never a torn one.
+
+    Not ``fsutil.atomic_write_text``: a snapshot is rewritten twice a second and worthless
+    after a reboot, so no fsync; and each system call lets the GIL go, which a training thread
+    spinning in Python may wait a scheduler slice to get back on a busy machine -- so as few
+    calls as can be (the kernel applies the umask to O_CREAT's mode; no chmod, no mkstemp)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one writer per process (lock)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(tmp, flags, 0o666)
+    except FileNotFoundError:  # the first snapshot, or the folder was removed meanwhile
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, flags, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _rounded(pct: dict[str, float | None] | None) -> dict[str, float | None] | None:
+    if pct is None:
+        return None
+    return {p: None if v is None else round(v, 2) for p, v in pct.items()}
 
 
 def _iso(dt: Any) -> str:
