@@ -346,3 +346,60 @@ def test_a_halving_during_a_read_is_read_again() -> None:
     # After the halving, the newest rows are steps 8, 10, 12, 14: consistent across columns.
     assert [r[0] for r in rows] == [8e-6, 10e-6, 12e-6, 14e-6]
     assert all(len(set(r)) == 1 for r in rows), rows
+
+
+def test_a_finished_step_is_visible_within_a_second(fresh_tracer) -> None:
+    """At the default interval: the time from a step's end to the first snapshot that counts
+    it, as a reader polling the file sees it."""
+    tracer = fresh_tracer(warmup_steps=2)
+    path = snapshot_path(tracer.config.out_dir, 0)
+    model = BusyModel(1.0, 1.0)
+    optimizer = BusySGD(model.parameters(), 0.5)
+    ended: list[float] = []  # wall time at each step's end
+    lags: list[float] = []
+    counted = 0
+    for x, y in busy_loader(600, 1.0):
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+        ended.append(time.time())
+        snap = read_snapshot(path)
+        if snap is not None and snap["steps_done"] > counted:
+            now = time.time()
+            lags += [now - t for t in ended[counted:snap["steps_done"]]]
+            counted = snap["steps_done"]
+        if ended[-1] - ended[0] > 2.5:
+            break
+    finish_and_load(tracer)
+    assert counted > 0 and len(lags) == counted
+    assert max(lags) < 1.0, max(lags)
+
+
+def test_a_later_init_out_dir_moves_the_snapshot(tmp_path: Path, torch_single_thread,
+                                                 fast_snapshots) -> None:
+    tracer = api.start(TracerConfig(out_dir=tmp_path / "a"), at_exit=False)
+    try:
+        old = snapshot_path(tmp_path / "a", 0)
+        wait_for(old.exists, 10)
+        api.init(out_dir=tmp_path / "b")
+        new = snapshot_path(tmp_path / "b", 0)
+        wait_for(new.exists, 10)
+        assert not old.exists()
+        model = BusyModel(0.2, 0.2)
+        train(busy_loader(10, 0.2), model, BusySGD(model.parameters(), 0.1),
+              traceml.trace_step, 10)
+        finish_and_load(tracer)
+        assert read_snapshot(new)["status"] == "completed" and not old.exists()
+    finally:
+        api.stop()
+
+
+def test_past_max_steps_the_rate_is_unknown(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2, max_steps=10)
+    model = BusyModel(0.2, 0.2)
+    train(busy_loader(20, 0.2), model, BusySGD(model.parameters(), 0.1), traceml.trace_step, 20)
+    snap = tracer.live.snapshot()
+    assert snap["steps_done"] == 10 and snap["max_steps"] == 10
+    assert snap["steps_per_s"] is None and snap["window"]["steps"] == 8
+    finish_and_load(tracer)

@@ -76,6 +76,7 @@ def snapshot_from_summary(
     status: str = RUNNING,
     heartbeat: float,
     summary_path: str | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """A snapshot from the summary dict ``build_summary`` made of the window's steps.
 
@@ -84,7 +85,8 @@ def snapshot_from_summary(
     growth_mb_per_1k_steps and growth_basis ("allocated" | "rss" | None: the final summary's
     ``step_memory`` fields over the run so far), as known;
     ``first_window_pct``: the shares of the first window after warmup (to show how the split
-    moved since the start)."""
+    moved since the start); ``max_steps``: the tracer's cap on recorded steps (None: none):
+    once ``steps_done`` reaches it the job goes on untraced, and ``steps_per_s`` is None."""
     st = window.get("step_time") or {}
     step_ms = st.get("step_ms") or {}
     diagnoses = [d for d in window.get("diagnoses") or [] if isinstance(d, Mapping)]
@@ -118,6 +120,7 @@ def snapshot_from_summary(
         "diagnosis": first("step_time"),
         "memory_diagnosis": first("step_memory"),
         "summary_path": summary_path,
+        "max_steps": max_steps,
     }
 
 

@@ -185,10 +185,12 @@ class LiveWriter:
             self._history.append(median)
 
         on_device = store.cuda_memory is not None and bool(cols[STEP])
+        # Past the cap the job goes on untraced: its rate is unknown, not zero.
+        capped = store.max_steps is not None and steps >= store.max_steps
         snap = snapshot_from_summary(
             doc,
             steps_done=steps,
-            steps_per_s=self._rate(now, steps),
+            steps_per_s=None if capped else self._rate(now, steps),
             history_ms=list(self._history),
             first_window_pct=_rounded(self.first_window_pct),
             memory={
@@ -200,6 +202,7 @@ class LiveWriter:
             status=status,
             heartbeat=now,
             summary_path=summary_path,
+            max_steps=store.max_steps,
         )
         if full_memory:
             self._memory_at = now
