@@ -403,3 +403,35 @@ def test_past_max_steps_the_rate_is_unknown(fresh_tracer) -> None:
     assert snap["steps_done"] == 10 and snap["max_steps"] == 10
     assert snap["steps_per_s"] is None and snap["window"]["steps"] == 8
     finish_and_load(tracer)
+
+
+ZERO_CHANGE = textwrap.dedent(
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(50):
+        opt.zero_grad()
+        ((model(torch.randn(4, 8)) - 1) ** 2).mean().backward()
+        opt.step()
+    """
+)
+
+
+def test_traceml_ci_run_on_an_unmodified_script_leaves_a_last_snapshot(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text(ZERO_CHANGE)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", ENV_LIVE)}
+    done = subprocess.run(
+        [sys.executable, "-m", "traceml_ci", "run", "--out", str(out), "--run-name", "plain",
+         str(script)], env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    last = read_snapshot(snapshot_path(out, 0))
+    assert last is not None, done.stderr
+    assert last["status"] == "completed" and last["run_name"] == "plain"
+    assert last["summary_path"] == str(out / "final_summary.json")
+    assert last["steps_done"] == 50 and last["pid"] != os.getpid()

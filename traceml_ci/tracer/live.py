@@ -34,7 +34,7 @@ RATE_SPAN_S = 5.0
 GPU_RECENT_SAMPLES = 25
 #: Seconds between refreshes of the memory part of a snapshot (growth, memory diagnosis).
 MEMORY_EVERY_S = 5.0
-#: How long finish waits for the thread (it may be inside a snapshot, or an fsync).
+#: How long finish waits for the thread (it may be inside a snapshot, or a slow write).
 JOIN_TIMEOUT_S = 1.0
 
 
@@ -315,7 +315,7 @@ def _rows(store: Any, k: int, newest: bool = True) -> tuple[list[list[float]], i
         n = columns.n
         lo, hi = (max(0, n - k), n) if newest else (0, min(k, n))
         cols = [c[lo:hi].tolist() for c in columns.cols]
-        if columns.stride == stride:
+        if columns.stride == stride and columns.n >= n:  # n only shrinks by a halving
             break
     if host:  # host rows hold nanoseconds (see StepStore.host_step)
         for i in range(ALLOC_COL):
