@@ -35,8 +35,8 @@ from traceml_ci.tracer.session import _warn  # noqa: E402
 def make_job() -> tuple[nn.Module, Any, Any]:
     """A ~1 ms CPU step on one thread (MLP, batch 64)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, 1))
+    model = nn.Sequential(nn.Linear(128, 384), nn.ReLU(), nn.Linear(384, 384), nn.ReLU(),
+                          nn.Linear(384, 1))
     data = torch.utils.data.TensorDataset(torch.randn(20_000, 128), torch.randn(20_000, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=64, shuffle=False)
     return model, torch.optim.SGD(model.parameters(), lr=1e-3), loader
