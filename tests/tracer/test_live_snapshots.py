@@ -435,3 +435,32 @@ def test_traceml_ci_run_on_an_unmodified_script_leaves_a_last_snapshot(tmp_path:
     assert last["status"] == "completed" and last["run_name"] == "plain"
     assert last["summary_path"] == str(out / "final_summary.json")
     assert last["steps_done"] == 50 and last["pid"] != os.getpid()
+
+
+@pytest.mark.cuda
+def test_a_cuda_run_snapshots_without_a_sync(fresh_tracer, fast_snapshots, capfd) -> None:
+    """On a real GPU: device-clock windows and allocator peaks, and neither the loop nor the
+    writer thread synchronises (sync debug mode "error" raises on any synchronising call)."""
+    tracer = fresh_tracer(warmup_steps=2)
+    path = snapshot_path(tracer.config.out_dir, 0)
+    device = torch.device("cuda", 0)
+    model = torch.nn.Linear(256, 256).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256, device=device)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(300):
+            with traceml.trace_step(model):
+                optimizer.zero_grad()
+                model(x).square().mean().backward()
+                optimizer.step()
+        snap = wait_for(lambda: (s := read_snapshot(path)) and s["window"]["steps"] > 0 and s)
+        time.sleep(0.3)  # a few more snapshots, still under sync debug mode
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert snap["window"]["clock"] == "device_event"
+    assert snap["memory"]["allocated_mb"] > 0
+    assert snap["memory"]["reserved_mb"] >= snap["memory"]["allocated_mb"]
+    finish_and_load(tracer)
+    assert read_snapshot(path)["status"] == "completed"
+    assert "warning" not in capfd.readouterr().err
