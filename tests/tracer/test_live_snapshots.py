@@ -464,3 +464,14 @@ def test_a_cuda_run_snapshots_without_a_sync(fresh_tracer, fast_snapshots, capfd
     finish_and_load(tracer)
     assert read_snapshot(path)["status"] == "completed"
     assert "warning" not in capfd.readouterr().err
+
+
+def test_a_relative_out_dir_gives_absolute_paths(fresh_tracer, tmp_path: Path, monkeypatch,
+                                                 fast_snapshots) -> None:
+    monkeypatch.chdir(tmp_path)
+    tracer = fresh_tracer(out_dir="rel-out", warmup_steps=2)
+    model = BusyModel(0.2, 0.2)
+    train(busy_loader(10, 0.2), model, BusySGD(model.parameters(), 0.1), traceml.trace_step, 10)
+    finish_and_load(tracer)
+    last = read_snapshot(tmp_path / "rel-out" / "live" / "rank0.json")
+    assert last["summary_path"] == str(tmp_path / "rel-out" / "final_summary.json")

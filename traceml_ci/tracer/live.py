@@ -63,7 +63,8 @@ class LiveWriter:
         self._warn = warn
         self.interval_s = SNAPSHOT_INTERVAL_S if interval_s is None else interval_s
         rank = _env_int("RANK", 0)
-        self.path: Path = snapshot_path(tracer.config.out_dir, rank)
+        # Absolute now: a script that changes its working folder keeps one snapshot file.
+        self.path: Path = snapshot_path(Path(tracer.config.out_dir).absolute(), rank)
         self._stop = threading.Event()
         #: Held around each write: once closed, the thread writes nothing more (a late tick
         #: must never overwrite the final snapshot).
@@ -139,7 +140,7 @@ class LiveWriter:
 
     def retarget(self, out_dir: Path) -> None:
         """A later init() moved the output folder: snapshots go there, the old one goes."""
-        new = snapshot_path(out_dir, self._identity["rank"])
+        new = snapshot_path(Path(out_dir).absolute(), self._identity["rank"])
         with self._lock:
             if new == self.path:
                 return

@@ -101,7 +101,8 @@ class Tracer:
         if live is None:
             return
         status = (self.status or RunStatus.COMPLETED).value
-        live.close(status, str(self.path) if self.path is not None else None)
+        # Absolute: `traceml-ci watch` may read it from another folder.
+        live.close(status, str(self.path.absolute()) if self.path is not None else None)
 
     # -- configuration ---------------------------------------------------------------------
     def reconfigure(self, **changes: Any) -> None:
