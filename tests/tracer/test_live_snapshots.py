@@ -475,3 +475,23 @@ def test_a_relative_out_dir_gives_absolute_paths(fresh_tracer, tmp_path: Path, m
     finish_and_load(tracer)
     last = read_snapshot(tmp_path / "rel-out" / "live" / "rank0.json")
     assert last["summary_path"] == str(tmp_path / "rel-out" / "final_summary.json")
+
+
+def test_a_rank_writes_its_own_file_with_its_identity(fresh_tracer, monkeypatch,
+                                                      fast_snapshots) -> None:
+    import socket
+
+    from traceml_ci.summary.live import read_snapshots
+
+    for name, value in (("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(0.2, 0.2)
+    train(busy_loader(10, 0.2), model, BusySGD(model.parameters(), 0.1), traceml.trace_step, 10)
+    finish_and_load(tracer)
+    (snap,) = read_snapshots(tracer.config.out_dir)
+    assert snapshot_path(tracer.config.out_dir, 1).is_file()
+    assert (snap["rank"], snap["local_rank"], snap["world_size"]) == (1, 1, 2)
+    assert snap["host"] == socket.gethostname() and snap["pid"] == os.getpid()
+    assert snap["summary_path"].endswith("final_summary.rank1.json")
+    assert snap["started_at"] == tracer.summary.run.started_at
