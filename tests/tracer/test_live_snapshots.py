@@ -495,3 +495,23 @@ def test_a_rank_writes_its_own_file_with_its_identity(fresh_tracer, monkeypatch,
     assert snap["host"] == socket.gethostname() and snap["pid"] == os.getpid()
     assert snap["summary_path"].endswith("final_summary.rank1.json")
     assert snap["started_at"] == tracer.summary.run.started_at
+
+
+def test_a_stalled_run_keeps_its_heartbeat_but_not_its_last_step(fresh_tracer,
+                                                                  fast_snapshots) -> None:
+    tracer = fresh_tracer(warmup_steps=2)
+    path = snapshot_path(tracer.config.out_dir, 0)
+    model = BusyModel(0.5, 0.5)
+    # ~0.4 s of steps: several snapshots see them (a rate needs two)
+    train(busy_loader(200, 0.5), model, BusySGD(model.parameters(), 0.2), traceml.trace_step,
+          200)
+    last_step = time.time()
+    first = wait_for(lambda: (s := read_snapshot(path)) and s["heartbeat"] > last_step and s)
+    time.sleep(0.6)  # no steps: an evaluation, a hang
+    later = read_snapshot(path)
+    assert later["heartbeat"] > first["heartbeat"] + 0.3
+    assert later["steps_done"] == first["steps_done"] == 200
+    assert later["last_step_at"] == first["last_step_at"] <= last_step + 0.5
+    assert later["history_ms"] == first["history_ms"]  # a stalled run adds no points
+    assert later["steps_per_s"] < first["steps_per_s"]
+    finish_and_load(tracer)

@@ -77,6 +77,7 @@ def snapshot_from_summary(
     heartbeat: float,
     summary_path: str | None = None,
     max_steps: int | None = None,
+    last_step_at: float | None = None,
 ) -> dict[str, Any]:
     """A snapshot from the summary dict ``build_summary`` made of the window's steps.
 
@@ -86,7 +87,9 @@ def snapshot_from_summary(
     ``step_memory`` fields over the run so far), as known;
     ``first_window_pct``: the shares of the first window after warmup (to show how the split
     moved since the start); ``max_steps``: the tracer's cap on recorded steps (None: none):
-    once ``steps_done`` reaches it the job goes on untraced, and ``steps_per_s`` is None."""
+    once ``steps_done`` reaches it the job goes on untraced, and ``steps_per_s`` is None;
+    ``last_step_at``: when (``time.time()``, to a snapshot interval) ``steps_done`` last grew --
+    a heartbeat that goes on while steps do not says the job is alive but stuck or idle."""
     st = window.get("step_time") or {}
     step_ms = st.get("step_ms") or {}
     diagnoses = [d for d in window.get("diagnoses") or [] if isinstance(d, Mapping)]
@@ -121,6 +124,7 @@ def snapshot_from_summary(
         "memory_diagnosis": first("step_memory"),
         "summary_path": summary_path,
         "max_steps": max_steps,
+        "last_step_at": _num(last_step_at),
     }
 
 

@@ -85,6 +85,8 @@ class LiveWriter:
         self._history: deque[float] = deque(maxlen=HISTORY_POINTS)
         self._rates: deque[tuple[float, int]] = deque()
         self._history_at = -1  # steps_total when history last got a point
+        self._steps_seen = 0  # steps_total at the previous snapshot ...
+        self._last_step_at: float | None = None  # ... and when it last grew
         #: The memory part (growth slope, memory diagnosis) is refreshed every MEMORY_EVERY_S:
         #: its Theil-Sen slope over the run's RSS samples costs a few ms; shares are cheap.
         self._memory_at = -float("inf")
@@ -185,6 +187,8 @@ class LiveWriter:
             self._history_at = steps
             self._history.append(median)
 
+        if steps != self._steps_seen:
+            self._steps_seen, self._last_step_at = steps, now
         on_device = store.cuda_memory is not None and bool(cols[STEP])
         # Past the cap the job goes on untraced: its rate is unknown, not zero.
         capped = store.max_steps is not None and steps >= store.max_steps
@@ -204,6 +208,7 @@ class LiveWriter:
             heartbeat=now,
             summary_path=summary_path,
             max_steps=store.max_steps,
+            last_step_at=self._last_step_at,
         )
         if full_memory:
             self._memory_at = now
