@@ -94,6 +94,8 @@ class MarkedRun:
             run_name=self.key,
             max_steps=a.max_steps,
             locked=frozenset(locked),
+            # In-process tests are gated, not watched: no snapshot thread beside the test body.
+            live=False,
         )
         if a.warmup_steps is not None:
             options["warmup_steps"] = a.warmup_steps

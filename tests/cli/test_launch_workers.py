@@ -51,7 +51,9 @@ def test_workers_rerunning_init_leave_the_summary_alone(
     summary = tmp_path / "traceml-out" / "final_summary.json"
     doc = json.loads(summary.read_text())
     assert summary_problems(doc) == []
-    assert sorted(p.name for p in summary.parent.iterdir()) == ["final_summary.json"]
+    assert sorted(p.name for p in summary.parent.iterdir()) == ["final_summary.json", "live"]
+    # One live snapshot, the owner's: workers re-running init() write none.
+    assert [p.name for p in (summary.parent / "live").iterdir()] == ["rank0.json"]
     st = doc["step_time"]
     assert st["steps_total"] == 40  # the main process's steps, not a worker's empty run
     assert doc["run"]["mode"] == "auto"

@@ -36,9 +36,18 @@ STALE_AFTER_S = 10.0
 #: Snapshots are a few KB; a bigger file in the folder is not one (and is not read).
 MAX_SNAPSHOT_BYTES = 256 * 1024
 
+#: Environment variable: ``0`` (or false/no/off) turns the snapshot writer off, like
+#: ``init(live=False)``.
+ENV_LIVE = "TRACEML_CI_LIVE"
+
 #: ``status`` values: still running, or how the run ended.
 RUNNING = "running"
 ENDED = ("completed", "crashed", "interrupted")
+
+
+def live_from_env(value: str | None) -> bool:
+    """Whether ``$TRACEML_CI_LIVE`` leaves the snapshot writer on (unset or empty: on)."""
+    return (value or "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def live_dir(out_dir: str | os.PathLike[str]) -> Path:
@@ -67,13 +76,20 @@ def snapshot_from_summary(
     status: str = RUNNING,
     heartbeat: float,
     summary_path: str | None = None,
+    max_steps: int | None = None,
+    last_step_at: float | None = None,
 ) -> dict[str, Any]:
     """A snapshot from the summary dict ``build_summary`` made of the window's steps.
 
     ``identity``: rank, local_rank, world_size, host, pid, run name, started_at (the tracer's);
-    ``memory``: rss_mb, allocated_mb, reserved_mb, growth_mb_per_1k_steps, as known;
+    ``memory``: rss_mb (now), allocated_mb and reserved_mb (the newest step's device peaks),
+    growth_mb_per_1k_steps and growth_basis ("allocated" | "rss" | None: the final summary's
+    ``step_memory`` fields over the run so far), as known;
     ``first_window_pct``: the shares of the first window after warmup (to show how the split
-    moved since the start)."""
+    moved since the start); ``max_steps``: the tracer's cap on recorded steps (None: none):
+    once ``steps_done`` reaches it the job goes on untraced, and ``steps_per_s`` is None;
+    ``last_step_at``: when (``time.time()``, to a snapshot interval) ``steps_done`` last grew --
+    a heartbeat that goes on while steps do not says the job is alive but stuck or idle."""
     st = window.get("step_time") or {}
     step_ms = st.get("step_ms") or {}
     diagnoses = [d for d in window.get("diagnoses") or [] if isinstance(d, Mapping)]
@@ -107,6 +123,8 @@ def snapshot_from_summary(
         "diagnosis": first("step_time"),
         "memory_diagnosis": first("step_memory"),
         "summary_path": summary_path,
+        "max_steps": max_steps,
+        "last_step_at": _num(last_step_at),
     }
 
 

@@ -91,6 +91,7 @@ def stop() -> None:
     """Forget the current tracer (after its finish), e.g. at the end of a pytest test."""
     global _tracer
     if _tracer is not None:
+        _tracer.stop_live()
         _tracer.patches.uninstall()
         if _tracer.roots is not None:
             _tracer.roots.uninstall()
@@ -105,6 +106,7 @@ def init(
     warmup_steps: int | None = None,
     batch_size: int | None = None,
     thresholds: Thresholds | None = None,
+    live: bool | None = None,
 ) -> Tracer | None:
     """Start tracing this process.
 
@@ -114,6 +116,8 @@ def init(
     out_dir: where final_summary.json goes (default ``$TRACEML_CI_OUT`` or ``./traceml-out``).
     warmup_steps: the first N steps (default 5) are left out of the statistics.
     batch_size: samples per step, for samples/s (default: inferred from the first batch).
+    live: keep ``<out_dir>/live/rank<N>.json`` up to date for the live view (default on;
+    ``$TRACEML_CI_LIVE=0`` turns it off too).
     Under ``traceml-ci run``, the flags given there win over these keywords.
     Returns None, doing nothing, in a process that does not own the run (a DataLoader worker,
     or a spawned child re-importing the script). ImportError when torch is missing.
@@ -130,6 +134,7 @@ def init(
         "warmup_steps": warmup_steps,
         "batch_size": batch_size,
         "thresholds": thresholds,
+        "live": live,
     }
     options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if _tracer is not None and _tracer.summary is None:

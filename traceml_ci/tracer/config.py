@@ -12,6 +12,7 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
     ENV_OUT,
     SUMMARY_FILENAME,
 )
+from traceml_ci.summary.live import ENV_LIVE, live_from_env
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 MODES = ("auto", "manual")
@@ -27,6 +28,8 @@ class TracerConfig:
     #: Record at most this many steps (warmup included); later steps run untraced.
     max_steps: int | None = None
     thresholds: Thresholds = DEFAULT_THRESHOLDS
+    #: Keep ``<out>/live/rank<N>.json`` up to date while the run goes (the live view reads it).
+    live: bool = field(default_factory=lambda: live_from_env(os.environ.get(ENV_LIVE)))
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
 

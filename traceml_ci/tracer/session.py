@@ -15,6 +15,7 @@ from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunSt
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
+from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
     AutoPatches,
@@ -73,6 +74,35 @@ class Tracer:
             self.patches.install()
             if self.roots is not None:
                 self.roots.install_discovery()
+        #: The live snapshot's writer thread (None: off, or not this process's run).
+        self.live: LiveWriter | None = None
+        if config.live:
+            self._start_live()
+
+    # -- live snapshots ------------------------------------------------------------------------
+    def _start_live(self) -> None:
+        from traceml_ci.tracer import lifecycle
+
+        if not lifecycle.owns_run():  # a DataLoader worker never writes (nor starts threads)
+            return
+        try:
+            self.live = LiveWriter(self, _warn).start()
+        except Exception as exc:
+            self.live = None
+            _warn(f"the live snapshot could not start ({exc!r}); training goes on")
+
+    def stop_live(self) -> None:
+        """Stop the snapshot thread without a last snapshot (a tracer forgotten unfinished)."""
+        if self.live is not None:
+            self.live.stop()
+
+    def _close_live(self) -> None:
+        live = self.live
+        if live is None:
+            return
+        status = (self.status or RunStatus.COMPLETED).value
+        # Absolute: `traceml-ci watch` may read it from another folder.
+        live.close(status, str(self.path.absolute()) if self.path is not None else None)
 
     # -- configuration ---------------------------------------------------------------------
     def reconfigure(self, **changes: Any) -> None:
@@ -85,7 +115,9 @@ class Tracer:
         if self.store.steps_total:
             _warn("init() called after steps were recorded; its options are ignored")
             return
+        old = self.config
         self.config = replace(self.config, **changes)
+        self._reconfigure_live(old)
         self._last_scope = None  # a scope built for the old mode must not be reused
         self.store.warmup_steps = self.config.warmup_steps
         if "batch_size" in changes:
@@ -96,6 +128,16 @@ class Tracer:
                 self.roots.uninstall()
         else:
             self.patches.install()
+
+    def _reconfigure_live(self, old: TracerConfig) -> None:
+        if not self.config.live:
+            if self.live is not None:
+                self.live.discard()  # live=False: nothing stays behind
+                self.live = None
+        elif self.live is None:
+            self._start_live()
+        elif self.config.out_dir != old.out_dir:
+            self.live.retarget(self.config.out_dir)
 
     def fail(self, exc: BaseException) -> None:
         """Our own code failed: warn once, stop tracing, leave the training loop alone."""
@@ -209,6 +251,7 @@ class Tracer:
         self.patches.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
+        self.stop_live()  # its thread reads nothing while the store drains
         try:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
@@ -218,6 +261,8 @@ class Tracer:
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
             return None
+        finally:
+            self._close_live()  # the last snapshot: how the run ended, where its summary is
         return self.path
 
     def _record(self) -> RunRecord:
