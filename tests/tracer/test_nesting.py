@@ -53,8 +53,10 @@ def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer
     assert_matches_stopwatch(tracer, watch, ALL)
     doc = finish_and_load(tracer)
     assert_shares_match(doc, watch, walls, 2)
-    # Before: all of forward and backward was charged to the optimizer (~90 %).
-    assert doc["step_time"]["phase_ms"]["optimizer"] < 3.0
+    # Before: all of forward and backward was charged to the optimizer (~90 %). Relative to
+    # them, not to a constant: a loaded machine stretches every spin alike.
+    ms = doc["step_time"]["phase_ms"]
+    assert ms["optimizer"] < 0.5 * (ms["forward"] + ms["backward"])
     assert doc["step_time"]["diagnosis"] != "OPTIMIZER_BOUND"
 
 

@@ -97,8 +97,8 @@ def snapshot_from_summary(
     def first(area: str) -> dict[str, Any]:
         d = next((d for d in diagnoses if d.get("area") == area), None)
         if d is None:
-            return {"kind": None, "message": None, "next_step": None}
-        return {k: d.get(k) for k in ("kind", "message", "next_step")}
+            return {"kind": None, "severity": None, "message": None, "next_step": None}
+        return {k: d.get(k) for k in ("kind", "severity", "message", "next_step")}
 
     return {
         "live_version": LIVE_VERSION,
