@@ -6,8 +6,8 @@ sits inside backward: a slow rank makes the *others* look slow in backward. So r
 compared on their **own work** -- the phases no collective waits in: dataloader, forward,
 optimizer and other (median ms per step) -- never on raw backward time. The straggler is the
 rank whose own work exceeds the median of the other ranks' by more than
-``STRAGGLER_MIN_EXCESS_PCT``; its cause is the phase with the largest excess over that phase's
-median across the other ranks.
+``STRAGGLER_MIN_EXCESS_PCT``, and by at least ``STRAGGLER_MIN_STEP_PCT`` of the step; its
+cause is the phase with the largest excess over that phase's median across the other ranks.
 
 Pure data, no torch: the tracer gathers each rank's summary dict, rank 0 calls ``merge_ranks``.
 """
@@ -26,6 +26,10 @@ from traceml_ci.summary.view import SummaryView
 #: Below it, ranks of one job differ by scheduling noise (on the 2-vCPU development VM,
 #: balanced CPU ranks differed by up to 6 %).
 STRAGGLER_MIN_EXCESS_PCT = 15.0
+#: ... and only when that excess is at least this share of the median step (percent): ranks of
+#: a job whose own work is a sliver of the step (the rest is compute waiting at the all-reduce)
+#: differ by large fractions of nothing.
+STRAGGLER_MIN_STEP_PCT = 5.0
 #: The phases a rank does on its own, without waiting for the others (DDP's all-reduce waits
 #: inside backward; see the module docstring).
 OWN_WORK_PHASES: tuple[str, ...] = ("dataloader", "forward", "optimizer", "other")
@@ -103,7 +107,12 @@ def stragglers(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     worst = max(timed, key=lambda r: scores[r["rank"]])
     score = scores[worst["rank"]]
     out["score_pct"] = round(score, 2)
-    if score <= STRAGGLER_MIN_EXCESS_PCT:
+    others = [r for r in timed if r is not worst]
+    excess_ms = worst["own_work_ms"] - statistics.median(r["own_work_ms"] for r in others)
+    steps = [r["step_ms_median"] for r in timed
+             if isinstance(r.get("step_ms_median"), (int, float))]
+    step_ms = statistics.median(steps) if steps else 0.0
+    if score <= STRAGGLER_MIN_EXCESS_PCT or excess_ms < STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms:
         return out
     excess = {}
     for p in OWN_WORK_PHASES:

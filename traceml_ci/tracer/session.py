@@ -15,6 +15,7 @@ from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunSt
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
+from traceml_ci.tracer.distributed import RankGather, identity
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
@@ -74,6 +75,12 @@ class Tracer:
             self.patches.install()
             if self.roots is not None:
                 self.roots.install_discovery()
+        #: Distributed runs: finish before the job destroys its process group, gather there.
+        self.ranks = RankGather(self.finish, _warn)
+        try:
+            self.ranks.install()
+        except Exception as exc:
+            _warn(f"distributed hooks not installed ({exc!r})")
         #: The live snapshot's writer thread (None: off, or not this process's run).
         self.live: LiveWriter | None = None
         if config.live:
@@ -249,6 +256,8 @@ class Tracer:
         if status is not None:
             self.status = RunStatus(status)
         self.patches.uninstall()
+        if self.ranks.world_size() <= 1:
+            self.ranks.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
         self.stop_live()  # its thread reads nothing while the store drains
@@ -257,13 +266,37 @@ class Tracer:
             if self.config.mode == "manual" and not record.steps_total:
                 _warn("manual mode recorded no steps: wrap the loop body in trace_step")
             self.summary = build_summary(record, self.config.thresholds)
-            self.path = write_summary(self.config.summary_path, self.summary)
+            if self.ranks.world_size() > 1:
+                self.path = self._write_distributed(self.summary)
+            else:
+                self.path = write_summary(self.config.summary_path, self.summary)
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
             return None
         finally:
             self._close_live()  # the last snapshot: how the run ended, where its summary is
         return self.path
+
+    def _write_distributed(self, summary: Summary) -> Path:
+        """Every rank writes its own ``final_summary.rank<N>.json``; the ranks' summaries are
+        gathered once, and rank 0 writes the merged ``final_summary.json`` (summary/ranks.py).
+        A failed gather leaves rank 0's own summary there, with the ranks that reported."""
+        from traceml_ci.summary.keys import SUMMARY_FILENAME
+        from traceml_ci.summary.ranks import merge_ranks
+
+        doc = summary.to_dict()
+        doc["run"].update(identity())
+        rank = int(doc["run"].get("rank") or 0)
+        own = write_summary(self.config.out_dir / f"final_summary.rank{rank}.json", doc)
+        docs = self.ranks.gather(doc)
+        self.ranks.uninstall()
+        if rank != 0:
+            return own
+        world = self.ranks.world_size()
+        got = docs or [doc]
+        merged = merge_ranks(got, world_size=world, nodes=self.ranks.nodes(got),
+                             backend=self.ranks.backend)
+        return write_summary(self.config.out_dir / SUMMARY_FILENAME, merged)
 
     def _record(self) -> RunRecord:
         from traceml_ci.tracer.env import fingerprint

@@ -1,0 +1,112 @@
+"""Distributed runs for real: examples/train_ddp.py under torchrun, two CPU ranks over gloo.
+Each rank's summary is gathered at finish; rank 0 writes one merged summary naming the
+straggler and its cause from each rank's own work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from traceml_ci.summary.schema import summary_problems
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(out: Path, *args: str, timeout: float = 120.0,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Two ranks of the example under torchrun; the whole process group is killed if it
+    outlives ``timeout``."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(EXAMPLE),
+           "--steps", "40", *args]
+    full_env = {**os.environ, "TRACEML_CI_OUT": str(out), "TRACEML_CI_LIVE": "0", **(env or {})}
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
+
+
+def merged(out: Path) -> dict[str, Any]:
+    doc = json.loads((out / "final_summary.json").read_text())
+    assert summary_problems(doc) == []
+    return doc
+
+
+def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
+    done = torchrun(tmp_path)
+    assert done.returncode == 0, done.stdout
+    doc = merged(tmp_path)
+    dist = doc["distributed"]
+    assert (dist["world_size"], dist["ranks_reported"], dist["backend"]) == (2, 2, "gloo")
+    assert dist["nodes"] == 1
+    assert dist["straggler"]["label"] == "RANKS_BALANCED"
+    assert [r["rank"] for r in dist["ranks"]] == [0, 1]
+    assert [r["local_rank"] for r in dist["ranks"]] == [0, 1]
+    for r in (0, 1):  # every rank keeps its own summary too
+        own = json.loads((tmp_path / f"final_summary.rank{r}.json").read_text())
+        assert own["run"]["rank"] == r and "distributed" not in own
+
+
+def test_a_rank_slow_in_its_data_is_named_an_input_straggler(tmp_path: Path) -> None:
+    done = torchrun(tmp_path, "--slow-rank", "1", "--slow", "data")
+    assert done.returncode == 0, done.stdout
+    dist = merged(tmp_path)["distributed"]
+    s = dist["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == ("INPUT_STRAGGLER", 1, "dataloader")
+    ranks = {r["rank"]: r for r in dist["ranks"]}
+    # Rank 0 waited for rank 1 inside backward: raw backward would have blamed rank 0.
+    assert ranks[0]["phase_ms"]["backward"] > ranks[1]["phase_ms"]["backward"]
+
+
+def test_a_rank_slow_in_forward_is_named_a_compute_straggler(tmp_path: Path) -> None:
+    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward")
+    assert done.returncode == 0, done.stdout
+    dist = merged(tmp_path)["distributed"]
+    s = dist["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == ("COMPUTE_STRAGGLER", 0, "forward")
+    ranks = {r["rank"]: r for r in dist["ranks"]}
+    assert ranks[1]["phase_ms"]["backward"] > ranks[0]["phase_ms"]["backward"]  # it waited
+
+
+def test_a_script_that_never_destroys_its_group_still_merges(tmp_path: Path) -> None:
+    done = torchrun(tmp_path, "--no-destroy", "--slow-rank", "1", "--slow", "data")
+    assert done.returncode == 0, done.stdout
+    assert merged(tmp_path)["distributed"]["straggler"]["rank"] == 1
+
+
+def test_a_rank_lost_mid_run_does_not_hang_the_others(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = torchrun(tmp_path, "--slow-rank", "1", "--die-at", "15",
+                    env={"TRACEML_CI_GATHER_TIMEOUT_S": "5"})
+    assert done.returncode != 0
+    assert time.monotonic() - started < 90
+    own = json.loads((tmp_path / "final_summary.rank0.json").read_text())
+    assert own["run"]["status"] in ("interrupted", "crashed")
+    assert not (tmp_path / "final_summary.rank1.json").exists()  # it died without one
+    doc = merged(tmp_path)  # rank 0's, with the ranks that reported
+    assert doc["distributed"]["ranks_reported"] == 1 and doc["distributed"]["world_size"] == 2
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -1,0 +1,177 @@
+"""Distributed runs: each rank's summary gathered once, at finish, over torch.distributed; rank 0
+writes the merged summary (summary/ranks.py), every rank its own ``final_summary.rank<N>.json``.
+
+The gather runs over a small gloo group of our own, made right after the job's
+``init_process_group`` (every rank makes it then, so making it cannot hang), with a bounded
+timeout: gloo carries Python objects whatever the job's backend (NCCL cannot), and a rank that
+died cannot hang the others' finish for longer than ``GATHER_TIMEOUT_S``. Most scripts destroy
+the process group before the interpreter exits, so ``destroy_process_group`` is wrapped to
+finish the tracer first, while the group still exists.
+
+Nothing here runs per step. Every failure degrades to per-rank files and one warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import socket
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+#: Seconds the finish-time gather waits for the other ranks (env TRACEML_CI_GATHER_TIMEOUT_S).
+GATHER_TIMEOUT_S = 30.0
+ENV_GATHER_TIMEOUT = "TRACEML_CI_GATHER_TIMEOUT_S"
+
+
+def gather_timeout_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get(ENV_GATHER_TIMEOUT, GATHER_TIMEOUT_S)))
+    except ValueError:
+        return GATHER_TIMEOUT_S
+
+
+def _dist() -> Any:
+    """torch.distributed when the script uses it (never imported on our account)."""
+    if "torch.distributed" not in sys.modules:
+        return None
+    dist = sys.modules["torch.distributed"]
+    try:
+        return dist if dist.is_available() else None
+    except Exception:
+        return None
+
+
+def env_rank(name: str) -> int | None:
+    try:
+        value = os.environ.get(name)
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def identity() -> dict[str, Any]:
+    """This process's place in a distributed job, as the launcher (torchrun) set it."""
+    return {"local_rank": env_rank("LOCAL_RANK"), "host": socket.gethostname()}
+
+
+class RankGather:
+    """Hooks ``init_process_group`` / ``destroy_process_group`` and gathers at finish.
+
+    ``finish``: the tracer's finish, called before the job's group is destroyed."""
+
+    def __init__(self, finish: Callable[[], Any], warn: Callable[[str], None]) -> None:
+        self._finish = finish
+        self._warn = warn
+        self.group: Any = None
+        self._originals: dict[str, Any] = {}
+        self.backend: str | None = None
+
+    # -- hooks -------------------------------------------------------------------------------
+    def install(self) -> None:
+        dist = _dist()
+        if dist is None or self._originals:
+            return
+        init, destroy = dist.init_process_group, dist.destroy_process_group
+
+        @functools.wraps(init)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            out = init(*args, **kwargs)
+            self._make_group(dist)
+            self._finish_before_torch_exits()
+            return out
+
+        @functools.wraps(destroy)
+        def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+            if not args and not kwargs.get("group"):  # the whole job's group, not a subgroup
+                try:
+                    self._finish()
+                except Exception as exc:  # never into the user's code
+                    self._warn(f"finishing before destroy_process_group failed ({exc!r})")
+            return destroy(*args, **kwargs)
+
+        self._originals = {"init_process_group": init, "destroy_process_group": destroy}
+        dist.init_process_group = init_process_group
+        dist.destroy_process_group = destroy_process_group
+        if self.world_size(dist) > 1:  # the script initialised before tracing began
+            self._make_group(dist)
+            self._finish_before_torch_exits()
+
+    def uninstall(self) -> None:
+        dist = _dist()
+        if dist is None:
+            return
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+        self._originals = {}
+
+    def _finish_before_torch_exits(self) -> None:
+        """A script that never destroys its group: torch tears the group down in an exit
+        handler registered by ``init_process_group``. Exit handlers run last-registered first,
+        so one registered after it finishes (and gathers) while the group still works."""
+        def finish_at_exit() -> None:
+            if self.world_size() > 1:
+                try:
+                    self._finish()
+                except Exception as exc:
+                    self._warn(f"finishing at exit failed ({exc!r})")
+
+        atexit.register(finish_at_exit)
+
+    def _make_group(self, dist: Any) -> None:
+        try:
+            self.backend = str(dist.get_backend())
+            self.group = dist.new_group(backend="gloo",
+                                        timeout=timedelta(seconds=gather_timeout_s()))
+        except Exception as exc:
+            self.group = None
+            self._warn(f"no group for the finish-time gather ({exc!r}); ranks keep their own "
+                       "summaries")
+
+    # -- finish ------------------------------------------------------------------------------
+    @staticmethod
+    def world_size(dist: Any = None) -> int:
+        dist = dist or _dist()
+        try:
+            if dist is not None and dist.is_initialized():
+                return int(dist.get_world_size())
+        except Exception:
+            pass
+        return 1
+
+    def gather(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """Every rank's summary dict, in rank order, on every rank; None when this is not a
+        distributed run or the gather failed (then warned once)."""
+        dist = _dist()
+        world = self.world_size(dist)
+        if world <= 1 or self.group is None:
+            return None
+        out: list[Any] = [None] * world
+        try:
+            dist.all_gather_object(out, doc, group=self.group)
+        except Exception as exc:
+            self._warn(f"gathering the ranks' summaries failed ({type(exc).__name__}: "
+                       f"{str(exc)[:200]}); each rank keeps its own summary")
+            return None
+        finally:
+            self._destroy_group(dist)
+        return [d for d in out if isinstance(d, dict)]
+
+    def _destroy_group(self, dist: Any) -> None:
+        """Our group's worker threads must be joined before the interpreter exits: a group
+        left to its destructor at exit aborts the process ("terminate called without an
+        active exception")."""
+        group, self.group = self.group, None
+        destroy = self._originals.get("destroy_process_group", dist.destroy_process_group)
+        try:
+            destroy(group)
+        except Exception:
+            pass
+
+    def nodes(self, docs: list[dict[str, Any]]) -> int | None:
+        hosts = {((d.get("run") or {}).get("host")) for d in docs}
+        hosts.discard(None)
+        return len(hosts) or None
