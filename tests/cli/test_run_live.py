@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tests.cli.scripts import kill_group
 from traceml_ci.cli.live_run import _at_rest
+from traceml_ci.fsutil import atomic_write_text
+from traceml_ci.summary.live import snapshot_from_summary, snapshot_path
 
 CLI = [sys.executable, "-m", "traceml_ci", "run"]
 ROWS, COLS = 30, 100
@@ -170,6 +172,15 @@ def _script_bytes(raw: bytes) -> bytes:
     return _ROOM.sub(b"", _PAINT.sub(b"", raw))
 
 
+def _old_run(tmp_path: Path) -> None:
+    """A previous run's last snapshot in the same folder (step 999, an hour ago): not this
+    run's view."""
+    old = snapshot_from_summary({}, steps_done=999, steps_per_s=1.0, history_ms=[],
+                                first_window_pct=None, memory={}, identity={"rank": 0},
+                                status="completed", heartbeat=time.time() - 3600)
+    atomic_write_text(snapshot_path(tmp_path / "out", 0), json.dumps(old))
+
+
 def _summary(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "out" / "final_summary.json").read_text())
 
@@ -193,6 +204,7 @@ def test_output_arrives_complete_and_in_order_and_the_script_sees_a_terminal(tmp
 
 def test_the_view_is_painted_under_the_output_and_the_last_frame_stays(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    _old_run(tmp_path)
     term = Terminal(tmp_path, ["--out", "out", str(script), "out", "40", "0.05"])
     pid = 0
     try:
@@ -215,7 +227,7 @@ def test_the_view_is_painted_under_the_output_and_the_last_frame_stays(tmp_path)
     steps = {int(m) for f in frames for m in re.findall(rb"step (\d+) \xc2\xb7", f)}
     assert len(steps) >= 2, frames[-3:]
     assert all(f"\x1b[{lines + 1};1H".encode() in f for f in frames if b"step" in f)
-    assert b"steps/s" in raw
+    assert b"steps/s" in raw and b"step 999" not in raw
     # The script's own lines, all there and in order.
     mine = _script_bytes(raw)
     assert b"".join(f"line {i}\r\n".encode() for i in range(1, 41)) in mine
@@ -229,6 +241,7 @@ def test_the_view_is_painted_under_the_output_and_the_last_frame_stays(tmp_path)
 
 def test_not_a_terminal_gets_plain_progress_lines(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    _old_run(tmp_path)
     proc = subprocess.Popen(
         [*CLI, "--out", "out", "--progress-interval", "0.3", str(script), "out", "30", "0.1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -243,7 +256,7 @@ def test_not_a_terminal_gets_plain_progress_lines(tmp_path) -> None:
     assert "line 30\n" in out  # the script's output as it wrote it
     progress = [ln for ln in err.splitlines() if ln.startswith("traceml-ci: step ")]
     assert len(progress) >= 3, err
-    assert all("steps/s" in ln for ln in progress)
+    assert all("steps/s" in ln and "step 999" not in ln for ln in progress)
     counts = [int(ln.split()[2]) for ln in progress]
     assert counts == sorted(counts) and counts[-1] > counts[0]
     assert "\x1b" not in out + err

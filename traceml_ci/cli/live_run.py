@@ -91,6 +91,17 @@ def attachment(*, live: bool, progress_interval_s: float) -> Attachment:
     return Attachment()
 
 
+def this_runs_snapshots(out_dir: Path, since: float) -> list[dict[str, Any]]:
+    """The snapshots under ``out_dir`` with a heartbeat since ``since`` (wall-clock seconds):
+    a previous run's files in the same folder are not this run's view."""
+    fresh = []
+    for snap in read_snapshots(out_dir):
+        beat = snap.get("heartbeat")
+        if isinstance(beat, (int, float)) and beat >= since - 1.0:
+            fresh.append(snap)
+    return fresh
+
+
 def _terminal_here() -> bool:
     try:
         if not (os.isatty(1) and os.isatty(2)):
@@ -111,9 +122,10 @@ class ProgressLines(Attachment):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._out = Path(".")
+        self._since = time.time()
 
     def popen_kwargs(self, out_dir: Path) -> dict[str, Any]:
-        self._out = out_dir
+        self._out, self._since = out_dir, time.time()
         return {}
 
     def started(self, proc: subprocess.Popen) -> None:
@@ -121,7 +133,7 @@ class ProgressLines(Attachment):
 
         def loop() -> None:
             while not self._stop.wait(self.interval_s):
-                snaps = read_snapshots(self._out)
+                snaps = this_runs_snapshots(self._out, self._since)
                 if not snaps:  # nothing traced yet: say nothing rather than noise
                     continue
                 try:
@@ -293,6 +305,7 @@ class TerminalSession(Attachment):
         self.stream = _Stream()
         self.painter: _Painter | None = None
         self.out = Path(".")
+        self.since = time.time()
         self.problem: str | None = None
         self.killed = False
         self.final_frame = True
@@ -308,7 +321,7 @@ class TerminalSession(Attachment):
     def popen_kwargs(self, out_dir: Path) -> dict[str, Any]:
         import pty
 
-        self.out = out_dir
+        self.out, self.since = out_dir, time.time()
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -474,7 +487,7 @@ class TerminalSession(Attachment):
         try:
             if force or now - self._checked >= PAINT_EVERY_S:
                 self._checked = now
-                snaps = read_snapshots(self.out)
+                snaps = this_runs_snapshots(self.out, self.since)
                 if force or snaps != self._snaps or now - self._rendered >= RERENDER_S:
                     self._snaps, self._rendered = snaps, now
                     self._lines = self.painter.render(snaps)
@@ -520,7 +533,7 @@ class TerminalSession(Attachment):
         try:
             if painter is not None:
                 painter.release(self.stream.line_open)
-            snaps = read_snapshots(self.out)
+            snaps = this_runs_snapshots(self.out, self.since)
             if painter is not None and snaps and self.final_frame:
                 sys.stdout.write("\n".join(painter.render(snaps)) + "\n")
                 path = snaps[0].get("summary_path")
