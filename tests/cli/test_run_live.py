@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyte
+
 from tests.cli.scripts import kill_group
 from traceml_ci.cli.live_run import _at_rest
 from traceml_ci.fsutil import atomic_write_text
@@ -96,19 +98,27 @@ def _script(tmp_path: Path, name: str, text: str) -> Path:
 
 
 class Terminal:
-    """``traceml-ci run ARGS`` as the foreground job of a fresh ROWS x COLS pseudo-terminal."""
+    """``traceml-ci run ARGS`` as the foreground job of a fresh ROWS x COLS pseudo-terminal;
+    ``in_process(args)``, if given, runs the launcher in the forked process instead of a
+    fresh interpreter (to change what it renders)."""
 
-    def __init__(self, tmp_path: Path, args: list[str]) -> None:
+    def __init__(self, tmp_path: Path, args: list[str],
+                 in_process: Callable[[list[str]], int] | None = None) -> None:
         self.buf = bytearray()
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # pragma: no cover - the child
+            code = 127
             try:
                 os.chdir(tmp_path)
                 termios.tcsetwinsize(0, (ROWS, COLS))
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                os.execv(sys.executable, [*CLI, *args])
+                if in_process is None:
+                    os.execv(sys.executable, [*CLI, *args])
+                code = in_process(args)
             finally:
-                os._exit(127)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
         self.status: int | None = None
 
     def read_until(self, done: Callable[[bytes], bool], timeout: float) -> bool:
@@ -237,6 +247,72 @@ def test_the_view_is_painted_under_the_output_and_the_last_frame_stays(tmp_path)
     assert b"\x1b[r" in tail
     assert re.search(rb"step 40 \xc2\xb7.*\r\ntraceml-ci: summary ", tail, re.S), tail
     assert _summary(tmp_path)["run"]["status"] == "completed"
+
+
+def _growing_view(args: list[str]) -> int:  # pragma: no cover - runs in the forked child
+    """The launcher with a frame that grows a row every 10 steps (as a multi-rank view can)."""
+    from rich.text import Text
+
+    from traceml_ci.cli import live_view
+    from traceml_ci.cli.main import main
+
+    def frame(snapshots, *, now, width=100):
+        steps = snapshots[0]["steps_done"] if snapshots else 0
+        rows = 1 + steps // 10
+        return Text("\n".join(f"view {k + 1}/{rows} at step {steps}" for k in range(rows)))
+
+    live_view.render_frame = frame
+    return main(["run", *args])
+
+
+def _screen_rows(screen: pyte.Screen) -> list[str]:
+    return [line.rstrip() for line in screen.display]
+
+
+def test_on_screen_the_script_scrolls_above_the_view_and_nothing_is_covered(tmp_path) -> None:
+    """What a user sees, through a terminal emulator: while the script runs, its latest lines
+    fill the rows above the view, consecutive (none painted over, even as the view grows);
+    at the end, the last frame sits under the script's last line."""
+    script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    screen = pyte.Screen(COLS, ROWS)
+    stream = pyte.ByteStream(screen)
+    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "60", "0.04"], _growing_view)
+    checked: list[list[str]] = []
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        stream.feed(bytes(term.buf))
+        fed = len(term.buf)
+        end = time.monotonic() + 60
+        while b"line 60\r\n" not in term.buf and time.monotonic() < end:
+            term.read_until(lambda b, seen=fed: len(b) > seen, 1)
+            stream.feed(bytes(term.buf[fed:]))
+            fed = len(term.buf)
+            rows = _screen_rows(screen)
+            view = [r for r in rows if r.startswith("view ")]
+            if b"line 30\r\n" in term.buf and len(view) >= 3:
+                checked.append(rows)
+        code = term.wait(60)
+        stream.feed(bytes(term.buf[fed:]))
+    finally:
+        term.close(pid)
+    assert code == 0, term.text
+    assert checked, "the view never grew to 3 rows"
+    for rows in checked:
+        view = [i for i, r in enumerate(rows) if r.startswith("view ")]
+        assert view == list(range(ROWS - len(view), ROWS)), rows  # the bottom rows, together
+        text = [int(r.split()[1]) for r in rows[: view[0]] if r.startswith("line ")]
+        assert len(text) >= ROWS - len(view) - 2, rows  # the rows above: the script's...
+        assert text == list(range(text[0], text[0] + len(text))), rows  # ...consecutive lines
+    rows = [r for r in _screen_rows(screen) if r]
+    last = rows.index("line 60")
+    assert rows[last - 3: last + 1] == ["line 57", "line 58", "line 59", "line 60"], rows
+    after = rows[last + 1:]
+    assert after[0].startswith("traceml-ci: the script never imported torch"), rows  # wraps
+    frame = after[next(i for i, r in enumerate(after) if r.startswith("view ")):-1]
+    assert frame == [f"view {k + 1}/7 at step 60" for k in range(7)], rows  # all of it, once
+    assert after[-1] == "traceml-ci: summary out/final_summary.json"
+    assert sum(r.startswith("view ") for r in rows) == 7  # no view rows left behind
 
 
 def test_not_a_terminal_gets_plain_progress_lines(tmp_path) -> None:

@@ -535,11 +535,12 @@ class TerminalSession(Attachment):
                 painter.release(self.stream.line_open)
             snaps = this_runs_snapshots(self.out, self.since)
             if painter is not None and snaps and self.final_frame:
-                sys.stdout.write("\n".join(painter.render(snaps)) + "\n")
+                text = "\n".join(painter.render(snaps)) + "\n"
                 path = snaps[0].get("summary_path")
                 if done is not None and not done.fallback and (path or done.summary.exists()):
-                    sys.stdout.write(f"traceml-ci: summary {_one_line(path or done.summary)}\n")
+                    text += f"traceml-ci: summary {_one_line(path or done.summary)}\n"
                 sys.stdout.flush()
+                _write_all(self.stdout_fd, text.encode())  # where the script's output went
         except Exception as exc:  # the final frame is a nicety too
             self.problem = self.problem or f"live view off ({type(exc).__name__}: {exc})"
         if self.killed:
