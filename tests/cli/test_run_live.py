@@ -290,7 +290,8 @@ def test_on_screen_the_script_scrolls_above_the_view_and_nothing_is_covered(tmp_
             fed = len(term.buf)
             rows = _screen_rows(screen)
             view = [r for r in rows if r.startswith("view ")]
-            if b"line 30\r\n" in term.buf and len(view) >= 3:
+            settled = term.buf.endswith((b"\x1b8", b"\r\n"))  # not half a write
+            if settled and b"line 30\r\n" in term.buf and len(view) >= 3:
                 checked.append(rows)
         code = term.wait(60)
         stream.feed(bytes(term.buf[fed:]))
@@ -430,6 +431,46 @@ def test_sigterm_is_passed_on_and_the_run_is_interrupted(tmp_path) -> None:
     assert code == 143, term.text
     assert gone
     assert _summary(tmp_path)["run"]["status"] == "interrupted"
+
+
+def test_ctrl_z_stops_the_job_and_continuing_resumes_it(tmp_path) -> None:
+    """As a shell job: Ctrl-Z stops the launcher (the shell's prompt comes back) and the
+    script; fg (SIGCONT) gives the script its terminal back and it finishes."""
+    script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "30", "0.05"])
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        os.write(term.fd, b"\x1a")
+        stopped = _stopped(term.pid, 30)
+        assert stopped, term.text
+        term.read_until(lambda b: False, 0.3)
+        before = term.buf.count(b"line ")
+        assert _state(pid) == "T"  # the script too
+        term.read_until(lambda b: False, 0.5)
+        assert term.buf.count(b"line ") == before  # nothing runs meanwhile
+        os.kill(term.pid, signal.SIGCONT)
+        code = term.wait(60)
+    finally:
+        term.close(pid)
+    assert code == 0, term.text
+    assert b"".join(f"line {i}\r\n".encode() for i in range(1, 31)) in _script_bytes(term.buf)
+
+
+def _stopped(pid: int, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if done:
+            return os.WIFSTOPPED(status)
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T...) from /proc."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
 
 
 def _gone(pid: int, timeout: float) -> bool:

@@ -47,15 +47,17 @@ PAINT_EVERY_S = 0.25
 #: A frame waits for the script's output to pause this long (seconds) before it is painted...
 QUIET_S = 0.02
 #: ...but no longer than this (a script that never pauses still sees the view move).
-PAINT_WAIT_MAX_S = 0.25
+PAINT_WAIT_MAX_S = 0.1
 #: The frame is re-rendered at least this often even if no snapshot changed (stale ages).
 RERENDER_S = 2.0
 #: The view takes at most half the terminal, and none on a terminal shorter than this.
 MIN_ROWS = 10
 #: Seconds to keep copying output after the script ended (its workers may still write).
 DRAIN_S = 2.0
-#: Ctrl-C as it arrives on a raw terminal.
-CTRL_C = b"\x03"
+#: Ctrl-C and Ctrl-Z as they arrive on a raw terminal.
+CTRL_C, CTRL_Z = b"\x03", b"\x1a"
+#: While the script writes, signals, snapshots and its end are looked at this often (s).
+HOUSEKEEPING_S = 0.05
 
 _CSI_DONE = re.compile(rb"\[[0-?]*[ -/]*[@-~]")
 _ESC_DONE = re.compile(rb"[ -/]*[0-~]")
@@ -241,29 +243,30 @@ class _Painter:
             self.console.print(render_frame(snapshots, now=time.time(), width=self.cols))
         return cap.get().rstrip("\n").split("\n")
 
-    def reserve(self, n: int) -> None:
-        """Make the bottom ``n`` rows ours (grow only). Linefeeds from the cursor scroll the
-        script's text up first, so nothing of it is under the view."""
-        n = min(n, self.room)
-        if n <= self.reserved:
-            return
-        top = self.rows - n
-        _write_all(self.fd, (
-            "\x1b7\x1b[r\x1b8"  # the whole screen scrolls while we make room
-            + "\n" * n + f"\x1b[{n}A"
-            + f"\x1b7\x1b[1;{top}r\x1b8"  # DECSTBM homes the cursor: save and restore around it
-        ).encode())
-        self.reserved = n
-        self.set_child_rows(top, self.cols)
-
-    def paint(self, lines: list[str]) -> None:
-        n = self.reserved
-        if n <= 0:
-            return
-        top = self.rows - n + 1
-        shown = lines[:n] + [""] * (n - len(lines))
-        body = "".join(f"\x1b[{top + i};1H\x1b[0m\x1b[2K{line}" for i, line in enumerate(shown))
-        _write_all(self.fd, f"\x1b7{body}\x1b[0m\x1b8".encode())
+    def show(self, lines: list[str]) -> None:
+        """Draw a frame in the bottom rows, making room first if it grew (grow only): one
+        write, so the terminal never shows half of it. Linefeeds from the cursor scroll the
+        script's text up before the scroll region shrinks, so none of it is under the view."""
+        n = min(len(lines), self.room)
+        grew = n > self.reserved
+        out = ""
+        if grew:
+            top = self.rows - n
+            out += (
+                "\x1b7\x1b[r\x1b8"  # the whole screen scrolls while we make room
+                + "\n" * n + f"\x1b[{n}A"
+                + f"\x1b7\x1b[1;{top}r\x1b8"  # DECSTBM homes the cursor: save, restore
+            )
+            self.reserved = n
+        if self.reserved > 0:
+            first = self.rows - self.reserved + 1
+            shown = lines[:self.reserved] + [""] * (self.reserved - len(lines))
+            out += "\x1b7" + "".join(f"\x1b[{first + i};1H\x1b[0m\x1b[2K{line}"
+                                     for i, line in enumerate(shown)) + "\x1b[0m\x1b8"
+        if out:
+            _write_all(self.fd, out.encode())
+        if grew:
+            self.set_child_rows(self.rows - n, self.cols)
 
     def resized(self) -> None:
         """Our terminal changed size: start over with a fresh region."""
@@ -383,22 +386,29 @@ class TerminalSession(Attachment):
         stdin = self.stdin_fd if self.saved_tty is not None else None
         fds = [self.master] + ([stdin] if stdin is not None else [])
         interrupts = 0
+        looked = 0.0
         while True:
-            ready, _, _ = select.select(fds, [], [], 0.1)
+            ready, _, _ = select.select(fds, [], [], HOUSEKEEPING_S)
             now = time.monotonic()
             if self.master in ready and not self._copy_output(now):
                 fds.remove(self.master)  # EIO: nothing holds the script's terminal any more
             if stdin in ready:
                 data = os.read(stdin, 4096)
+                keys = self._child_keys() if data else None
                 if not data:
                     fds.remove(stdin)
-                elif CTRL_C in data and self._child_signals_keys():
-                    interrupts += data.count(CTRL_C)
+                elif keys and keys[0] and keys[0] in data:
+                    interrupts += data.count(keys[0])
                     if interrupts >= 2:
                         return self._kill(proc)
                     self._type(data)
+                elif keys and keys[1] and keys[1] in data:
+                    self._suspend(proc)
                 else:
                     self._type(data)
+            if ready and now - looked < HOUSEKEEPING_S:
+                continue  # a busy script: look at signals, snapshots and its end 20 times a s
+            looked = now
             for signum, origin in _pending(wanted):
                 if signum == signal.SIGWINCH:
                     self._resized()
@@ -449,12 +459,41 @@ class TerminalSession(Attachment):
             if not ready or not self._copy_output(time.monotonic()):
                 return
 
-    def _child_signals_keys(self) -> bool:
-        """Whether the script's terminal turns Ctrl-C into SIGINT (not a raw-mode script)."""
+    def _child_keys(self) -> tuple[bytes | None, bytes | None] | None:
+        """The script terminal's interrupt and suspend keys (Ctrl-C, Ctrl-Z), or None when it
+        does not turn keys into signals (a script that put its terminal in raw mode)."""
         try:
-            return bool(termios.tcgetattr(self.master)[3] & termios.ISIG)
+            attrs = termios.tcgetattr(self.master)
         except termios.error:
-            return True
+            return CTRL_C, CTRL_Z
+        if not attrs[3] & termios.ISIG:
+            return None
+        keys = attrs[6][termios.VINTR], attrs[6][termios.VSUSP]
+        return tuple(k if isinstance(k, bytes) and k != b"\x00" else None  # type: ignore[return-value]
+                     for k in keys)
+
+    def _suspend(self, proc: subprocess.Popen) -> None:
+        """Ctrl-Z: stop the script and ourselves, giving the terminal back to the shell; on
+        ``fg``, take it again and let the script go on. (The script's terminal cannot stop it:
+        a terminal's stop keys do nothing to a session whose leader's parent is elsewhere.)"""
+        _send(proc, signal.SIGSTOP, group=True)
+        painter = self.painter
+        if painter is not None:
+            try:
+                painter.withdraw()
+            except Exception as exc:
+                self._view_failed(exc)
+                painter = None
+        if self.saved_tty is not None:
+            termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved_tty)
+        os.kill(os.getpid(), signal.SIGSTOP)  # the shell sees the job stopped
+        # Continued (fg): raw again, the view's rows again, the script on its way.
+        if self.saved_tty is not None:
+            tty.setraw(self.stdin_fd, termios.TCSANOW)
+        _send(proc, signal.SIGCONT, group=True)
+        if painter is not None:
+            self._painted = None
+            self._tick(time.monotonic(), force=True)
 
     def _kill(self, proc: subprocess.Popen) -> int:
         """The second Ctrl-C: the script and everything in its session's group, now."""
@@ -501,8 +540,7 @@ class TerminalSession(Attachment):
             quiet = now - self.stream.last_write >= QUIET_S
             waited = now - self._due_since >= PAINT_WAIT_MAX_S
             if self.stream.at_rest and (force or quiet or waited):
-                self.painter.reserve(len(self._lines))
-                self.painter.paint(self._lines)
+                self.painter.show(self._lines)
                 self._painted, self._due_since = self._lines, None
         except Exception as exc:
             self._view_failed(exc)
