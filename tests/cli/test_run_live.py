@@ -74,9 +74,11 @@ print("end", flush=True)
 #: Ignores the first Ctrl-C (says so) and goes on; argv: out.
 STUBBORN = '''
 import os, time
-print("ready", os.getpid(), flush=True)
+ready = False
 while True:
     try:
+        if not ready:  # inside the try: a Ctrl-C right after it is caught too
+            ready = print("ready", os.getpid(), flush=True) or True
         time.sleep(0.05)
     except KeyboardInterrupt:
         print("caught one", flush=True)
