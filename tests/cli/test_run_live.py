@@ -435,6 +435,34 @@ def test_sigterm_is_passed_on_and_the_run_is_interrupted(tmp_path) -> None:
     assert _summary(tmp_path)["run"]["status"] == "interrupted"
 
 
+RESIZES = '''
+import os, signal, time
+signal.signal(signal.SIGWINCH, lambda *a: print("size", *os.get_terminal_size(1), flush=True))
+print("ready", os.getpid(), flush=True)
+end = time.time() + 60
+while time.time() < end and not os.path.exists("stop"):
+    time.sleep(0.02)
+'''
+
+
+def test_a_resized_terminal_resizes_the_scripts_and_the_view_follows(tmp_path) -> None:
+    script = _script(tmp_path, "resizes.py", RESIZES)
+    term = Terminal(tmp_path, ["--out", "out", str(script)])
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        termios.tcsetwinsize(term.fd, (ROWS + 10, COLS + 20))  # SIGWINCH to the launcher
+        assert term.read_until(lambda b: f"size {COLS + 20} {ROWS + 9}\r\n".encode() in b, 30), (
+            term.text)
+        (tmp_path / "stop").touch()
+        code = term.wait(60)
+    finally:
+        term.close(pid)
+    assert code == 0, term.text
+    assert f"\x1b[1;{ROWS + 9}r".encode() in term.buf  # the view: the new last row
+    assert f"\x1b[{ROWS + 10};1H".encode() in term.buf
+
+
 def test_ctrl_z_stops_the_job_and_continuing_resumes_it(tmp_path) -> None:
     """As a shell job: Ctrl-Z stops the launcher (the shell's prompt comes back) and the
     script; fg (SIGCONT) gives the script its terminal back and it finishes."""

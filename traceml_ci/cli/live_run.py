@@ -352,8 +352,12 @@ class TerminalSession(Attachment):
         self.slave = None
         os.set_blocking(self.master, False)  # never stuck on a script that does not read
         if os.isatty(self.stdin_fd):
-            self.saved_tty = termios.tcgetattr(self.stdin_fd)
-            tty.setraw(self.stdin_fd, termios.TCSANOW)
+            try:
+                saved = termios.tcgetattr(self.stdin_fd)
+                tty.setraw(self.stdin_fd, termios.TCSANOW)
+                self.saved_tty = saved
+            except termios.error as exc:  # keys then stay ours: Ctrl-C still reaches it
+                self.problem = f"keystrokes not passed to the script ({exc})"
         try:
             self.painter = _Painter(self.stdout_fd, self._set_child_rows)
             self._tick(time.monotonic(), force=True)
@@ -393,7 +397,10 @@ class TerminalSession(Attachment):
             if self.master in ready and not self._copy_output(now):
                 fds.remove(self.master)  # EIO: nothing holds the script's terminal any more
             if stdin in ready:
-                data = os.read(stdin, 4096)
+                try:
+                    data = os.read(stdin, 4096)
+                except OSError:  # our terminal hung up
+                    data = b""
                 keys = self._child_keys() if data else None
                 if not data:
                     fds.remove(stdin)
@@ -448,7 +455,7 @@ class TerminalSession(Attachment):
         buffer (a script that never reads) is dropped, as a terminal would."""
         try:
             os.write(self.master, data)
-        except (BlockingIOError, InterruptedError):
+        except OSError:  # a full buffer (BlockingIOError), or the script closed its terminal
             pass
 
     def _drain(self) -> None:
@@ -507,11 +514,16 @@ class TerminalSession(Attachment):
         return -signal.SIGINT
 
     def _resized(self) -> None:
-        if self.painter is None:
+        if self.painter is None:  # no view: the script gets our whole new size
+            try:
+                size = os.get_terminal_size(self.stdout_fd)
+                self._set_child_rows(size.lines, size.columns)
+            except (OSError, termios.error):
+                pass
             return
         try:
             self.painter.resized()
-            self._lines = None
+            self._painted = None  # the region is new: draw it even if unchanged
             self._tick(time.monotonic(), force=True)
         except Exception as exc:
             self._view_failed(exc)
