@@ -116,6 +116,9 @@ class Terminal:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 if in_process is None:
                     os.execv(sys.executable, [*CLI, *args])
+                # The terminal's streams, not pytest's capture, as in a fresh interpreter.
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
                 code = in_process(args)
             finally:
                 sys.stdout.flush()
@@ -267,6 +270,36 @@ def _growing_view(args: list[str]) -> int:  # pragma: no cover - runs in the for
     return main(["run", *args])
 
 
+def _broken_view(args: list[str]) -> int:  # pragma: no cover - runs in the forked child
+    """The launcher with a view that fails once the job has snapshots."""
+    from traceml_ci.cli import live_view
+    from traceml_ci.cli.main import main
+
+    def frame(snapshots, *, now, width=100):
+        if snapshots:
+            raise RuntimeError("no frame today")
+        return "waiting"
+
+    live_view.render_frame = frame
+    return main(["run", *args])
+
+
+def test_a_failing_view_turns_itself_off_and_the_script_goes_through(tmp_path) -> None:
+    script = _script(tmp_path, "snaps.py", SNAPSHOTS + "raise SystemExit(3)\n")
+    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "30", "0.03"], _broken_view)
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        code = term.wait(60)
+    finally:
+        term.close(pid)
+    assert code == 3, term.text  # the script's own exit code
+    mine = _script_bytes(bytes(term.buf))
+    assert b"".join(f"line {i}\r\n".encode() for i in range(1, 31)) in mine
+    assert term.text.count("traceml-ci: warning: live view off (RuntimeError: no frame today)") == 1
+    assert term.buf.count(b"\x1b[r") >= 2  # the region given back at once, and at the end
+
+
 def _screen_rows(screen: pyte.Screen) -> list[str]:
     return [line.rstrip() for line in screen.display]
 
@@ -365,6 +398,21 @@ def test_progress_interval_zero_and_no_live(tmp_path) -> None:
     assert "\x1b7" not in term.text and "\x1b[1;" not in term.text
     assert "traceml-ci: step" in term.text
     assert f"os.terminal_size(columns={COLS}, lines={ROWS})" in term.text
+
+
+def test_the_plugins_captured_launch_has_no_view_and_no_progress_lines(tmp_path) -> None:
+    """The pytest plugin launches through launch(capture=True): a front door's company is
+    not for it."""
+    from traceml_ci.cli.live_run import ProgressLines
+    from traceml_ci.tracer.launch import LaunchSpec, launch
+
+    script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    spec = LaunchSpec(target=str(script), args=("out", "20", "0.05"), out_dir="out")
+    done = launch(spec, cwd=tmp_path, capture=True, timeout_s=60,
+                  attach=ProgressLines(0.05))
+    assert done.code == 0, done.output
+    assert "line 20\n" in done.output
+    assert "traceml-ci: step" not in done.output and "\x1b" not in done.output
 
 
 def test_a_bad_progress_interval_is_one_line(tmp_path) -> None:
