@@ -56,6 +56,9 @@ MIN_ROWS = 10
 DRAIN_S = 2.0
 #: Ctrl-C and Ctrl-Z as they arrive on a raw terminal.
 CTRL_C, CTRL_Z = b"\x03", b"\x1a"
+#: After copying output, wait this long (s) so the next read takes many lines at once: a
+#: chatty script costs the launcher far less CPU, and nobody sees 4 ms.
+COALESCE_S = 0.004
 #: While the script writes, signals, snapshots and its end are looked at this often (s).
 HOUSEKEEPING_S = 0.05
 
@@ -106,7 +109,7 @@ def this_runs_snapshots(out_dir: Path, since: float) -> list[dict[str, Any]]:
 
 def _terminal_here() -> bool:
     try:
-        if not (os.isatty(1) and os.isatty(2)):
+        if not (os.isatty(1) and os.isatty(2)) or os.environ.get("TERM") == "dumb":
             return False
         # A background job (cmd &) must not take the terminal: raw mode would stop it (SIGTTOU).
         return os.tcgetpgrp(1) == os.getpgrp()
@@ -394,8 +397,11 @@ class TerminalSession(Attachment):
         while True:
             ready, _, _ = select.select(fds, [], [], HOUSEKEEPING_S)
             now = time.monotonic()
-            if self.master in ready and not self._copy_output(now):
-                fds.remove(self.master)  # EIO: nothing holds the script's terminal any more
+            if self.master in ready:
+                if self._copy_output(now):
+                    time.sleep(COALESCE_S)  # a chatty script's lines, copied in fewer reads
+                else:
+                    fds.remove(self.master)  # EIO: nothing holds the script's terminal now
             if stdin in ready:
                 try:
                     data = os.read(stdin, 4096)
