@@ -105,7 +105,8 @@ class Terminal:
     fresh interpreter (to change what it renders)."""
 
     def __init__(self, tmp_path: Path, args: list[str],
-                 in_process: Callable[[list[str]], int] | None = None) -> None:
+                 in_process: Callable[[list[str]], int] | None = None,
+                 stdin_null: bool = False) -> None:
         self.buf = bytearray()
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # pragma: no cover - the child
@@ -113,6 +114,8 @@ class Terminal:
             try:
                 os.chdir(tmp_path)
                 termios.tcsetwinsize(0, (ROWS, COLS))
+                if stdin_null:
+                    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 if in_process is None:
                     os.execv(sys.executable, [*CLI, *args])
@@ -443,6 +446,26 @@ def test_ctrl_c_reaches_the_script_through_its_terminal(tmp_path) -> None:
     assert code == 130, text
     assert text.count("Traceback (most recent call last):") == 1, text
     assert "\nKeyboardInterrupt\n" in text
+    assert _summary(tmp_path)["run"]["status"] == "interrupted"
+
+
+def test_ctrl_c_with_stdin_elsewhere_reaches_the_scripts_group(tmp_path) -> None:
+    """stdin not the terminal (< /dev/null): our terminal stays as it is and its Ctrl-C
+    signals the launcher, which passes it to the script's group (as the terminal would)."""
+    script = _script(tmp_path, "forever.py", FOREVER)
+    term = Terminal(tmp_path, ["--out", "out", str(script)], stdin_null=True)
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        assert b"\x1b[1;" in term.buf  # the view is on all the same
+        time.sleep(0.3)
+        os.write(term.fd, b"\x03")
+        code = term.wait(60)
+    finally:
+        term.close(pid)
+    text = term.text.replace("\r\n", "\n")
+    assert code == 130, text
+    assert text.count("Traceback (most recent call last):") == 1, text
     assert _summary(tmp_path)["run"]["status"] == "interrupted"
 
 
