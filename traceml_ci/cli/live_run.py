@@ -50,8 +50,8 @@ QUIET_S = 0.02
 PAINT_WAIT_MAX_S = 0.1
 #: The frame is re-rendered at least this often even if no snapshot changed (stale ages).
 RERENDER_S = 2.0
-#: The view takes at most half the terminal, and none on a terminal shorter than this.
-MIN_ROWS = 10
+#: The view takes at most half the terminal, and none on one smaller than this.
+MIN_ROWS, MIN_COLS = 10, 20
 #: Seconds to keep copying output after the script ended (its workers may still write).
 DRAIN_S = 2.0
 #: Ctrl-C and Ctrl-Z as they arrive on a raw terminal.
@@ -232,12 +232,13 @@ class _Painter:
         size = os.get_terminal_size(fd)
         self.rows, self.cols = size.lines, size.columns
         self.reserved = 0
-        self.console = Console(file=io.StringIO(), force_terminal=True, width=max(self.cols, 20),
-                               legacy_windows=False, soft_wrap=False, highlight=False)
+        self.console = Console(file=io.StringIO(), force_terminal=True,
+                               width=max(self.cols, MIN_COLS), legacy_windows=False,
+                               soft_wrap=False, highlight=False)
 
     @property
     def room(self) -> int:
-        return 0 if self.rows < MIN_ROWS else self.rows // 2
+        return 0 if self.rows < MIN_ROWS or self.cols < MIN_COLS else self.rows // 2
 
     def render(self, snapshots: list[dict[str, Any]]) -> list[str]:
         from traceml_ci.cli.live_view import render_frame
@@ -275,7 +276,7 @@ class _Painter:
         """Our terminal changed size: start over with a fresh region."""
         size = os.get_terminal_size(self.fd)
         self.rows, self.cols = size.lines, size.columns
-        self.console.width = max(self.cols, 20)
+        self.console.width = max(self.cols, MIN_COLS)
         _write_all(self.fd, b"\x1b7\x1b[r\x1b8")
         self.reserved = 0
         self.set_child_rows(self.rows, self.cols)
