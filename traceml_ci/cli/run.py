@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run SCRIPT (or -m MODULE, like python -m) with tracing, whether or not it "
         "calls traceml_ci.init(), and write DIR/final_summary.json. Exits with the script's exit "
         "code (4 when torch is not installed). A crash still writes a summary (run.status "
-        "'crashed'); SIGINT/SIGTERM give 'interrupted'.",
+        "'crashed'); SIGINT/SIGTERM give 'interrupted'. On a terminal the script runs on a "
+        "pseudo-terminal with the live view under its output (a second Ctrl-C kills it); "
+        "otherwise plain progress lines go to stderr.",
     )
     p.add_argument(
         "--out", metavar="DIR", help="output folder (default $TRACEML_CI_OUT or ./traceml-out)"
@@ -25,6 +27,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-name", metavar="NAME", help="run name (default: the script's name)")
     p.add_argument(
         "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
+    )
+    p.add_argument(
+        "--no-live", action="store_true",
+        help="no live view on a terminal: the script keeps our terminal, and plain progress "
+        "lines go to stderr as in a log",
+    )
+    p.add_argument(
+        "--progress-interval", metavar="S", type=float,
+        help="seconds between plain progress lines when not showing the live view (default "
+        "$TRACEML_CI_PROGRESS_INTERVAL or 10; 0: none)",
     )
     # Like python's -m: everything after MODULE is the module's, not ours.
     p.add_argument(
@@ -37,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from traceml_ci.cli.live_run import attachment, progress_interval
     from traceml_ci.tracer.launch import LaunchSpec, launch
 
     rest = list(args.args)
@@ -55,6 +68,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a SCRIPT, or -m MODULE")
     if args.warmup_steps is not None and args.warmup_steps < 0:
         raise UsageError("--warmup-steps must be >= 0")
+    if args.progress_interval is not None and not args.progress_interval >= 0:
+        raise UsageError("--progress-interval must be >= 0")
+    try:
+        interval = progress_interval(args.progress_interval)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     spec = LaunchSpec(
         target=target,
         args=tuple(rest),
@@ -63,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         run_name=args.run_name,
         warmup_steps=args.warmup_steps,
     )
-    done = launch(spec, forward_signals=True)
+    company = attachment(live=not args.no_live, progress_interval_s=interval)
+    done = launch(spec, forward_signals=True, attach=company)
     if done.fallback:
         print(
             f"traceml-ci: the script ended without a summary (exit {done.code}); "

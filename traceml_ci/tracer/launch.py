@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from traceml_ci.errors import MissingDependencyError
 from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT, SUMMARY_FILENAME
@@ -100,6 +101,30 @@ class Launched:
         return self.code is None
 
 
+class Attachment:
+    """What a front door does around a launched child (a live view, progress lines): wire its
+    stdio, wait on it itself, and hear how the run ended. This base does nothing: the child
+    shares our stdio and the launcher waits. The launcher never imports the front door; the
+    front door hands one of these to ``launch()``."""
+
+    def popen_kwargs(self, out_dir: Path) -> dict[str, Any]:
+        """Extra ``subprocess.Popen`` keywords (stdin, stdout, stderr, start_new_session,
+        preexec_fn). ``out_dir``: the run's output folder (its live snapshots)."""
+        return {}
+
+    def started(self, proc: subprocess.Popen) -> None:
+        """The child runs."""
+
+    def wait(self, proc: subprocess.Popen, timeout_s: float | None) -> int | None:
+        """Wait for the child and return its Popen-style returncode, ``-signal.SIGINT`` for a
+        child the user interrupted and that had to be killed; or None to let the launcher wait
+        as usual. May raise ``subprocess.TimeoutExpired``."""
+        return None
+
+    def ended(self, done: Launched | None) -> None:
+        """Called last, always; ``done`` is None when the launch is unwound by an error."""
+
+
 def torch_available() -> bool:
     """Whether ``import torch`` can work here, without importing it (that costs seconds)."""
     from importlib.util import find_spec
@@ -118,12 +143,14 @@ def launch(
     timeout_s: float | None = None,
     capture: bool = False,
     forward_signals: bool = False,
+    attach: Attachment | None = None,
 ) -> Launched:
     """Run ``spec`` in a child interpreter (this one's ``sys.executable``) and wait for it.
 
     env: the child's environment (default: ours). capture: collect stdout and stderr together
     into ``Launched.output`` instead of sharing ours. forward_signals (main thread only): pass
-    SIGTERM, and SIGINT unless the terminal already delivered it, on to the child.
+    SIGTERM, and SIGINT unless the terminal already delivered it, on to the child. attach:
+    the front door's company for the child (not with capture); see ``Attachment``.
     Raises MissingDependencyError when torch is not installed.
     """
     if not torch_available():
@@ -139,21 +166,41 @@ def launch(
         summary = Path(cwd) / summary
     full_env[ENV_LAUNCH] = spec.to_json()
     cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap"]
+    attach = Attachment() if attach is None or capture else attach
+    done: Launched | None = None
+    try:
+        done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals,
+                    attach)
+        return done
+    finally:
+        attach.ended(done)
+
+
+def _run(
+    spec: LaunchSpec,
+    cmd: list[str],
+    full_env: dict[str, str],
+    cwd: str | os.PathLike[str] | None,
+    summary: Path,
+    timeout_s: float | None,
+    capture: bool,
+    forward_signals: bool,
+    attach: Attachment,
+) -> Launched:
     started = time.time()
     pipe = subprocess.PIPE if capture else None
-    proc = subprocess.Popen(
-        cmd,
-        env=full_env,
-        cwd=cwd,
-        stdout=pipe,
-        stderr=subprocess.STDOUT if capture else None,
-        text=capture,
-    )
+    popen_kwargs: dict[str, Any] = {
+        "stdout": pipe, "stderr": subprocess.STDOUT if capture else None, "text": capture,
+        **attach.popen_kwargs(summary.parent),
+    }
+    proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, **popen_kwargs)
     output: str | None = None
     try:
-        if forward_signals:
+        attach.started(proc)
+        code = attach.wait(proc, timeout_s)
+        if code is None and forward_signals:
             code = _wait_forwarding_signals(proc, timeout_s)
-        else:
+        elif code is None:
             output, _ = proc.communicate(timeout=timeout_s)
             code = proc.returncode
     except subprocess.TimeoutExpired:
