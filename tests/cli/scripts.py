@@ -220,7 +220,10 @@ def run_group(
 ) -> subprocess.CompletedProcess:
     """Run ``cmd`` in its own process group and kill the whole group however the run ends
     (timeout, failed assertion, Ctrl-C), DataLoader workers included: a failed test leaves
-    nothing running."""
+    nothing running. No progress lines (a slow, loaded run would add one to stderr)."""
+    env = dict(popen.pop("env", None) or os.environ)  # type: ignore[call-overload]
+    env.setdefault("TRACEML_CI_PROGRESS_INTERVAL", "0")
+    popen["env"] = env
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, **popen,  # type: ignore[arg-type]

@@ -183,11 +183,18 @@ def _ready_pid(term: Terminal) -> int:
 #: What the view writes among the script's bytes: a painted frame (saved cursor ... restored
 #: cursor) and the linefeeds that make room for it.
 _PAINT = re.compile(rb"\x1b7.*?\x1b8", re.S)
-_ROOM = re.compile(rb"\n+\x1b\[\d+A")
+_ROOM = re.compile(rb"(\n+)\x1b\[(\d+)A")
+
+
+def _unroom(m: re.Match[bytes]) -> bytes:
+    """Making room is N linefeeds then N rows up: drop exactly those, not a linefeed of the
+    script's that came just before them."""
+    feeds, up = m.group(1), int(m.group(2))
+    return feeds[:-up] if up <= len(feeds) else m.group(0)
 
 
 def _script_bytes(raw: bytes) -> bytes:
-    return _ROOM.sub(b"", _PAINT.sub(b"", raw))
+    return _ROOM.sub(_unroom, _PAINT.sub(b"", raw))
 
 
 def _old_run(tmp_path: Path) -> None:
@@ -265,7 +272,7 @@ def _growing_view(args: list[str]) -> int:  # pragma: no cover - runs in the for
     from traceml_ci.cli import live_view
     from traceml_ci.cli.main import main
 
-    def frame(snapshots, *, now, width=100):
+    def frame(snapshots, *, now, width=100, height=None):
         steps = snapshots[0]["steps_done"] if snapshots else 0
         rows = 1 + steps // 10
         return Text("\n".join(f"view {k + 1}/{rows} at step {steps}" for k in range(rows)))
@@ -279,7 +286,7 @@ def _broken_view(args: list[str]) -> int:  # pragma: no cover - runs in the fork
     from traceml_ci.cli import live_view
     from traceml_ci.cli.main import main
 
-    def frame(snapshots, *, now, width=100):
+    def frame(snapshots, *, now, width=100, height=None):
         if snapshots:
             raise RuntimeError("no frame today")
         return "waiting"
@@ -524,15 +531,23 @@ def test_a_resized_terminal_resizes_the_scripts_and_the_view_follows(tmp_path) -
     try:
         pid = _ready_pid(term)
         termios.tcsetwinsize(term.fd, (ROWS + 10, COLS + 20))  # SIGWINCH to the launcher
-        assert term.read_until(lambda b: f"size {COLS + 20} {ROWS + 9}\r\n".encode() in b, 30), (
-            term.text)
+        wide = re.compile(f"size {COLS + 20} (\\d+)\r\n".encode())
+
+        def shrunk(b: bytes) -> bool:  # the full new size first, then less the view's rows
+            return any(int(n) < ROWS + 10 for n in wide.findall(b))
+
+        assert term.read_until(shrunk, 30), term.text
         (tmp_path / "stop").touch()
         code = term.wait(60)
     finally:
         term.close(pid)
     assert code == 0, term.text
-    assert f"\x1b[1;{ROWS + 9}r".encode() in term.buf  # the view: the new last row
-    assert f"\x1b[{ROWS + 10};1H".encode() in term.buf
+    # The script got the new width and the new height less the view's rows; the view sits in
+    # the rows below its scroll region.
+    rows = min(int(n) for n in wide.findall(bytes(term.buf)))
+    assert ROWS < rows < ROWS + 10
+    assert f"\x1b[1;{rows}r".encode() in term.buf
+    assert f"\x1b[{rows + 1};1H".encode() in term.buf
 
 
 def test_ctrl_z_stops_the_job_and_continuing_resumes_it(tmp_path) -> None:
@@ -598,3 +613,24 @@ def test_at_rest_only_between_sequences() -> None:
     assert not _at_rest("caf\u00e9".encode()[:-1])
     assert _at_rest("caf\u00e9".encode())
     assert not _at_rest("\u20ac".encode()[:2])
+
+
+def test_a_real_traced_job_shows_its_split_and_diagnosis_live(tmp_path) -> None:
+    """End to end across the three parts: the tracer's writer thread (tracer/live.py) writes
+    snapshots while examples/input_bound.py trains; the launcher paints render_frame of them
+    under the script's output; the last frame and the summary path stay."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "input_bound.py"
+    term = Terminal(tmp_path, ["--out", "out", str(example), "--steps", "400"])
+    try:
+        code = term.wait(180)
+    finally:
+        term.close()
+    assert code == 0, term.text
+    raw = bytes(term.buf)
+    frames = [f for f in _PAINT.findall(raw) if b"steps/s" in f]
+    assert frames, term.text[-3000:]  # painted while it ran, from the real snapshots
+    assert any(b"INPUT_BOUND" in f for f in frames)
+    tail = raw[raw.rindex(b"\x1b[?25h"):]
+    assert b"INPUT_BOUND" in tail
+    assert re.search(rb"traceml-ci: summary \S*out/final_summary.json", tail)
+    assert _summary(tmp_path)["step_time"]["diagnosis"] == "INPUT_BOUND"

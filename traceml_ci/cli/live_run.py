@@ -244,7 +244,8 @@ class _Painter:
         from traceml_ci.cli.live_view import render_frame
 
         with self.console.capture() as cap:
-            self.console.print(render_frame(snapshots, now=time.time(), width=self.cols))
+            self.console.print(render_frame(snapshots, now=time.time(), width=self.cols,
+                                            height=self.room or None))
         return cap.get().rstrip("\n").split("\n")
 
     def show(self, lines: list[str]) -> None:
