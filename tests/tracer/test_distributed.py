@@ -1,6 +1,7 @@
-"""Distributed runs for real: examples/train_ddp.py under torchrun, two CPU ranks over gloo.
-Each rank's summary is gathered at finish; rank 0 writes one merged summary naming the
-straggler and its cause from each rank's own work."""
+"""Distributed runs for real: examples/train_ddp.py under plain torchrun (the script calls
+traceml.init()), two CPU ranks over gloo. Each rank's summary is gathered at finish; rank 0
+writes one merged summary naming the straggler and its cause from each rank's own work.
+Through `traceml-ci run --nproc-per-node`: tests/cli/test_run_distributed.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def torchrun(out: Path, *args: str, timeout: float = 120.0,
     outlives ``timeout``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(EXAMPLE),
-           "--steps", "40", *args]
+           "--steps", "30", *args]
     full_env = {**os.environ, "TRACEML_CI_OUT": str(out), "TRACEML_CI_LIVE": "0", **(env or {})}
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -67,17 +67,6 @@ def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
         assert own["run"]["rank"] == r and "distributed" not in own
 
 
-def test_a_rank_slow_in_its_data_is_named_an_input_straggler(tmp_path: Path) -> None:
-    done = torchrun(tmp_path, "--slow-rank", "1", "--slow", "data")
-    assert done.returncode == 0, done.stdout
-    dist = merged(tmp_path)["distributed"]
-    s = dist["straggler"]
-    assert (s["label"], s["rank"], s["cause"]) == ("INPUT_STRAGGLER", 1, "dataloader")
-    ranks = {r["rank"]: r for r in dist["ranks"]}
-    # Rank 0 waited for rank 1 inside backward: raw backward would have blamed rank 0.
-    assert ranks[0]["phase_ms"]["backward"] > ranks[1]["phase_ms"]["backward"]
-
-
 def test_a_rank_slow_in_forward_is_named_a_compute_straggler(tmp_path: Path) -> None:
     done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward")
     assert done.returncode == 0, done.stdout
@@ -92,19 +81,6 @@ def test_a_script_that_never_destroys_its_group_still_merges(tmp_path: Path) -> 
     done = torchrun(tmp_path, "--no-destroy", "--slow-rank", "1", "--slow", "data")
     assert done.returncode == 0, done.stdout
     assert merged(tmp_path)["distributed"]["straggler"]["rank"] == 1
-
-
-def test_a_rank_lost_mid_run_does_not_hang_the_others(tmp_path: Path) -> None:
-    started = time.monotonic()
-    done = torchrun(tmp_path, "--slow-rank", "1", "--die-at", "15",
-                    env={"TRACEML_CI_GATHER_TIMEOUT_S": "5"})
-    assert done.returncode != 0
-    assert time.monotonic() - started < 90
-    own = json.loads((tmp_path / "final_summary.rank0.json").read_text())
-    assert own["run"]["status"] in ("interrupted", "crashed")
-    assert not (tmp_path / "final_summary.rank1.json").exists()  # it died without one
-    doc = merged(tmp_path)  # rank 0's, with the ranks that reported
-    assert doc["distributed"]["ranks_reported"] == 1 and doc["distributed"]["world_size"] == 2
 
 
 @pytest.fixture(autouse=True)

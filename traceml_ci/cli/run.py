@@ -9,6 +9,35 @@ from pathlib import Path
 
 from traceml_ci.errors import UsageError
 
+#: torchrun options `traceml-ci run` takes itself (its own spelling), passed on unchanged.
+TORCHRUN_OPTIONS: tuple[tuple[str, str], ...] = (
+    ("--nproc-per-node", "N"),
+    ("--nnodes", "N[:M]"),
+    ("--node-rank", "R"),
+    ("--rdzv-endpoint", "HOST:PORT"),
+    ("--rdzv-backend", "NAME"),
+    ("--rdzv-id", "ID"),
+    ("--master-addr", "HOST"),
+    ("--master-port", "PORT"),
+)
+
+
+def _dest(flag: str) -> str:
+    return "torchrun_" + flag.lstrip("-").replace("-", "_")
+
+
+def torchrun_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The torchrun options given, in torchrun's own spelling; empty: not distributed."""
+    out: list[str] = []
+    for flag, _ in TORCHRUN_OPTIONS:
+        value = getattr(args, _dest(flag), None)
+        if value is not None:
+            out += [flag, str(value)]
+    out += list(getattr(args, "torchrun_arg", None) or [])
+    if out and getattr(args, _dest("--nproc-per-node"), None) is None:
+        raise UsageError("distributed options need --nproc-per-node N")
+    return tuple(out)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -38,6 +67,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds between plain progress lines when not showing the live view (default "
         "$TRACEML_CI_PROGRESS_INTERVAL or 10; 0: none)",
     )
+    dist = p.add_argument_group(
+        "distributed", "launch every rank through torchrun (torch.distributed.run), each traced; "
+        "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)")
+    for flag, meta in TORCHRUN_OPTIONS:
+        dist.add_argument(flag, metavar=meta, dest=_dest(flag),
+                          help=f"torchrun's {flag}")
+    dist.add_argument("--torchrun-arg", metavar="ARG", action="append", default=[],
+                      help="any other torchrun option, passed through unchanged (repeatable: "
+                      "--torchrun-arg=--max-restarts=1)")
     # Like python's -m: everything after MODULE is the module's, not ours.
     p.add_argument(
         "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
@@ -81,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_name=args.run_name,
         warmup_steps=args.warmup_steps,
+        torchrun=torchrun_args(args),
     )
     company = attachment(live=not args.no_live, progress_interval_s=interval)
     done = launch(spec, forward_signals=True, attach=company)

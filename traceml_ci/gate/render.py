@@ -120,9 +120,21 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
 # --- markdown ------------------------------------------------------------------------------
 
 
-def _md_rows(rows: list[Row]) -> str:
-    from tabulate import tabulate
+def _github_table(rows: list[list[str]], headers: list[str]) -> str:
+    """A GitHub markdown table. Padded by code points, whether or not ``wcwidth`` is installed
+    (tabulate pads emoji as two columns when it is): the same report on every machine, and
+    markdown ignores the padding anyway."""
+    import tabulate as tabulate_module
 
+    wide, tabulate_module.WIDE_CHARS_MODE = tabulate_module.WIDE_CHARS_MODE, False
+    try:
+        return tabulate_module.tabulate(rows, headers=headers, tablefmt="github",
+                                        disable_numparse=True)
+    finally:
+        tabulate_module.WIDE_CHARS_MODE = wide
+
+
+def _md_rows(rows: list[Row]) -> str:
     table = [
         [
             md_escape(r.name),
@@ -135,10 +147,7 @@ def _md_rows(rows: list[Row]) -> str:
         ]
         for r in rows
     ]
-    return tabulate(
-        table, headers=["metric", "base", "head", "Δ", "tolerance", "status"],
-        tablefmt="github", disable_numparse=True,
-    )
+    return _github_table(table, ["metric", "base", "head", "Δ", "tolerance", "status"])
 
 
 def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> list[str]:
@@ -185,8 +194,6 @@ _VERDICT_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 
 
 def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str, int]:
     """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut."""
-    from tabulate import tabulate
-
     rows, used = [], 0
     for key, item in items:
         changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
@@ -200,8 +207,7 @@ def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str
         if used > budget and rows:
             break
         rows.append(row)
-    table = tabulate(rows, headers=["key", "verdict", "changed"], tablefmt="github",
-                     disable_numparse=True)
+    table = _github_table(rows, ["key", "verdict", "changed"])
     return table, len(items) - len(rows)
 
 

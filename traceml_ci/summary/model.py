@@ -163,6 +163,7 @@ class RunInfo:
     contention: Contention | None = None
     #: Distributed runs only (None, and left out of the JSON, otherwise).
     local_rank: int | None = None
+    node_rank: int | None = None
     host: str | None = None
 
 
@@ -202,7 +203,7 @@ class Summary:
             "tool": {"name": TOOL_NAME, "version": self.tool_version},
             "run": {
                 **{k: v for k, v in dataclasses.asdict(self.run).items()
-                   if v is not None or k not in ("local_rank", "host")},
+                   if v is not None or k not in ("local_rank", "node_rank", "host")},
                 "status": self.run.status.value,
                 "duration_s": round(self.run.duration_s, 3),
                 "contention": _contention_dict(self.run.contention),

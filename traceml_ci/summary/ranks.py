@@ -77,6 +77,7 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "rank": run.get("rank"),
         "local_rank": run.get("local_rank"),
+        "node_rank": run.get("node_rank"),
         "host": run.get("host"),
         "status": v.run_status,
         "steps_analyzed": v.steps_analyzed,

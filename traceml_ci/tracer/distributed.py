@@ -55,7 +55,8 @@ def env_rank(name: str) -> int | None:
 
 def identity() -> dict[str, Any]:
     """This process's place in a distributed job, as the launcher (torchrun) set it."""
-    return {"local_rank": env_rank("LOCAL_RANK"), "host": socket.gethostname()}
+    return {"local_rank": env_rank("LOCAL_RANK"), "node_rank": env_rank("GROUP_RANK"),
+            "host": socket.gethostname()}
 
 
 class RankGather:
@@ -172,6 +173,10 @@ class RankGather:
             pass
 
     def nodes(self, docs: list[dict[str, Any]]) -> int | None:
-        hosts = {((d.get("run") or {}).get("host")) for d in docs}
-        hosts.discard(None)
-        return len(hosts) or None
+        """Nodes in the job: torchrun's node ranks (GROUP_RANK), else distinct hosts."""
+        for key in ("node_rank", "host"):
+            seen = {(d.get("run") or {}).get(key) for d in docs}
+            seen.discard(None)
+            if seen:
+                return len(seen)
+        return None

@@ -46,6 +46,9 @@ class LaunchSpec:
     run_name: str | None = None
     warmup_steps: int | None = None
     max_steps: int | None = None
+    #: Distributed: torchrun's own options (``--nproc-per-node 2``, ``--nnodes``, ...); the job
+    #: then starts through ``torch.distributed.run``, every rank under the bootstrap.
+    torchrun: tuple[str, ...] = ()
     #: Resolved by the launcher: where the summary goes when ``out_dir`` is not given.
     default_out_dir: str = field(default=DEFAULT_OUT_DIR)
 
@@ -83,6 +86,7 @@ class LaunchSpec:
     def from_json(cls, text: str) -> LaunchSpec:
         raw = json.loads(text)
         raw["args"] = tuple(raw.get("args", ()))
+        raw["torchrun"] = tuple(raw.get("torchrun", ()))
         return cls(**raw)
 
 
@@ -166,11 +170,18 @@ def launch(
         summary = Path(cwd) / summary
     full_env[ENV_LAUNCH] = spec.to_json()
     cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap"]
+    if spec.torchrun:  # every rank runs the bootstrap; torchrun passes our environment on
+        cmd = [sys.executable, "-m", "torch.distributed.run", *spec.torchrun, "-m",
+               "traceml_ci.tracer.bootstrap"]
     attach = Attachment() if attach is None or capture else attach
     done: Launched | None = None
     try:
         done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals,
                     attach)
+        if spec.torchrun:
+            from traceml_ci.tracer.ranks_on_node import complete_merged_summary
+
+            complete_merged_summary(summary.parent, spec.torchrun, full_env)
         return done
     finally:
         attach.ended(done)

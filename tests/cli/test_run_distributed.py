@@ -1,0 +1,100 @@
+"""`traceml-ci run --nproc-per-node N` (and --nnodes/--node-rank/--rdzv-*): every rank launched
+through torchrun and traced; one merged summary names the straggler; a lost rank is named,
+the launch exits non-zero and nothing hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.cli.scripts import kill_group
+from traceml_ci.summary.schema import summary_problems
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+CLI = [sys.executable, "-m", "traceml_ci"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "TRACEML_CI_LIVE": "0", "TRACEML_CI_PROGRESS_INTERVAL": "0",
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+def _start(cwd: Path, *args: str, **env: str) -> Any:
+    import subprocess
+
+    return subprocess.Popen([*CLI, "run", *args], cwd=cwd, env=_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc: Any, timeout: float = 120) -> tuple[int, str]:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        kill_group(proc)
+    return proc.returncode, out
+
+
+def _merged(path: Path) -> dict[str, Any]:
+    doc = json.loads(path.read_text())
+    assert summary_problems(doc) == []
+    return doc
+
+
+def test_run_nproc_per_node_names_the_input_straggler(tmp_path: Path) -> None:
+    code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
+                               "--master-port", str(_free_port()), str(EXAMPLE),
+                               "--steps", "30", "--slow-rank", "1", "--slow", "data"))
+    assert code == 0, out
+    doc = _merged(tmp_path / "out" / "final_summary.json")
+    dist = doc["distributed"]
+    assert (dist["world_size"], dist["ranks_reported"], dist["nodes"]) == (2, 2, 1)
+    s = dist["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == ("INPUT_STRAGGLER", 1, "dataloader")
+    assert doc["run"]["mode"] == "auto" and doc["run"]["name"] == "train_ddp"
+
+
+def test_two_nodes_simulated_on_one_machine_merge_into_one_summary(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    procs = [
+        _start(tmp_path, "--out", f"node{n}", "--nnodes", "2", "--node-rank", str(n),
+               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", "sim", str(EXAMPLE), "--steps", "30", "--slow-rank", "1",
+               "--slow", "data")
+        for n in (0, 1)
+    ]
+    results = [_finish(p) for p in procs]
+    assert all(code == 0 for code, _ in results), results
+    # Rendezvous decides which launcher hosts rank 0: its folder holds the merged summary.
+    merged = [p for p in tmp_path.glob("node*/final_summary.json")]
+    assert len(merged) == 1
+    dist = _merged(merged[0])["distributed"]
+    assert (dist["world_size"], dist["nodes"], dist["ranks_reported"]) == (2, 2, 2)
+    assert dist["straggler"]["label"] == "INPUT_STRAGGLER" and dist["straggler"]["rank"] == 1
+    assert {r["node_rank"] for r in dist["ranks"]} == {0, 1}
+
+
+def test_a_rank_lost_mid_run_is_named_and_nothing_hangs(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
+                               "--master-port", str(_free_port()), str(EXAMPLE),
+                               "--steps", "30", "--slow-rank", "1", "--die-at", "12",
+                               TRACEML_CI_GATHER_TIMEOUT_S="5"), timeout=120)
+    assert code != 0, out
+    assert time.monotonic() - started < 90
+    doc = _merged(tmp_path / "out" / "final_summary.json")
+    assert doc["run"]["status"] == "crashed"
+    assert doc["distributed"]["failed_ranks"] == [1]
+    assert doc["distributed"]["ranks_reported"] == 1
+    assert (tmp_path / "out" / "final_summary.rank0.json").is_file()
