@@ -7,7 +7,7 @@ terminal would. The job prints a line per step (a chatty script: the launcher co
 and writes a live snapshot every ``SNAPSHOT_INTERVAL_S`` as the tracer's writer thread does,
 noting when each snapshotted step finished. A step's latency: from its end to the first painted
 frame that shows it (or a later step). The frame is found by ``FRAME_STEP``, the step count as
-``plain_progress_line`` writes it; adapt it if the view shows steps otherwise.
+``render_frame`` writes it (``step 1,234``).
 
     python benchmarks/live_launcher_cost.py [--seconds 20] [--step-ms 5]
 """
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ROWS, COLS = 40, 120
 #: A painted frame (saved cursor ... restored cursor) and the step count it shows.
 FRAME = re.compile(rb"\x1b7(.*?)\x1b8", re.S)
-FRAME_STEP = re.compile(rb"step (\d+)")
+FRAME_STEP = re.compile(rb"step (\d[\d,]*)")  # render_frame writes "step 1,234"
 
 JOB = '''
 import json, os, sys, time
@@ -103,7 +103,7 @@ def run(seconds: float, step_ms: float) -> dict[str, float]:
                 for m in FRAME.finditer(raw, start):
                     step = FRAME_STEP.search(m.group(1))
                     if step and m.end() > len(raw) - len(chunk):
-                        seen.append((now, int(step.group(1))))
+                        seen.append((now, int(step.group(1).replace(b",", b""))))
             try:
                 t = launcher.cpu_times()
                 cpu.append((now, t.user + t.system))
