@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from tests import golden
 from tests.cli.live_snapshots import SPLITS, growth_diagnosis, snapshot, write
 from traceml_ci.cli.live_view import (
     PHASE_STYLE,
@@ -36,7 +36,6 @@ from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import LIVE_VERSION, read_snapshots, snapshot_path
 
 GOLDEN = Path(__file__).parent / "golden" / "live"
-REGEN = os.environ.get("TRACEML_CI_REGEN_GOLDEN") == "1"
 NOW = 1_000.4  # the snapshots' heartbeat is 1000.0: 0.4 s old
 
 
@@ -54,20 +53,7 @@ def segments(snaps: list[dict[str, Any]], now: float = NOW) -> list[Any]:
 
 def check_golden(name: str, text: str) -> None:
     __tracebackhide__ = True
-    path = GOLDEN / name
-    if REGEN or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if not REGEN:
-            pytest.fail(f"{path} did not exist and was written; review it and rerun")
-        return
-    expected = path.read_text(encoding="utf-8")
-    if text != expected:
-        pytest.fail(
-            f"{name} differs from the golden file. If the change is intended, run\n"
-            f"  TRACEML_CI_REGEN_GOLDEN=1 pytest {__file__}\nand review `git diff {path}`.\n\n"
-            f"--- expected\n{expected}\n--- got\n{text}"
-        )
+    golden.check_golden(GOLDEN / name, text, __file__)
 
 
 # --- Golden frames ------------------------------------------------------------------------

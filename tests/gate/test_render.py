@@ -10,11 +10,11 @@ them and review the diff:
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
 
+from tests import golden
 from tests.gate.summaries import GOLDEN, TRACEML_AI, make, real, shift
 from traceml_ci.gate import (
     compare,
@@ -26,24 +26,10 @@ from traceml_ci.gate import (
 )
 from traceml_ci.gate.render import MARKER, md_escape, split_bar
 
-REGEN = os.environ.get("TRACEML_CI_REGEN_GOLDEN") == "1"
-
 
 def check_golden(name: str, text: str) -> None:
     __tracebackhide__ = True
-    path = GOLDEN / name
-    if REGEN or not path.exists():
-        path.write_text(text, encoding="utf-8")
-        if not REGEN:
-            pytest.fail(f"{path} did not exist and was written; review it and rerun")
-        return
-    expected = path.read_text(encoding="utf-8")
-    if text != expected:
-        pytest.fail(
-            f"{name} differs from the golden file. If the change is intended, run\n"
-            f"  TRACEML_CI_REGEN_GOLDEN=1 pytest {__file__}\nand review `git diff {path}`.\n\n"
-            f"--- expected\n{expected}\n--- got\n{text}"
-        )
+    golden.check_golden(GOLDEN / name, text, __file__)
 
 
 def _regression():

@@ -130,6 +130,30 @@ def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, .
         assert median(diffs) < 0.2, (phase, traced[:5], truth[:5])
 
 
+def stopwatch_loop(
+    model: nn.Module, optimizer: Any, batches: Any, steps: int,
+    after_step: Any = None,
+) -> tuple[Stopwatch, list[float]]:
+    """The README loop, each phase on the stopwatch: a fetch, then ``trace_step`` around
+    zero_grad / forward / backward / step. Returns the stopwatch and each step's wall time in
+    ms; ``after_step()`` runs between steps, outside what is timed."""
+    watch = Stopwatch()
+    walls = []
+    for _ in range(steps):
+        start = time.perf_counter_ns()
+        watch.new_step()
+        x, y = watch.time("dataloader", next, batches)
+        with traceml.trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            loss = ((watch.time("forward", model, x) - y) ** 2).mean()
+            watch.time("backward", loss.backward)
+            watch.time("optimizer", optimizer.step)
+        walls.append((time.perf_counter_ns() - start) / 1e6)
+        if after_step is not None:
+            after_step()
+    return watch, walls
+
+
 def closure_loop(
     optimizer: Any, model: nn.Module, batches: Any, steps: int, trace: bool = True
 ) -> tuple[Stopwatch, list[float]]:

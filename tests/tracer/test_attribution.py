@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -15,6 +13,7 @@ from tests.tracer.loops import (
     Stopwatch,
     assert_matches_stopwatch,
     busy_loader,
+    stopwatch_loop,
 )
 
 # Known costs per step (ms), as in the accuracy benchmark.
@@ -30,18 +29,7 @@ def test_each_phase_within_3pp_of_the_truth(fresh_tracer) -> None:
     model = BusyModel(COSTS["forward"], COSTS["backward"])
     optimizer = BusySGD(model.parameters(), COSTS["optimizer"])
     batches = iter(busy_loader(30, COSTS["dataloader"]))
-    watch = Stopwatch()
-    walls = []
-    for _ in range(30):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
-        with traceml.trace_step(model):
-            optimizer.zero_grad(set_to_none=True)
-            loss = ((watch.time("forward", model, x) - y) ** 2).mean()
-            watch.time("backward", loss.backward)
-            watch.time("optimizer", optimizer.step)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
+    watch, walls = stopwatch_loop(model, optimizer, batches, 30)
     doc = finish_and_load(tracer)
     st = doc["step_time"]
     assert st["steps_total"] == 30

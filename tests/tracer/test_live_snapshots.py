@@ -21,7 +21,15 @@ from torch.utils.data import DataLoader
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog
-from tests.tracer.loops import BusyDataset, BusyModel, BusySGD, Stopwatch, busy_loader, train
+from tests.tracer.loops import (
+    BusyDataset,
+    BusyModel,
+    BusySGD,
+    Stopwatch,
+    busy_loader,
+    stopwatch_loop,
+    train,
+)
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import (
     ENV_LIVE,
@@ -79,20 +87,14 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
     model = BusyModel(1.0, 0.5)
     optimizer = BusySGD(model.parameters(), 0.25)
     batches = iter(busy_loader(400, 2.0))
-    watch, walls, seen = Stopwatch(), [], []
-    for _ in range(400):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
-        with traceml.trace_step(model):
-            optimizer.zero_grad(set_to_none=True)
-            loss = ((watch.time("forward", model, x) - y) ** 2).mean()
-            watch.time("backward", loss.backward)
-            watch.time("optimizer", optimizer.step)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-        snap = read_snapshot(path)  # the test polls between steps, outside what is timed
+    seen: list[dict] = []
+
+    def poll() -> None:  # between steps, outside what is timed
+        snap = read_snapshot(path)
         if snap is not None and (not seen or snap["heartbeat"] != seen[-1]["heartbeat"]):
             seen.append(snap)
+
+    watch, walls = stopwatch_loop(model, optimizer, batches, 400, after_step=poll)
 
     assert len(seen) >= 3, "no snapshots while the loop ran"
     assert all(s["status"] == "running" and s["summary_path"] is None for s in seen)
