@@ -219,7 +219,7 @@ def test_subclass_step_runs_torchs_hooks_once_as_untraced(fresh_tracer) -> None:
 def test_optimizer_phase_holds_no_tracer_work(fresh_tracer) -> None:
     """The optimizer phase of a ~free optimizer step is no longer than the same step timed by a
     stopwatch with tracing off, in alternating blocks (so load hits both sides alike)."""
-    from traceml_ci.summary.stats import median
+    from traceml_ci.summary.stats import percentile
 
     child = _fresh_optimizer_classes()
     tracer = fresh_tracer(warmup_steps=0)
@@ -240,5 +240,6 @@ def test_optimizer_phase_holds_no_tracer_work(fresh_tracer) -> None:
     traced = tracer.store.column(1 + OPT)
     assert len(traced) == 300
     # The tracer's own marks sit outside the call; a second torch step wrapper inside it (the
-    # bug this guards) adds ~50 % to a step this small.
-    assert median(traced) < 1.25 * median(plain)
+    # bug this guards) adds ~50 % to a step this small, to its fastest calls too. The fastest
+    # tenth: a loaded machine stretches the slower calls of a 20 us step unevenly.
+    assert percentile(sorted(traced), 10) < 1.25 * percentile(sorted(plain), 10)

@@ -38,12 +38,17 @@ def _int(text: str | None, default: int) -> int:
 
 def local_ranks(torchrun: Sequence[str]) -> tuple[list[int], int] | None:
     """(the global ranks this node ran, the world size) for a static launch; None when
-    torchrun decides them at rendezvous (elastic node counts) or ``nproc`` is not a number."""
+    torchrun decides them at rendezvous (several nodes meeting at an --rdzv-endpoint, elastic
+    node counts) or ``nproc`` is not a number."""
     nproc = _int(_option(torchrun, "--nproc-per-node", "--nproc_per_node"), 0)
     nnodes_text = _option(torchrun, "--nnodes") or "1"
     if nproc <= 0 or ":" in nnodes_text:
         return None
     nnodes = _int(nnodes_text, 1)
+    rendezvous = any(a.startswith(("--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-backend",
+                                   "--rdzv_backend")) for a in torchrun)
+    if nnodes > 1 and rendezvous:
+        return None  # the rendezvous, not --node-rank, decides which ranks run here
     node = _int(_option(torchrun, "--node-rank", "--node_rank"), 0)
     return [node * nproc + i for i in range(nproc)], nnodes * nproc
 
