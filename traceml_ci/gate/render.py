@@ -123,6 +123,9 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
 #: The per-rank table's columns after the phases' shares.
 RANK_HEADERS = ["rank", "node", "host", "status", "step ms", "own work ms",
                 *(f"{p} %" for p in PHASES), "peak MB", ""]
+#: The same columns, abbreviated for a terminal.
+RANK_HEADERS_SHORT = ["rank", "node", "host", "status", "step ms", "own ms", "data %", "fwd %",
+                      "bwd %", "opt %", "other %", "peak MB", ""]
 STRAGGLER_MARK = "◀ straggler"
 
 
