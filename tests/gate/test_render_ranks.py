@@ -55,3 +55,15 @@ def test_hostile_host_names_are_escaped() -> None:
 def test_single_process_comparison_has_no_rank_section() -> None:
     c = compare(make(), make())
     assert "Ranks (" not in render_markdown(c) and " ranks: " not in render_text(c)
+
+
+def test_a_world_size_change_shows_both_sides_ranks() -> None:
+    four = job(shift(), shift(), shift(), shift(dataloader=6.0))
+    c = compare(BALANCED, four)
+    assert c.verdict.value == "incomparable"
+    md = render_markdown(c)
+    section = md[md.index("<details><summary>Ranks (4)</summary>"):]
+    assert "2/2 ranks reported" in section and "4/4 ranks reported" in section
+    assert "INPUT_STRAGGLER: rank 3" in section
+    assert [line.split("|")[1].strip() for line in section.splitlines()
+            if line.startswith("| ") and "node-a" in line] == ["0", "1", "0", "1", "2", "3"]
