@@ -61,15 +61,23 @@ class TraceML:
         timeout_s: float | None = 600.0,
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        nproc_per_node: int | None = None,
     ) -> dict[str, Any]:
         """Run ``script args`` under ``traceml-ci run`` in a subprocess (``--traceml-repeats``
         times, and up to ``--traceml-confirm`` more to confirm a regression), gate the runs
         combined under ``key`` (default: the test's node id) and return that summary. A
         relative ``script`` is looked up next to the test file, then in the working directory.
-        ``timeout_s``: per run, in seconds."""
+        ``timeout_s``: per run, in seconds. ``nproc_per_node``: a distributed job of that many
+        ranks on this host, launched through torchrun (the script calls
+        ``init_process_group``); its merged summary, with the straggler analysis, is gated."""
         __tracebackhide__ = True
         from pytest_plugin.scripts import ScriptFailed, traced_script
 
+        if nproc_per_node is not None and (isinstance(nproc_per_node, bool)
+                                           or not isinstance(nproc_per_node, int)
+                                           or nproc_per_node < 1):
+            pytest.fail(f"traceml.run_script(): nproc_per_node must be a whole number ≥ 1, not "
+                        f"{nproc_per_node!r}", pytrace=False)
         state, item = self._state, self._item
         path = self._resolve(Path(script))
         if key is None:
@@ -95,7 +103,7 @@ class TraceML:
                 docs.append(traced_script(
                     path, [str(a) for a in args], out_dir=out / f"run-{len(docs)}",
                     run_name=key, warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
-                    cwd=Path(cwd) if cwd is not None else None,
+                    cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
                 ))
             except ScriptFailed as exc:
                 failure = str(exc)

@@ -28,9 +28,11 @@ def traced_script(
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    nproc_per_node: int | None = None,
 ) -> dict[str, Any]:
     """``script args`` traced in a child interpreter, as ``traceml-ci run --out out_dir`` runs
-    it; returns the summary document it wrote (not yet validated)."""
+    it; returns the summary document it wrote (not yet validated). ``nproc_per_node``: launch
+    that many ranks through torchrun on a free local port; the summary is rank 0's merged one."""
     import os
 
     from traceml_ci.errors import MissingDependencyError
@@ -42,6 +44,8 @@ def traced_script(
         out_dir=str(out_dir),
         run_name=run_name,
         warmup_steps=warmup_steps,
+        torchrun=(() if nproc_per_node is None else
+                  ("--nproc-per-node", str(nproc_per_node), "--master-port", str(free_port()))),
     )
     try:
         done = launch(spec, env={**os.environ, **(env or {})}, cwd=cwd, timeout_s=timeout_s,
@@ -56,6 +60,16 @@ def traced_script(
     if not path.is_file():
         raise ScriptFailed(f"traceml: {script} left no summary at {path}\n" + _tail(done.output))
     return read_summary(path)
+
+
+def free_port() -> int:
+    """A TCP port free on this host now, for a local torchrun rendezvous (another process could
+    take it before torchrun binds it; the window is short)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _tail(output: str | None) -> str:

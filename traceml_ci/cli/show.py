@@ -109,10 +109,47 @@ def render(doc: dict[str, Any]) -> Any:
         verdicts.append(Text.assemble((plain(d.get("kind", "")), style),
                                       f"  {plain(d.get('message', ''))}"))
         verdicts.append(Text(f"  → {plain(d.get('next_step', ''))}", style="dim"))
+    ranks = _ranks(doc.get("distributed"))
     title = (f"traceml-ci · {plain(v.label('step_time'))} · memory "
              f"{plain(v.label('step_memory'))}")
-    body = Group(*parts, Text(""), memory, Text(""), *verdicts)
+    body = Group(*parts, Text(""), memory, *ranks, Text(""), *verdicts)
     return Panel(body, title=title)
+
+
+def _ranks(block: Any) -> list[Any]:
+    """The per-rank table and the straggler line of a distributed summary; empty otherwise."""
+    from collections.abc import Mapping
+
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from traceml_ci.gate.fmt import plain
+    from traceml_ci.gate.render import RANK_HEADERS_SHORT, rank_rows, straggler_line
+
+    if not isinstance(block, Mapping):
+        return []
+    where = ", ".join(plain(x) for x in (
+        f"{block.get('world_size', '?')} ranks", f"{block.get('nodes') or '?'} node(s)",
+        block.get("backend") or "backend ?"))
+    # Thirteen columns: no boxes, one space between them, to fit 100 columns.
+    table = Table(title=f"Ranks ({where})", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for i, name in enumerate(RANK_HEADERS_SHORT[:-1]):  # rank, node and figures to the right
+        table.add_column(name, justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
+                         no_wrap=i != 2, min_width=8 if i == 2 else None)
+    for row in rank_rows(block):
+        marked = bool(row.pop())  # the straggler: an arrow by its rank, in colour
+        row[0] = f"▶ {row[0]}" if marked else row[0]
+        table.add_row(*(plain(x) for x in row), style="bold yellow" if marked else None)
+    out: list[Any] = [Text(""), table]
+    if block.get("ranks_not_listed"):
+        out.append(Text(f"…and {plain(block['ranks_not_listed'])} more ranks (quantiles in the "
+                        "summary)", style="dim"))
+    # The straggler's next step is among the diagnoses below.
+    style = "bold yellow" if (block.get("straggler") or {}).get("rank") is not None else "green"
+    out.append(Text(plain(straggler_line(block)), style=style))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

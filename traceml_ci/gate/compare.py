@@ -184,6 +184,9 @@ class Comparison:
     rules_source: str = "defaults"
     #: The reasons that are not about one row (environment, mapping, noise, run status).
     notes: list[str] = field(default_factory=list)
+    #: The ``distributed`` blocks of base and head (None for a single process), for the
+    #: renderers' per-rank section; not part of the JSON report (its rows carry the verdict).
+    distributed: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -401,6 +404,11 @@ def _mapping_notes(side: str, summary: Mapping[str, Any]) -> list[str]:
     return [text]
 
 
+def _distributed(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    block = summary.get("distributed")
+    return block if isinstance(block, Mapping) else None
+
+
 def _describe(row: Row) -> str:
     """One line for the reasons: what regressed, by how much, against which tolerance."""
     change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
@@ -434,13 +442,14 @@ def compare(
     elif diffs:
         reasons.append("environments differ (" + "; ".join(diffs) + "); compared anyway")
     bv, hv = SummaryView(base), SummaryView(head)
+    dist = (_distributed(base), _distributed(head))
     b_world, h_world = bv.world_size, hv.world_size
     if b_world != h_world and not rules.allow_world_size_change:
         reasons.append(f"world size {b_world} → {h_world}: runs over different numbers of ranks "
                        "are not compared (rules: allow_world_size_change = true compares them)")
         return Comparison(verdict=Verdict.INCOMPARABLE, rows=[], reasons=reasons,
                           notes=list(reasons), base_run=_run_name(bv), head_run=_run_name(hv),
-                          rules_source=rules.source)
+                          rules_source=rules.source, distributed=dist)
     missing_noise = [s for s, v in (("base", bv), ("head", hv)) if not v.has_noise]
     if missing_noise and rules.noise_factor > 0:
         reasons.append(
@@ -508,7 +517,7 @@ def compare(
     reasons += [_describe(row) for row in rows if row.status is Status.REGRESSED]
     return Comparison(
         verdict=verdict, rows=rows, reasons=reasons, notes=notes, base_run=_run_name(bv),
-        head_run=_run_name(hv), skipped=skipped, rules_source=rules.source,
+        head_run=_run_name(hv), skipped=skipped, rules_source=rules.source, distributed=dist,
     )
 
 

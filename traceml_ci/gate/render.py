@@ -9,6 +9,7 @@ through its medium's escaping helper in gate/fmt.py: ``fmt.markdown`` for markdo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.gate import fmt
@@ -117,6 +118,91 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
     return lines
 
 
+# --- ranks (distributed runs) ------------------------------------------------------------
+
+#: The per-rank table's columns after the phases' shares.
+RANK_HEADERS = ["rank", "node", "host", "status", "step ms", "own work ms",
+                *(f"{p} %" for p in PHASES), "peak MB", ""]
+#: The same columns, abbreviated for a terminal.
+RANK_HEADERS_SHORT = ["rank", "node", "host", "status", "step ms", "own ms", "data %", "fwd %",
+                      "bwd %", "opt %", "other %", "peak MB", ""]
+STRAGGLER_MARK = "◀ straggler"
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "—"
+
+
+def rank_rows(block: Mapping[str, Any]) -> list[list[str]]:
+    """The per-rank table of a summary's ``distributed`` block, as unescaped strings in
+    RANK_HEADERS order; the straggler's row marked. Each medium escapes the cells."""
+    straggler = (block.get("straggler") or {}).get("rank")
+    rows = []
+    for r in block.get("ranks") or []:
+        if not isinstance(r, Mapping):
+            continue
+        pct = r.get("pct") or {}
+        rows.append([
+            str(r.get("rank", "?")), str(r.get("node_rank", "—")), str(r.get("host") or "—"),
+            str(r.get("status") or "—"), _num(r.get("step_ms_median"), 2),
+            _num(r.get("own_work_ms"), 2), *(_num(pct.get(p)) for p in PHASES),
+            _num(r.get("peak_mb")),
+            STRAGGLER_MARK if straggler is not None and r.get("rank") == straggler else "",
+        ])
+    return rows
+
+
+def straggler_line(block: Mapping[str, Any]) -> str:
+    """One unescaped line: the ranks reported and failed, the straggler label, its rank, score
+    and cause."""
+    from traceml_ci.summary.ranks import BALANCED
+
+    s = block.get("straggler") or {}
+    world, reported = block.get("world_size", "?"), block.get("ranks_reported", "?")
+    head = f"{reported}/{world} ranks reported"
+    if block.get("failed_ranks"):
+        head += ", failed: " + ", ".join(str(x) for x in block["failed_ranks"])
+    label = s.get("label")
+    if label is None:
+        return f"{head}; too few ranks timed to compare"
+    if label == BALANCED:
+        return (f"{head}; {label} (no rank's own work over {_num(s.get('threshold_pct'), 0)} % "
+                f"above the others', largest {_num(s.get('score_pct'))} %)")
+    return (f"{head}; {label}: rank {s.get('rank')} +{_num(s.get('score_pct'))} % own work per "
+            f"step over the others' median, mostly {s.get('cause') or 'unknown'}")
+
+
+def straggler_next_step(block: Mapping[str, Any]) -> str:
+    """What to look at for the block's straggler label (unescaped); empty when none."""
+    from traceml_ci.summary.ranks import NEXT_STEP
+
+    s = block.get("straggler") or {}
+    text = NEXT_STEP.get(str(s.get("label")), "")
+    return text.format(rank=s.get("rank"), cause=s.get("cause") or "other") if text else ""
+
+
+def _md_ranks(c: Comparison) -> list[str]:
+    """The folded per-rank section: each side's straggler line and per-rank table."""
+    pairs = zip(("base", "head"), c.distributed, strict=True)
+    sides = [(side, b) for side, b in pairs if b is not None]
+    if not sides:
+        return []
+    n = max(int(b.get("world_size") or 0) for _, b in sides)
+    out = [f"<details><summary>Ranks ({n})</summary>", ""]
+    for side, block in sides:
+        out += [f"**{side}**: {md_escape(straggler_line(block))}", ""]
+        step = straggler_next_step(block)
+        if step and (block.get("straggler") or {}).get("rank") is not None:
+            out += [f"→ {md_escape(step)}", ""]
+        rows = [[md_escape(x) for x in row] for row in rank_rows(block)]
+        if rows:
+            out += [_github_table(rows, RANK_HEADERS), ""]
+        if block.get("ranks_not_listed"):
+            out += [f"*…and {int(block['ranks_not_listed'])} more ranks (quantiles in the "
+                    "summary)*", ""]
+    return out + ["</details>", ""]
+
+
 # --- markdown ------------------------------------------------------------------------------
 
 
@@ -170,6 +256,7 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
         label = f"{len(folded)} unchanged metric{'s' if len(folded) != 1 else ''}"
         out += [f"<details><summary>{label}</summary>", "", _md_rows(folded), "", "</details>",
                 ""]
+    out += _md_ranks(c)
     return out
 
 
@@ -293,6 +380,9 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     bars = _bars(c, max(10, min(BAR_WIDTH, width - 8)))
     if bars:
         parts.append(Text("\n".join(bars), style="cyan"))
+    for side, block in zip(("base", "head"), c.distributed, strict=True):
+        if block is not None:
+            parts.append(Text(f"{side} ranks: {fmt.plain(straggler_line(block))}"))
     return parts
 
 
