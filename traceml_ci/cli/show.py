@@ -90,6 +90,17 @@ def render(doc: dict[str, Any]) -> Any:
         style="dim",
     )
     parts: list[Any] = [head, Text(""), times, step_line]
+    eff = v.efficiency
+    if eff:
+        flops, rate = eff.get("flops_per_step"), eff.get("achieved_tflops")
+        mfu = eff.get("mfu_pct")
+        parts.append(Text(
+            f"compute: {_fmt(flops / 1e9 if flops else None, ' GFLOP', 2)} per step "
+            f"({plain(eff.get('dtype') or '?')}) · achieved "
+            + (f"{rate * 1000:.1f} GFLOP/s" if rate is not None and rate < 1 else
+               _fmt(rate, " TFLOP/s", 1))
+            + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
+            style="dim"))
     wait = v.runqueue_wait_pct
     if wait is not None:
         parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "

@@ -106,6 +106,14 @@ def _catalogue() -> tuple[Metric, ...]:
         Metric("gpu.util_mean_pct", Kind.PCT, ("gpu", "util_mean_pct"), "%",
                higher_is_worse=False, env_dependent=True)
     )
+    # Compute efficiency (one counted step): informational by default -- the rate divides by
+    # host-clock time on CPUs, which a loaded runner stretches; a changed FLOP count means the
+    # model (or its input shape) changed.
+    out.append(Metric("efficiency.flops_per_step", Kind.RATE, ("efficiency", "flops_per_step"),
+                      "FLOP", higher_is_worse=True))
+    out.append(Metric("efficiency.achieved_tflops", Kind.RATE,
+                      ("efficiency", "achieved_tflops"), "TFLOP/s", higher_is_worse=False,
+                      env_dependent=True))
     # Distributed runs (summary/ranks.py): the straggler label, and how far the worst rank's
     # own work is above the others' median.
     out.append(Metric("distributed.straggler.label", Kind.LABEL,

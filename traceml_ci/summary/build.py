@@ -12,6 +12,7 @@ from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
 from traceml_ci.summary.model import (
     PHASES,
     DataLoaderSettings,
+    Efficiency,
     GpuUtil,
     MemoryLabel,
     Noise,
@@ -71,6 +72,9 @@ class RunRecord:
     alloc_retries: int | None = None
     ooms: int | None = None
     gpu: GpuUtil = field(default_factory=GpuUtil)
+    #: FLOPs of one counted step (None: not counted) and the model's parameter dtype.
+    flops_per_step: float | None = None
+    flops_dtype: str | None = None
 
 
 def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Summary:
@@ -94,7 +98,25 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         gpu=record.gpu,
         diagnoses=tuple(st_diags + mem_diags),
         tool_version=__version__,
+        efficiency=_efficiency(record, step_time),
     )
+
+
+def _efficiency(record: RunRecord, st: StepTime) -> Efficiency | None:
+    """FLOPs per step over the median compute time: achieved TFLOP/s, and MFU where the
+    device's peak for the model's dtype is known (summary/peaks.py). None when not counted."""
+    from traceml_ci.summary.peaks import peak_tflops
+
+    flops = record.flops_per_step
+    if not flops:
+        return None
+    parts = [st.phase_ms.get(p) for p in ("forward", "backward", "optimizer")]
+    compute_ms = sum(x for x in parts if x is not None) if any(parts) else None
+    achieved = flops / (compute_ms / 1000.0) / 1e12 if compute_ms else None
+    name = record.env.get("device_name") if _device_type(record.memory_device) != "cpu" else None
+    peak = peak_tflops(name, record.flops_dtype)
+    mfu = 100.0 * achieved / peak if achieved is not None and peak else None
+    return Efficiency(float(flops), compute_ms, achieved, record.flops_dtype, peak, mfu)
 
 
 def _with_label(st: StepTime, label: StepTimeLabel) -> StepTime:

@@ -168,6 +168,19 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class Efficiency:
+    """Compute efficiency from one counted step (tracer/flops.py). ``compute_ms``: the median
+    forward + backward + optimizer ms the FLOPs are divided by."""
+
+    flops_per_step: float | None = None
+    compute_ms: float | None = None
+    achieved_tflops: float | None = None
+    dtype: str | None = None
+    peak_tflops: float | None = None
+    mfu_pct: float | None = None
+
+
+@dataclass(frozen=True)
 class Summary:
     run: RunInfo
     env: dict[str, Any]
@@ -177,6 +190,7 @@ class Summary:
     diagnoses: tuple[Diagnosis, ...] = ()
     tool_version: str = ""
     schema_version: str = SCHEMA_VERSION
+    efficiency: Efficiency | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, keys in a stable, readable order."""
@@ -215,7 +229,16 @@ class Summary:
             "diagnoses": [
                 {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
             ],
+            **({} if self.efficiency is None else
+               {"efficiency": _efficiency_dict(self.efficiency)}),
         }
+
+
+def _efficiency_dict(e: Efficiency) -> dict[str, Any]:
+    out = dataclasses.asdict(e)
+    for key, digits in (("compute_ms", 4), ("achieved_tflops", 6), ("mfu_pct", 2)):
+        out[key] = _round(out[key], digits)
+    return out
 
 
 def _round(value: float | None, digits: int) -> float | None:

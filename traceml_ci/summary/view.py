@@ -85,6 +85,11 @@ class SummaryView:
         return status if isinstance(status, str) else None
 
     @property
+    def efficiency(self) -> Mapping[str, Any]:
+        """The ``efficiency`` block (FLOPs per step, achieved TFLOP/s, MFU); empty if absent."""
+        return _table(self.doc.get("efficiency"))
+
+    @property
     def world_size(self) -> int:
         """Ranks in the run: ``distributed.world_size``, else ``run.world_size``, else 1."""
         for path in (("distributed", "world_size"), ("run", "world_size")):

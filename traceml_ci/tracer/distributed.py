@@ -59,6 +59,27 @@ def identity() -> dict[str, Any]:
             "host": socket.gethostname()}
 
 
+def parallelism(models: tuple[Any, ...]) -> str | None:
+    """How the traced model is spread over ranks: "fsdp" (its collectives wait inside forward
+    and backward), "ddp" (they wait inside backward), else None."""
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+        from torch.nn.parallel import DistributedDataParallel
+    except Exception:
+        return None
+    found = None
+    for model in models:
+        try:
+            for module in model.modules():
+                if isinstance(module, (FSDPModule, FullyShardedDataParallel)):
+                    return "fsdp"
+                if isinstance(module, DistributedDataParallel):
+                    found = "ddp"
+        except Exception:
+            continue
+    return found
+
+
 class RankGather:
     """Hooks ``init_process_group`` / ``destroy_process_group`` and gathers at finish.
 

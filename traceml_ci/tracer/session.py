@@ -15,7 +15,8 @@ from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunSt
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
-from traceml_ci.tracer.distributed import RankGather, identity
+from traceml_ci.tracer.distributed import RankGather, identity, parallelism
+from traceml_ci.tracer.flops import FlopCount
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.patches import (
@@ -75,6 +76,8 @@ class Tracer:
             self.patches.install()
             if self.roots is not None:
                 self.roots.install_discovery()
+        #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
+        self.flop_count = FlopCount(_warn)
         #: Distributed runs: finish before the job destroys its process group, gather there.
         self.ranks = RankGather(self.finish, _warn)
         try:
@@ -261,6 +264,7 @@ class Tracer:
         if self.roots is not None:
             self.roots.uninstall()
         self.stop_live()  # its thread reads nothing while the store drains
+        self.flop_count.end()  # a step left open by an error: close the counter
         try:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
@@ -286,6 +290,10 @@ class Tracer:
 
         doc = summary.to_dict()
         doc["run"].update(identity())
+        last = self._last_scope
+        kind = parallelism(last.models if last is not None else ())
+        if kind is not None:
+            doc["run"]["parallelism"] = kind
         rank = int(doc["run"].get("rank") or 0)
         own = write_summary(self.config.out_dir / f"final_summary.rank{rank}.json", doc)
         docs = self.ranks.gather(doc)
@@ -360,6 +368,8 @@ class Tracer:
             alloc_retries=retries,
             ooms=ooms,
             gpu=gpu,
+            flops_per_step=self.flop_count.flops,
+            flops_dtype=self.flop_count.dtype,
         )
 
     def _samples_per_step(self) -> float | None:
@@ -406,8 +416,12 @@ class StepScope(StepGate):
             if not rec.in_step and self.timers:
                 timer = self.timer
                 self.saved = timer.wrap() if timer else [t.wrap() for t in self.timers]
+            counting = (not tr.flop_count.done and not rec.in_step
+                        and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
+                        and tr.flop_count.begin(self.models))
             rec.step_begin()
-            self.primed = len(self.timers) <= 1  # several models: always the general way
+            # Several models: always the general way; a counted step ends the general way too.
+            self.primed = len(self.timers) <= 1 and not counting
         except Exception as exc:
             tr.fail(exc)
         return self
@@ -416,6 +430,9 @@ class StepScope(StepGate):
         tr = self.tracer
         try:
             tr.rec.step_end(exc_type is None)  # a no-op outside a step (tracing stopped)
+            if tr.flop_count.counting and not tr.rec.in_step:
+                tr.flop_count.end()
+                self.primed = len(self.timers) <= 1
             saved = self.saved
             if saved is not None and not tr.rec.in_step:
                 self.saved = None

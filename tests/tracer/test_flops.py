@@ -1,0 +1,101 @@
+"""Compute efficiency: the first trace_step (a warmup step) is counted with FlopCounterMode; the
+count is the analytic one for an MLP, the rate divides it by the measured compute time."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from traceml_ci.summary.schema import summary_problems
+
+B, IN, HID, OUT = 32, 64, 128, 10
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other tests in this process may have compiled models (which turns counting off for the
+    process): these tests count as a fresh process would."""
+    from traceml_ci.tracer import flops
+
+    monkeypatch.setattr(flops, "compile_in_use", lambda: False)
+
+
+def _train(steps: int) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HID), nn.ReLU(), nn.Linear(HID, OUT))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    for _ in range(steps):
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+
+
+def analytic_flops() -> int:
+    """2·in·out per sample per linear layer forward; backward computes the weight gradient of
+    each layer and the input gradient of all but the first (its input needs none): 2× and 1×."""
+    fwd = [2 * B * IN * HID, 2 * B * HID * OUT]
+    return fwd[0] + fwd[1] + 2 * fwd[1] + 1 * fwd[0]
+
+
+def test_the_counted_step_is_the_analytic_count(fresh_tracer) -> None:
+    torch.set_num_threads(1)
+    tracer = fresh_tracer(warmup_steps=3)
+    _train(40)
+    doc = finish_and_load(tracer)
+    eff = doc["efficiency"]
+    assert eff["flops_per_step"] == analytic_flops()
+    assert eff["dtype"] == "float32"
+    st = doc["step_time"]
+    compute = sum(st["phase_ms"][p] for p in ("forward", "backward", "optimizer"))
+    assert abs(eff["compute_ms"] - compute) < 1e-3
+    expected = analytic_flops() / (compute / 1e3) / 1e12
+    assert abs(eff["achieved_tflops"] - expected) <= 0.01 * expected  # the JSON's rounding
+    assert eff["mfu_pct"] is None and eff["peak_tflops"] is None  # a CPU: no peak to divide by
+    assert st["steps_analyzed"] == 37  # the counted step is a warmup step
+    assert summary_problems(doc) == []
+
+
+def test_no_warmup_no_count(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    _train(20)
+    doc = finish_and_load(tracer)
+    assert "efficiency" not in doc  # an analysed step is never slowed by counting
+
+
+def test_a_counter_that_fails_warns_and_training_goes_on(fresh_tracer, monkeypatch, capfd) -> None:
+    from torch.utils import flop_counter
+
+    def broken(self):  # noqa: ANN001
+        raise RuntimeError("no counting today")
+
+    monkeypatch.setattr(flop_counter.FlopCounterMode, "__enter__", broken)
+    tracer = fresh_tracer(warmup_steps=2)
+    _train(20)
+    doc = finish_and_load(tracer)
+    assert "efficiency" not in doc
+    assert doc["step_time"]["steps_analyzed"] == 18
+    assert capfd.readouterr().err.count("FLOPs not counted") == 1
+
+
+def test_gpu_peaks_give_mfu() -> None:
+    from traceml_ci.summary.peaks import peak_tflops
+
+    assert peak_tflops("NVIDIA H200", "bfloat16") == 989.0
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "float32") == 19.5
+    assert peak_tflops("Intel Xeon", "float32") is None
+    assert peak_tflops("NVIDIA T4", "bfloat16") is None  # no bf16 tensor cores
+
+
+def test_a_process_that_compiles_is_not_counted(fresh_tracer, monkeypatch) -> None:
+    """torch.compile in use: counting under compilation could fail the user's step."""
+    from traceml_ci.tracer import flops
+
+    monkeypatch.setattr(flops, "compile_in_use", lambda: True)
+    tracer = fresh_tracer(warmup_steps=2)
+    _train(10)
+    assert "efficiency" not in finish_and_load(tracer)

@@ -1,0 +1,79 @@
+"""Compute efficiency: FLOPs of one training step, counted once by torch's FlopCounterMode.
+
+The count runs on the run's first ``trace_step`` -- a warmup step, left out of every statistic,
+since counting dispatches every op through Python and makes that step slow. It covers all the
+step does under ``trace_step`` (forward, backward, the optimizer's arithmetic). Runs without
+warmup steps, zero-change runs (no ``trace_step``) and runs that use ``torch.compile`` (its
+dynamo is imported before the first step: counting under compilation could fail the user's step
+or leave frames uncompiled) get no figure -- never an error, never a slower model. The rates and
+MFU are computed with the summary (summary/build.py, summary/peaks.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def compile_in_use() -> bool:
+    """Whether torch.compile has been asked for in this process (its dynamo is imported only
+    then)."""
+    return "torch._dynamo" in sys.modules
+
+
+class FlopCount:
+    """Counts one step: ``begin()`` at its start, ``end()`` at its end (both never raise)."""
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._mode: Any = None
+        self.flops: int | None = None
+        self.dtype: str | None = None
+        self.done = False
+
+    def begin(self, models: tuple[Any, ...]) -> bool:
+        """Start counting; False when it cannot (nothing is then left open)."""
+        if self.done:
+            return False
+        self.done = True
+        if compile_in_use():  # see compile_in_use
+            # torch.compile is in use: a dispatch mode during compilation makes a fullgraph
+            # compile raise in the user's step, and can leave frames uncompiled. Not counted.
+            return False
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self.dtype = _param_dtype(models)
+            mode = FlopCounterMode(display=False)
+            mode.__enter__()
+            self._mode = mode
+            return True
+        except Exception as exc:
+            self._warn(f"FLOPs not counted ({exc!r})")
+            return False
+
+    def end(self) -> None:
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        try:
+            mode.__exit__(None, None, None)
+            total = int(mode.get_total_flops())
+            self.flops = total if total > 0 else None
+        except Exception as exc:
+            self._warn(f"FLOPs not counted ({exc!r})")
+
+    @property
+    def counting(self) -> bool:
+        return self._mode is not None
+
+
+def _param_dtype(models: tuple[Any, ...]) -> str | None:
+    for model in models:
+        try:
+            for p in model.parameters():
+                return str(p.dtype).removeprefix("torch.")
+        except Exception:
+            continue
+    return None
