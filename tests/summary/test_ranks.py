@@ -92,3 +92,13 @@ def test_a_large_fraction_of_a_sliver_of_the_step_is_not_a_straggler() -> None:
     out = merge_ranks([rank(0, tiny), rank(1, slower)], world_size=2)
     s = out["distributed"]["straggler"]
     assert s["score_pct"] > 15 and s["label"] == BALANCED
+
+
+def test_fsdp_ranks_are_not_labelled() -> None:
+    """Under FSDP the collectives wait inside forward: own work is not a rank's own."""
+    docs = [rank(0, shift(forward=6.0), parallelism="fsdp"), rank(1, parallelism="fsdp")]
+    out = merge_ranks(docs, world_size=2)
+    s = out["distributed"]["straggler"]
+    assert s["label"] is None and "FSDP" in s["not_analysed"]
+    assert not any(d["area"] == "distributed" for d in out["diagnoses"])
+    assert summary_problems(out) == []

@@ -89,11 +89,19 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def stragglers(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+#: Why a job's ranks are not compared (its collectives wait inside forward too).
+FSDP_NOT_ANALYSED = ("FSDP: its all-gathers wait inside forward and its reduce-scatters inside "
+                     "backward, so no phase is a rank's own work; not analysed")
+
+
+def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict[str, Any]:
     """The straggler analysis of per-rank rows (``_rank_row``): label, rank, score, cause."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
     out: dict[str, Any] = {"label": BALANCED, "rank": None, "score_pct": 0.0, "cause": None,
                            "threshold_pct": STRAGGLER_MIN_EXCESS_PCT, "scores_pct": {}}
+    if fsdp:  # measured: a slow rank read as balanced, a waiting one as the straggler
+        out.update(label=None, not_analysed=FSDP_NOT_ANALYSED)
+        return out
     if len(timed) < 2:
         out["label"] = None  # nothing to compare
         return out
@@ -175,7 +183,8 @@ def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: in
                                    dataloader=None, device=views[0].memory_device or "cpu")
         st["diagnosis"] = found[0].kind
         diagnoses = [_diag_dict(d) for d in found] + diagnoses
-    analysis = stragglers(rows)
+    fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
+    analysis = stragglers(rows, fsdp=fsdp)
     if analysis["label"] is not None:
         diagnoses.append(_straggler_diagnosis(analysis))
     out["diagnoses"] = diagnoses
