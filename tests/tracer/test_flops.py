@@ -3,6 +3,8 @@ count is the analytic one for an MLP, the rate divides it by the measured comput
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -58,6 +60,7 @@ def test_the_counted_step_is_the_analytic_count(fresh_tracer) -> None:
     assert eff["mfu_pct"] is None and eff["peak_tflops"] is None  # a CPU: no peak to divide by
     assert st["steps_analyzed"] == 37  # the counted step is a warmup step
     assert summary_problems(doc) == []
+    assert len(json.dumps(doc, indent=1).encode()) <= 8 * 1024  # still a small file
 
 
 def test_no_warmup_no_count(fresh_tracer) -> None:
