@@ -505,6 +505,7 @@ def compare(
     rows = _load_guard(rows, base, head, rules)
     rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
+    rows = _name_modules(rows, base, head)
 
     head_status = hv.run_status
     run_warn = head_status not in (None, "completed")
@@ -633,6 +634,52 @@ def _contention_guard(rows: list[Row], base: Mapping[str, Any],
                 and abs(row.delta) <= contention_bound_pp(row.delta, row.base, row.head,
                                                           waits["base"], waits["head"])):
             row = _with(row, Status.WARN, note)
+        out.append(row)
+    return out
+
+
+#: Modules named beside a forward share that moved (the largest movers first).
+MODULES_NAMED = 2
+
+
+def module_movers(base: Mapping[str, Any], head: Mapping[str, Any]
+                  ) -> list[tuple[str, float]]:
+    """Sampled submodules (summary ``modules``) whose share of the *step* moved most between
+    base and head, in pp: a module's share of forward × forward's share of the step."""
+    def step_shares(doc: Mapping[str, Any]) -> dict[str, float]:
+        v = SummaryView(doc)
+        fwd = v.share("forward")
+        mods = doc.get("modules")
+        if fwd is None or not isinstance(mods, Mapping):
+            return {}
+        out = {}
+        for m in mods.get("forward") or []:
+            if isinstance(m, Mapping) and isinstance(m.get("name"), str):
+                share = m.get("share_pct")
+                if isinstance(share, (int, float)) and not isinstance(share, bool):
+                    out[m["name"]] = float(share) * fwd / 100.0
+        return out
+
+    b, h = step_shares(base), step_shares(head)
+    if not b or not h:
+        return []
+    moved = [(n, h.get(n, 0.0) - b.get(n, 0.0)) for n in set(b) | set(h)]
+    return sorted(moved, key=lambda kv: -abs(kv[1]))
+
+
+def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any]
+                  ) -> list[Row]:
+    """A forward share that regressed or warns says which sampled modules moved (a note only:
+    module times are sampled, so they never decide a verdict)."""
+    out = []
+    for row in rows:
+        if row.name == "step_time.forward_pct" and row.status in (Status.REGRESSED,
+                                                                  Status.WARN):
+            movers = module_movers(base, head)[:MODULES_NAMED]
+            if movers:
+                named = ", ".join(f"{name} {delta:+.1f} pp" for name, delta in movers)
+                note = f"{row.note}; {named}" if row.note else named
+                row = _with(row, row.status, note)
         out.append(row)
     return out
 

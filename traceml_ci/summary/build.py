@@ -75,6 +75,8 @@ class RunRecord:
     #: FLOPs of one counted step (None: not counted) and the model's parameter dtype.
     flops_per_step: float | None = None
     flops_dtype: str | None = None
+    #: Sampled per-module forward times (tracer/modules.py), already in the summary's shape.
+    modules: dict[str, Any] | None = None
 
 
 def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Summary:
@@ -99,6 +101,7 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         diagnoses=tuple(st_diags + mem_diags),
         tool_version=__version__,
         efficiency=_efficiency(record, step_time),
+        modules=record.modules,
     )
 
 

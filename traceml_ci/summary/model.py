@@ -191,6 +191,8 @@ class Summary:
     tool_version: str = ""
     schema_version: str = SCHEMA_VERSION
     efficiency: Efficiency | None = None
+    #: Sampled per-module forward times: {sampled_steps, every_s, forward_ms, forward: [...]}.
+    modules: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, keys in a stable, readable order."""
@@ -231,6 +233,7 @@ class Summary:
             ],
             **({} if self.efficiency is None else
                {"efficiency": _efficiency_dict(self.efficiency)}),
+            **({} if self.modules is None else {"modules": self.modules}),
         }
 
 

@@ -19,6 +19,7 @@ from traceml_ci.tracer.distributed import RankGather, identity, parallelism
 from traceml_ci.tracer.flops import FlopCount
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
+from traceml_ci.tracer.modules import ModuleSampler
 from traceml_ci.tracer.patches import (
     AutoPatches,
     RootForwardHooks,
@@ -78,6 +79,8 @@ class Tracer:
                 self.roots.install_discovery()
         #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
         self.flop_count = FlopCount(_warn)
+        #: Per-module forward time, one step now and then (host clock, trace_step runs).
+        self.module_sampler = ModuleSampler(_warn)
         #: Distributed runs: finish before the job destroys its process group, gather there.
         self.ranks = RankGather(self.finish, _warn)
         try:
@@ -245,11 +248,23 @@ class Tracer:
 
     def _before_first_step(self, models: tuple[Any, ...]) -> None:
         self._explicit_steps = True
+        if self.config.mode == "auto" and models:
+            try:
+                self.module_sampler.watch(models[0])
+                self.store.tick = self._housekeeping
+            except Exception as exc:
+                _warn(f"module sampling off ({exc!r})")
         if self.roots is not None:
             self.roots.uninstall()  # trace_step names the model: no discovery needed
             self.roots = None
         if not self._device_decided:
             self._decide_device(_model_device(models))
+
+    def _housekeeping(self, now_ns: int) -> None:
+        """Between steps, ~10 times a second (host clock): arm a module sample if one is due,
+        once the warmup steps are over."""
+        if self.store.steps_total > self.store.warmup_steps:
+            self.module_sampler.tick(now_ns)
 
     # -- finish ------------------------------------------------------------------------------
     def finish(self, status: RunStatus | str | None = None) -> Path | None:
@@ -265,6 +280,7 @@ class Tracer:
             self.roots.uninstall()
         self.stop_live()  # its thread reads nothing while the store drains
         self.flop_count.end()  # a step left open by an error: close the counter
+        self.module_sampler.stop()
         try:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
@@ -369,6 +385,7 @@ class Tracer:
             ooms=ooms,
             gpu=gpu,
             flops_per_step=self.flop_count.flops,
+            modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
         )
 

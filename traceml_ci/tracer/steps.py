@@ -48,6 +48,9 @@ class StepStore:
         self.pending: deque = deque()
         #: DataLoader samples over the analysed (post-warmup) steps, all of them (no stride).
         self.samples_analyzed = 0
+        #: Called with the host clock's time where RSS is sampled (host steps, ~10/s), between
+        #: steps: module sampling arms itself there (tracer/modules.py), never per step.
+        self.tick: Any = None
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -87,6 +90,8 @@ class StepStore:
             self._rss_due = exit_ + rss.interval_ns
             rss.last_ns = exit_
             rss.sample(n)
+            if self.tick is not None:  # ~10 times a second, between steps: housekeeping
+                self.tick(exit_)
         before = acc[4]  # the batch fetched before the step, by the fast path
         for p, t0, t1 in outside:  # ... or the general way
             before += t1 - t0

@@ -1,0 +1,122 @@
+"""Per-module forward time, sampled: the slow submodule is named, its share agrees with a
+stopwatch inside the model, and no hook outlives its sampled step."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from traceml_ci.summary.schema import summary_problems
+from traceml_ci.tracer.modules import select_modules
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+class Layer(nn.Module):
+    """A linear layer that also spins ``ms``; its own stopwatch records each call."""
+
+    def __init__(self, ms: float, log: list[float]) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.ms, self.log = ms, log
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter_ns()
+        _spin(self.ms)
+        out = torch.relu(self.lin(x))
+        self.log.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+
+class Encoder(nn.Module):
+    def __init__(self, costs: list[float], logs: list[list[float]]) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(ms, log) for ms, log in zip(costs, logs, strict=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layer:
+            x = layer(x)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self, costs: list[float]) -> None:
+        super().__init__()
+        self.logs: list[list[float]] = [[] for _ in costs]
+        self.forward_log: list[float] = []
+        self.embed = nn.Linear(8, 16)
+        self.encoder = Encoder(costs, self.logs)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter_ns()
+        out = self.head(self.encoder(self.embed(x)))
+        self.forward_log.append((time.perf_counter_ns() - t0) / 1e6)
+        return out
+
+
+def _train(model: Net, steps: int) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    for _ in range(steps):
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+
+
+def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2)
+    tracer.module_sampler.every_ns = 30_000_000  # a sample every 30 ms: several in the test
+    model = Net([0.2, 0.2, 0.2, 2.0])
+    _train(model, 150)
+    doc = finish_and_load(tracer)
+    assert summary_problems(doc) == []
+    mods = doc["modules"]
+    assert mods["sampled_steps"] >= 3
+    top = mods["forward"]
+    names = [m["name"] for m in top]
+    # The encoder holds the layers (inclusive times); among the layers, layer 3 is first.
+    assert names[0] == "encoder"
+    layers = [m for m in top if m["name"].startswith("encoder.layer.")]
+    assert layers[0]["name"] == "encoder.layer.3"
+    # Its share of forward against the model's own stopwatch (every step; the spin is steady).
+    truth = 100.0 * sum(model.logs[3]) / sum(model.forward_log)
+    assert abs(layers[0]["share_pct"] - truth) < 3.0, (layers[0], truth)
+    # No hook is left on any module once the run is over.
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+def test_modules_chosen_breadth_first_through_containers() -> None:
+    model = Net([0.0] * 4)
+    names = [n for n, _ in select_modules(model)]
+    assert names[:3] == ["embed", "encoder", "head"]
+    assert names[3:] == [f"encoder.layer.{i}" for i in range(4)]  # the ModuleList looked through
+    assert len(select_modules(model, limit=5)) == 5
+
+
+def test_unsampled_steps_carry_no_hooks(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=0)
+    tracer.module_sampler.every_ns = 10**12  # armed once at most
+    model = Net([0.0] * 4)
+    seen: list[int] = []
+
+    def count_hooks(module: Any, args: Any) -> None:
+        seen.append(sum(len(m._forward_hooks) for m in model.modules()))
+
+    handle = model.embed.register_forward_pre_hook(count_hooks)
+    _train(model, 40)
+    handle.remove()
+    finish_and_load(tracer)
+    # Our own hooks: on at most one step's forward; the rest ran with none.
+    assert sum(1 for n in seen if n > 0) <= 1
