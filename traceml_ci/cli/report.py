@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
         rules = resolve_rules(args.tolerances)
         allow = args.allow_env_mismatch
         if len(bsums) == 1 and len(hsums) == 1:  # one run each: the same job, whatever its key
-            (_, bdoc), (hkey, hdoc) = *bsums.items(), *hsums.items()
+            (bkey, bdoc), (hkey, hdoc) = *bsums.items(), *hsums.items()
             result = compare(bdoc, hdoc, rules, allow_env_mismatch=allow)
-            base, head = [Run(hkey, bpath, bdoc)], [Run(hkey, hpath, hdoc)]
+            base, head = [Run(bkey, bpath, bdoc)], [Run(hkey, hpath, hdoc)]
         else:
             result = compare_sets(bsums, hsums, rules, allow_env_mismatch=allow)
             base = [Run(k, bpath, d) for k, d in bsums.items()]

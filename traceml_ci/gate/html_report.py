@@ -5,8 +5,9 @@ Content-Security-Policy forbids both), and a chart costs tens of kilobytes, wher
 inlined JavaScript alone is about 4 MB per file. matplotlib (the ``report`` extra) is imported
 only here, inside the functions that draw, so ``traceml-ci diff`` never loads it.
 
-Everything taken from input is escaped with ``html.escape``; chart text is SVG text that
-matplotlib escapes, with mathtext off (a ``$`` in a run name stays a dollar sign).
+Everything taken from input goes through ``fmt.plain`` (controls, bidirectional overrides) and
+then ``html.escape``; chart text is SVG text that matplotlib escapes, with mathtext off (a
+``$`` in a run name stays a dollar sign).
 """
 
 from __future__ import annotations
@@ -206,6 +207,8 @@ def _nan(x: float | None) -> float:
 
 
 def _short(text: str, limit: int = 40) -> str:
+    """A chart label: one line, no control or bidirectional characters (``fmt.plain``), cut."""
+    text = fmt.plain(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -213,7 +216,9 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    """Input as HTML text: controls and bidirectional overrides shown as escapes (they could
+    reorder what is read), then HTML-escaped."""
+    return html.escape(fmt.plain(x), quote=True)
 
 
 def _figure(svg: str | None, what: str) -> str:
@@ -291,26 +296,29 @@ def _verdict(c: Comparison | SetComparison) -> str:
 def build_html(runs: Sequence[Run], *, base: Sequence[Run] = (),
                comparison: Comparison | SetComparison | None = None,
                title: str = "traceml-ci report") -> str:
-    """The report page. With ``comparison`` (and ``base``, matched to ``runs`` by label):
-    base and head side by side per run or job, and the comparison's rows. Otherwise each run
-    on its own, with the trend of each share and of step time first when there are 3 or more.
+    """The report page. With ``comparison`` (and ``base``: for a set, matched to ``runs`` by
+    job key): base and head side by side per run or job, and the comparison's rows.
+    Otherwise each run on its own, with the trend of each share and of step time first when
+    there are 3 or more.
     """
     charts = _Charts()
     body: list[str] = [f"<h1>{_e(title)}</h1>"]
     if comparison is not None:
         body.append(_verdict(comparison))
-        by_label = {r.label: r for r in base}
-        items = (comparison.items if isinstance(comparison, SetComparison)
-                 else {runs[0].label: comparison})
-        for i, head in enumerate(runs):
+        if isinstance(comparison, Comparison):
+            heading = f"{base[0].label} → {runs[0].label}" if base else runs[0].label
+            pairs = [(base[0] if base else None, runs[0], comparison, heading)]
+        else:
+            by_label = {r.label: r for r in base}
+            pairs = [(by_label.get(h.label), h, comparison.items.get(h.label), h.label)
+                     for h in runs]
+        for i, (b, h, item, heading) in enumerate(pairs):
             if i == MAX_SECTIONS:
-                body.append(f"<p class=\"meta\">{len(runs) - i} more not drawn.</p>")
+                body.append(f"<p class=\"meta\">{len(pairs) - i} more not drawn.</p>")
                 break
-            pair = [r for r in (by_label.get(head.label),) if r is not None]
-            sides = [Run(f"base {p.label}", p.source, p.doc) for p in pair] + [
-                Run(f"head {head.label}", head.source, head.doc)]
-            body.append(_run_section(charts, sides, head.label))
-            item = items.get(head.label) if isinstance(comparison, SetComparison) else comparison
+            sides = ([Run("base", b.source, b.doc)] if b else []) + [
+                Run("head", h.source, h.doc)]
+            body.append(_run_section(charts, sides, heading))
             if item is not None:
                 body += ["<h3>Compared</h3>", _rows_table(item)]
     else:
