@@ -92,3 +92,73 @@ def test_the_check_fails_on_a_chart_mermaid_rejects(page, mermaid_js, tmp_path):
     _open(page, mermaid_js, tmp_path)
     drawn = _render(page, broken)
     assert not drawn["ok"] and "Parse error" in drawn["error"]
+
+
+# --- the HTML report -----------------------------------------------------------------------
+
+_CHARTS = """() => Array.from(document.querySelectorAll('.chart svg')).map(svg => {
+  const box = svg.getBoundingClientRect();
+  return {width: box.width, height: box.height,
+          marks: svg.querySelectorAll('path, rect, use').length,
+          texts: svg.querySelectorAll('text').length};
+})"""
+
+
+def _report(tmp_path: Path, *inputs: Any) -> Path:
+    import json
+
+    from tests.gate.summaries import DATA
+    from traceml_ci.cli.main import main
+    from traceml_ci.gate import write_baseline_set
+
+    pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
+    paths = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, str):
+            paths.append(str(DATA / f"{x}.json"))
+        elif isinstance(x, dict) and all(isinstance(v, dict) and "run" in v for v in x.values()):
+            target = tmp_path / f"set{i}.json"
+            write_baseline_set(target, x)
+            paths.append(str(target))
+        else:
+            target = tmp_path / f"in{i}.json"
+            target.write_text(json.dumps(x))
+            paths.append(str(target))
+    out = tmp_path / "report.html"
+    assert main(["report", *paths, "-o", str(out)]) == 0
+    return out
+
+
+REPORTS = {
+    "one_run": lambda t: _report(t, "input_bound_a"),
+    "diff": lambda t: _report(t, make(name="main"), make(shift(dataloader=4.0), name="pr")),
+    "set": lambda t: _report(t, {"t::a": make(), "t::b": make()},
+                             {"t::a": make(), "t::b": make(shift(other=6.0))}),
+    "trend": lambda t: _report(t, "input_bound_a", "input_bound_b", "compute_bound",
+                               make(name=HOSTILE)),
+}
+CHART_COUNT = {"one_run": 3, "diff": 3, "set": 6, "trend": 1 + 4 * 3}
+
+
+@pytest.mark.parametrize("kind", sorted(REPORTS))
+def test_the_html_report_loads_without_errors_and_draws_its_charts(kind, page, tmp_path):
+    report = REPORTS[kind](tmp_path)
+    page.goto(report.as_uri())
+    charts = page.evaluate(_CHARTS)
+    assert len(charts) == CHART_COUNT[kind]
+    for chart in charts:  # laid out, with marks (bars, lines) and text (axes, legend)
+        assert chart["width"] > 200 and chart["height"] > 60, chart
+        assert chart["marks"] >= 5 and chart["texts"] >= 3, chart
+    page.screenshot(path=str(tmp_path / f"report_{kind}.png"), full_page=True)
+    assert not page.console_errors and not page.requests_blocked
+
+
+def test_the_report_check_catches_a_page_that_fetches(page, tmp_path):
+    # Control: the same page with an image from the network is refused by its own policy,
+    # and the refusal is a console error the check above would fail on.
+    report = REPORTS["one_run"](tmp_path)
+    html = report.read_text(encoding="utf-8")
+    report.write_text(html.replace("<body>", '<body><img src="https://example.invalid/x.png">'))
+    page.goto(report.as_uri())
+    page.wait_for_timeout(200)
+    assert page.console_errors or page.requests_blocked

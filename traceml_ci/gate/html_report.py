@@ -47,6 +47,8 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}
 .chart svg{max-width:100%;height:auto}
 .bad{color:#cf222e;font-weight:600}.warn{color:#9a6700}.ok{color:#1a7f37}
 """
+#: Jobs of a set are drawn worst first.
+_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 2, Verdict.PASS: 3}
 #: No script, no network: only inline styles and inline SVG.
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -312,6 +314,7 @@ def build_html(runs: Sequence[Run], *, base: Sequence[Run] = (),
             by_label = {r.label: r for r in base}
             pairs = [(by_label.get(h.label), h, comparison.items.get(h.label), h.label)
                      for h in runs]
+            pairs.sort(key=lambda p: _ORDER[p[2].verdict] if p[2] else len(_ORDER))
         for i, (b, h, item, heading) in enumerate(pairs):
             if i == MAX_SECTIONS:
                 body.append(f"<p class=\"meta\">{len(pairs) - i} more not drawn.</p>")
