@@ -74,8 +74,10 @@ def stacked_chart(bars: list[tuple[str, Mapping[str, float]]], title: str) -> st
     for name, _ in bars:  # mermaid merges equal categories: keep each bar's label unique
         name = label(name)
         names.append(name if name not in names else label(f"{name} {len(names) + 1}"))
+    height = 130 + 45 * len(bars)  # mermaid's default 500 px suits one or two bars badly
     lines = [
-        '%%{init: {"themeVariables": {"xyChart": {"plotColorPalette": "' + palette + '"}}}}%%',
+        '%%{init: {"xyChart": {"height": ' + str(height) + '}, "themeVariables": '
+        '{"xyChart": {"plotColorPalette": "' + palette + '"}}}}%%',
         "xychart-beta horizontal",
         f'    title "{label(title, 80)}"',
         "    x-axis [" + ", ".join(f'"{name}"' for name in names) + "]",
