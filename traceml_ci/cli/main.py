@@ -30,6 +30,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "diff",
     "combine",
     "history",
+    "report",
     "comment",
     "action_gate",
 )

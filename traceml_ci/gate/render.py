@@ -271,8 +271,26 @@ def render_markdown(c: Comparison | SetComparison, *, width: int = BAR_WIDTH,
         out += _md_comparison(c, width)
     else:
         out += _md_set(c, width, max_chars)
+    out += _md_chart(c, max_chars - sum(len(x) + 1 for x in out))
     out.append(f"<sub>rules: {md_escape(c.rules_source)}</sub>")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --- markdown: the mermaid chart (gate/chart.py) -------------------------------------------
+
+
+def _md_chart(c: Comparison | SetComparison, budget: int) -> list[str]:
+    """The phase-split chart under the tables, if there is a split to draw and room for it."""
+    from traceml_ci.gate import chart
+
+    drawn = chart.comparison_chart(c)
+    if drawn is None:
+        return []
+    block = chart.markdown_block(drawn)
+    return block if sum(len(x) + 1 for x in block) < budget - 200 else []
+
+
+# --- markdown: sets ------------------------------------------------------------------------
 
 
 _VERDICT_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 2,

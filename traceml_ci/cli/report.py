@@ -1,0 +1,90 @@
+"""``traceml-ci report RUN_OR_DIR... -o report.html``: one self-contained HTML file of charts.
+
+One input: its run (or each job of a baseline set). Two inputs: BASE and HEAD compared, as
+``diff`` does, drawn side by side. Three or more: each run, and the trend across them in the
+order given. The page is built by traceml_ci/gate/html_report.py (matplotlib, the ``report``
+extra), imported only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from traceml_ci.errors import ExitCode, InputError, MissingDependencyError
+from traceml_ci.summary.keys import SUMMARY_FILENAME
+
+MATPLOTLIB_MISSING = ("the HTML report draws with matplotlib, which is not installed: "
+                      "pip install 'traceml-ci[report]'")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="write one self-contained HTML file of charts",
+        description=(
+            "Write one HTML file (no script, nothing fetched at view time) with, per run or "
+            "job, the phase split as stacked bars, the step time distribution, the memory "
+            "peaks and the diagnoses. Two inputs are compared as BASE and HEAD (as with diff) "
+            "and drawn side by side; three or more also get the trend of each phase's share "
+            "and of step time, in the order given. Inputs: final_summary.json files, folders "
+            f"holding {SUMMARY_FILENAME}, baseline sets or traceml-ai summaries."
+        ),
+    )
+    p.add_argument("inputs", nargs="+", metavar="RUN_OR_DIR", help="summaries or run folders")
+    p.add_argument("-o", "--output", metavar="FILE", default="report.html",
+                   help="the HTML file to write, atomically (default: report.html)")
+    p.add_argument("--title", default="traceml-ci report", help="the page's title")
+    p.add_argument("--tolerances", metavar="FILE",
+                   help="TOML rules for comparing two inputs (as with diff)")
+    p.add_argument("--allow-env-mismatch", action="store_true",
+                   help="compare absolute times and memory across device types (as with diff)")
+    p.set_defaults(func=run)
+
+
+def _load(given: str) -> tuple[str, dict[str, dict]]:
+    from pathlib import Path
+
+    from traceml_ci.gate.inputs import read_input
+
+    path = Path(given)
+    if path.is_dir():
+        path = path / SUMMARY_FILENAME
+        if not path.is_file():
+            raise InputError(given, f"folder holds no {SUMMARY_FILENAME}")
+    return str(path), read_input(path).summaries
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib  # noqa: F401 -- the one optional dependency, checked up front
+    except ImportError:
+        raise MissingDependencyError(MATPLOTLIB_MISSING) from None
+    from traceml_ci.fsutil import atomic_write_text
+    from traceml_ci.gate.html_report import Run, build_html
+
+    loaded = [_load(x) for x in args.inputs]
+    if len(loaded) == 2:
+        from traceml_ci.gate.compare import compare, compare_sets
+        from traceml_ci.gate.rules import resolve_rules
+
+        (bpath, bsums), (hpath, hsums) = loaded
+        rules = resolve_rules(args.tolerances)
+        allow = args.allow_env_mismatch
+        if len(bsums) == 1 and len(hsums) == 1:  # one run each: the same job, whatever its key
+            (bkey, bdoc), (hkey, hdoc) = *bsums.items(), *hsums.items()
+            result = compare(bdoc, hdoc, rules, allow_env_mismatch=allow)
+            base, head = [Run(bkey, bpath, bdoc)], [Run(hkey, hpath, hdoc)]
+        else:
+            result = compare_sets(bsums, hsums, rules, allow_env_mismatch=allow)
+            base = [Run(k, bpath, d) for k, d in bsums.items()]
+            head = [Run(k, hpath, d) for k, d in hsums.items()]
+        page = build_html(head, base=base, comparison=result, title=args.title)
+    else:
+        runs = [Run(key, path, doc) for path, sums in loaded for key, doc in sums.items()]
+        page = build_html(runs, title=args.title)
+    try:
+        atomic_write_text(args.output, page)
+    except OSError as exc:
+        raise InputError(args.output, f"cannot write the report: {exc.strerror or exc}") from None
+    print(f"wrote {args.output} ({len(page.encode()) / 1024:,.0f} KB)")
+    return ExitCode.OK
