@@ -101,6 +101,13 @@ def render(doc: dict[str, Any]) -> Any:
                _fmt(rate, " TFLOP/s", 1))
             + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
             style="dim"))
+    mods = doc.get("modules")
+    if isinstance(mods, dict) and mods.get("forward"):
+        top = ", ".join(
+            f"{plain(m.get('name', '?'))} {_fmt(m.get('share_pct'), '%')}"
+            for m in mods["forward"][:5] if isinstance(m, dict))
+        parts.append(Text(f"forward by module ({mods.get('sampled_steps')} sampled steps, "
+                          f"inclusive): {top}", style="dim"))
     wait = v.runqueue_wait_pct
     if wait is not None:
         parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "

@@ -3,9 +3,11 @@
 The count runs on the run's first ``trace_step`` -- a warmup step, left out of every statistic,
 since counting dispatches every op through Python and makes that step slow. It covers all the
 step does under ``trace_step`` (forward, backward, the optimizer's arithmetic). Runs without
-warmup steps, zero-change runs (no ``trace_step``) and runs that use ``torch.compile`` (its
-dynamo is imported before the first step: counting under compilation could fail the user's step
-or leave frames uncompiled) get no figure -- never an error, never a slower model. The rates and
+warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model is compiled
+(``torch.compile``: counting under compilation could fail the user's step or leave frames
+uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
+*function* first called inside the first traced step; compile the model, or pass
+``warmup_steps=0`` ... see docs/pinpoint.md. The rates and
 MFU are computed with the summary (summary/build.py, summary/peaks.py).
 """
 
@@ -16,10 +18,28 @@ from collections.abc import Callable
 from typing import Any
 
 
-def compile_in_use() -> bool:
-    """Whether torch.compile has been asked for in this process (its dynamo is imported only
-    then)."""
-    return "torch._dynamo" in sys.modules
+def compile_in_use(models: tuple[Any, ...] = ()) -> bool:
+    """Whether torch.compile is at work: a traced model (or a submodule) is compiled, or
+    dynamo has compiled frames in this process already. (Dynamo itself is imported by every
+    torch.optim optimizer, so its presence says nothing.)"""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return False
+    try:
+        if dynamo.utils.counters["frames"]["total"]:
+            return True
+    except Exception:
+        pass
+    optimized = getattr(getattr(dynamo, "eval_frame", None), "OptimizedModule", ())
+    for model in models:
+        try:
+            for module in model.modules():
+                if (optimized and isinstance(module, optimized)) or getattr(
+                        module, "_compiled_call_impl", None) is not None:
+                    return True
+        except Exception:
+            return True  # cannot tell: do not count
+    return False
 
 
 class FlopCount:
@@ -37,7 +57,7 @@ class FlopCount:
         if self.done:
             return False
         self.done = True
-        if compile_in_use():  # see compile_in_use
+        if compile_in_use(models):  # see compile_in_use
             # torch.compile is in use: a dispatch mode during compilation makes a fullgraph
             # compile raise in the user's step, and can leave frames uncompiled. Not counted.
             return False
