@@ -6,8 +6,7 @@ step does under ``trace_step`` (forward, backward, the optimizer's arithmetic). 
 warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model is compiled
 (``torch.compile``: counting under compilation could fail the user's step or leave frames
 uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
-*function* first called inside the first traced step; compile the model, or pass
-``warmup_steps=0`` ... see docs/pinpoint.md. The rates and
+*function* first called inside the first traced step (docs/pinpoint.md). The rates and
 MFU are computed with the summary (summary/build.py, summary/peaks.py).
 """
 
