@@ -102,3 +102,16 @@ def test_fsdp_ranks_are_not_labelled() -> None:
     assert s["label"] is None and "FSDP" in s["not_analysed"]
     assert not any(d["area"] == "distributed" for d in out["diagnoses"])
     assert summary_problems(out) == []
+
+
+def test_a_rank_slowed_by_cpu_contention_is_balanced_with_a_note() -> None:
+    """A loaded runner stretches one rank's compute: within what its measured runqueue wait
+    can cause, no straggler (as the gate's contention guard for shares); beyond it, still one."""
+    contention = {"runqueue_wait_pct": 40.0, "involuntary_switches_per_s": 50.0,
+                  "load_per_cpu": 2.0, "cpu_steal_pct": 0.0}
+    docs = [rank(0, shift(forward=4.0), contention=contention), rank(1, shift(backward=4.0))]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert s["label"] == BALANCED and "contention" in s["contended"]
+    docs = [rank(0, shift(forward=30.0), contention=contention), rank(1, shift(backward=30.0))]
+    assert merge_ranks(docs, world_size=2)["distributed"]["straggler"]["label"] == (
+        COMPUTE_STRAGGLER)

@@ -150,7 +150,8 @@ def test_device_clock_snapshots_read_only_resolved_steps(fresh_tracer, fake_cuda
     assert snap["steps_done"] == 40
     assert snap["window"]["steps"] == store.resolved - 2  # resolved rows only, past warmup
     assert snap["window"]["clock"] == "device_event"
-    assert 0.8 <= snap["window"]["phase_ms"]["forward"] < 1.0 * 1.6
+    ms = snap["window"]["phase_ms"]  # the window's own phases (1 ms and 0.5 ms spins)
+    assert ms["forward"] >= 0.8 and ms["forward"] > ms["backward"]
     # The newest resolved step's device peaks (the fake allocator grows 1 MB a step).
     assert snap["memory"]["allocated_mb"] == 1000.0 + store.resolved
     assert snap["memory"]["reserved_mb"] == 3000.0 + store.resolved

@@ -23,7 +23,7 @@ from traceml_ci.gate.metrics import (
     good_labels,
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
 from traceml_ci.summary.view import SummaryView
 
 #: Load guard: other work on a shared machine stretches the slow steps, so it moves the median
@@ -53,11 +53,11 @@ SHARE_ONLY_MAX_MS_GROWTH_PCT = 10.0
 #: every change past the fail tier, honest noisy runs included.
 NOISE_CAP_TOLERANCES = 2.0
 
-#: Contention guard: a run whose main thread waited for a CPU this much of its wall time (its
-#: ``run.contention.runqueue_wait_pct``) ran on a contended CPU. Load stretches compute and
-#: spin phases and not sleeps, so it moves shares; a share that regressed while either side ran
-#: contended is only a warning -- if the shift is one contention could cause (below).
-CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
+#: Contention guard: a run whose main thread waited for a CPU at least
+#: ``CONTENDED_RUNQUEUE_WAIT_PCT`` of its wall time (summary/keys.py) ran on a contended CPU.
+#: Load stretches compute and spin phases and not sleeps, so it moves shares; a share that
+#: regressed while either side ran contended is only a warning -- if the shift is one
+#: contention could cause (below).
 #: ... and never a shift larger than this (pp), whatever the waits: on the 2-core calibration
 #: machine two CPU hogs moved shares by 5-9 pp, while the worst case contention_bound_pp allows
 #: at waits of 40-60 % would excuse almost any shift.

@@ -24,3 +24,8 @@ DEFAULT_CONFIRM_RERUNS = 2
 #: own run-to-run spread would shift every later verdict the same way: on the development VM
 #: single runs of one job spread over 5 pp of dataloader share.
 DEFAULT_BASELINE_RUNS = 3
+
+#: A run whose main thread waited for a CPU this much of its wall time (percent; its
+#: ``run.contention.runqueue_wait_pct``) ran on a contended CPU: the gate's contention guard
+#: and the straggler analysis both excuse what that wait can explain.
+CONTENDED_RUNQUEUE_WAIT_PCT = 10.0

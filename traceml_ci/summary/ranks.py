@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
 from traceml_ci.summary.view import SummaryView
 
 #: A rank whose own work per step is this much above the other ranks' median (percent)
@@ -85,6 +85,7 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "pct": {p: v.share(p) for p in PHASES},
         "phase_ms": {p: v.phase_ms(p) for p in PHASES},
         "own_work_ms": None if own is None else round(own, 4),
+        "runqueue_wait_pct": v.runqueue_wait_pct,
         "peak_mb": v.memory_mb("peak_allocated_mb") or v.memory_mb("peak_rss_mb"),
     }
 
@@ -122,6 +123,15 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
              if isinstance(r.get("step_ms_median"), (int, float))]
     step_ms = statistics.median(steps) if steps else 0.0
     if score <= STRAGGLER_MIN_EXCESS_PCT or excess_ms < STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms:
+        return out
+    wait = worst.get("runqueue_wait_pct")
+    # Its CPU was contended: waiting a fraction w of its wall time lost it up to w of each
+    # step. A larger excess is still a straggler.
+    if (isinstance(wait, (int, float)) and wait >= CONTENDED_RUNQUEUE_WAIT_PCT
+            and excess_ms <= wait / 100.0 * step_ms):
+        out["contended"] = (f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) is "
+                            f"within what its CPU contention ({wait:.0f} % runqueue wait) "
+                            "can cause")
         return out
     excess = {}
     for p in OWN_WORK_PHASES:
