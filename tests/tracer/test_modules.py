@@ -24,7 +24,7 @@ def _spin(ms: float) -> None:
 class Layer(nn.Module):
     """A linear layer that also spins ``ms``; its own stopwatch records each call."""
 
-    def __init__(self, ms: float, log: list[float]) -> None:
+    def __init__(self, ms: float, log: list[tuple[float, bool]]) -> None:
         super().__init__()
         self.lin = nn.Linear(16, 16)
         self.ms, self.log = ms, log
@@ -33,12 +33,13 @@ class Layer(nn.Module):
         t0 = time.perf_counter_ns()
         _spin(self.ms)
         out = torch.relu(self.lin(x))
-        self.log.append((time.perf_counter_ns() - t0) / 1e6)
+        # (ms, whether this call is a sampled one: the sampler's hooks are on it)
+        self.log.append(((time.perf_counter_ns() - t0) / 1e6, bool(self._forward_hooks)))
         return out
 
 
 class Encoder(nn.Module):
-    def __init__(self, costs: list[float], logs: list[list[float]]) -> None:
+    def __init__(self, costs: list[float], logs: list[list[tuple[float, bool]]]) -> None:
         super().__init__()
         self.layer = nn.ModuleList(Layer(ms, log) for ms, log in zip(costs, logs, strict=True))
 
@@ -51,16 +52,17 @@ class Encoder(nn.Module):
 class Net(nn.Module):
     def __init__(self, costs: list[float]) -> None:
         super().__init__()
-        self.logs: list[list[float]] = [[] for _ in costs]
-        self.forward_log: list[float] = []
+        self.logs: list[list[tuple[float, bool]]] = [[] for _ in costs]
+        self.forward_log: list[tuple[float, bool]] = []
         self.embed = nn.Linear(8, 16)
         self.encoder = Encoder(costs, self.logs)
         self.head = nn.Linear(16, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter_ns()
+        sampled = bool(self._forward_hooks)
         out = self.head(self.encoder(self.embed(x)))
-        self.forward_log.append((time.perf_counter_ns() - t0) / 1e6)
+        self.forward_log.append(((time.perf_counter_ns() - t0) / 1e6, sampled))
         return out
 
 
@@ -89,8 +91,11 @@ def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
     assert names[0] == "encoder"
     layers = [m for m in top if m["name"].startswith("encoder.layer.")]
     assert layers[0]["name"] == "encoder.layer.3"
-    # Its share of forward against the model's own stopwatch (every step; the spin is steady).
-    truth = 100.0 * sum(model.logs[3]) / sum(model.forward_log)
+    # Its share of forward against the model's own stopwatch in the same, sampled, steps.
+    layer3 = sum(ms for ms, sampled in model.logs[3] if sampled)
+    forward = sum(ms for ms, sampled in model.forward_log if sampled)
+    assert sum(s for _, s in model.forward_log) == mods["sampled_steps"]
+    truth = 100.0 * layer3 / forward
     assert abs(layers[0]["share_pct"] - truth) < 3.0, (layers[0], truth)
     # No hook is left on any module once the run is over.
     for module in model.modules():
