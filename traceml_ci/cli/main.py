@@ -30,6 +30,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "diff",
     "combine",
     "history",
+    "record",
+    "log",
     "comment",
     "action_gate",
 )
