@@ -108,6 +108,11 @@ def test_log_cli_and_bad_input(tmp_path, store, capsys):
     experiment = client.get_experiment_by_name("cli")
     assert len(client.search_runs([experiment.experiment_id])) == 1  # the bad one logged nothing
     assert main(["log", "--mlflow", "--project", "p", str(path)]) == 2
+    capsys.readouterr()
+    # a store MLflow cannot use is MLflow refusing: exit 5, one line
+    assert main(["log", "--mlflow", "--tracking-uri", "nosuchscheme://x", str(path)]) == 5
+    err = capsys.readouterr().err
+    assert err.startswith("traceml-ci: error: MLflow: ") and err.count("\n") == 1
 
 
 def test_without_mlflow_it_is_one_line_and_exit_6(tmp_path, monkeypatch, capsys):

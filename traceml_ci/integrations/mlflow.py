@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.errors import MissingDependencyError
+from traceml_ci.errors import ApiError, MissingDependencyError
 from traceml_ci.integrations import _records
 from traceml_ci.summary.view import SummaryView
 
@@ -33,17 +33,28 @@ def log_summary(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], run: A
     ``experiment`` (default: MLflow's default), finished when logged. Metrics are
     ``traceml/step_time/dataloader_pct``-style names at step 0; the diagnoses and run facts are
     tags; the summary is the artifact ``traceml/final_summary.json``.
-    Raises InputError for an invalid summary, MissingDependencyError without mlflow.
+    Raises InputError for an invalid summary, MissingDependencyError without mlflow, ApiError
+    when MLflow refuses (an unreachable server, a bad tracking URI).
     """
     summary = _records.load(path_or_dict)
     try:
         import mlflow
-        from mlflow.entities import Metric, RunTag
-        from mlflow.tracking import MlflowClient
     except ImportError as exc:
         raise MissingDependencyError(
             f"logging to MLflow needs mlflow ({exc.name or exc} is missing): "
             "pip install 'traceml-ci[mlflow]'") from None
+
+    try:
+        return _log(summary, path_or_dict, run, tracking_uri, experiment, run_name)
+    except mlflow.exceptions.MlflowException as exc:
+        raise ApiError(f"MLflow: {exc.message}") from None
+
+
+def _log(summary: dict[str, Any], source: Any, run: Any, tracking_uri: str | None,
+         experiment: str | None, run_name: str | None) -> str:
+    import mlflow
+    from mlflow.entities import Metric, RunTag
+    from mlflow.tracking import MlflowClient
 
     own_run = False
     if run is None and tracking_uri is None and experiment is None:
@@ -68,7 +79,7 @@ def log_summary(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], run: A
             client.log_batch(run_id, metrics=metrics[i:i + _BATCH_METRICS])
         for i in range(0, len(tags), _BATCH_TAGS):
             client.log_batch(run_id, tags=tags[i:i + _BATCH_TAGS])
-        _log_file(client, run_id, path_or_dict, summary)
+        _log_file(client, run_id, source, summary)
     except BaseException:
         if own_run:
             client.set_terminated(run_id, "FAILED")
