@@ -123,7 +123,9 @@ _WRITER = """
 import sys
 from pathlib import Path
 from traceml_ci.cli.main import main
-db, go, files = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+import traceml_ci.cli.record, traceml_ci.gate.history, traceml_ci.summary.store
+db, ready, go, files = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
+ready.touch()
 while not go.exists():  # both writers start recording at the same moment
     pass
 for f in files:  # one `record` (one transaction) per summary
@@ -138,9 +140,13 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
         for w in range(2):
             files = _runs(tmp_path / f"w{w}", 50, 0, name=f"writer{w}")
             procs.append(subprocess.Popen(
-                [sys.executable, "-c", _WRITER, str(db), str(go), *map(str, files)],
+                [sys.executable, "-c", _WRITER, str(db), str(tmp_path / f"ready{w}"), str(go),
+                 *map(str, files)],
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        time.sleep(1.0)  # both imported and spinning on the go file
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{w}").exists() for w in range(2)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.02)
         go.touch()
         for p in procs:
             _, err = p.communicate(timeout=240)
@@ -152,8 +158,10 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
                 p.wait()
     with HistoryStore(db) as store:
         rows = store.runs()
-    assert len(rows) == 100
+    assert len(rows) == 100 and len({r.id for r in rows}) == 100
     for w in range(2):
         assert sorted(r.label for r in rows if r.name == f"writer{w}") == [
             f"writer{w}-{i:02d}" for i in range(50)]
-    assert len({r.id for r in rows}) == 100
+    # they really wrote at the same time: in id order, the writers take turns
+    order = [r.name for r in sorted(rows, key=lambda r: r.id)]
+    assert sum(a != b for a, b in zip(order[:-1], order[1:], strict=True)) > 1

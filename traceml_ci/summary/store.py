@@ -118,6 +118,10 @@ class HistoryStore:
             with self._transaction():
                 version = self._conn.execute("PRAGMA user_version").fetchone()[0]
                 _migrate(self._conn, version, self.path)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):  # another writer held it too long
+                raise InputError(self.path, f"{exc} (waited {timeout_s:g} s)") from None
+            raise InputError(self.path, f"not a usable history database: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"not a usable history database: {exc}") from None
 
