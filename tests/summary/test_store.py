@@ -7,6 +7,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -146,3 +147,48 @@ def test_importing_the_store_loads_no_gate_pandas_or_torch():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     assert json.loads(out.stdout) == []
+
+
+_OPENER = """
+import sys
+import time
+from pathlib import Path
+from traceml_ci.summary.store import HistoryStore, NewRun
+db, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    pass
+with HistoryStore(db) as store:
+    store.record([NewRun("n", ready.name, "", "src", {})])
+"""
+
+
+def test_processes_creating_one_new_database_at_once_all_record(tmp_path):
+    """Turning a new file to WAL from several connections at once can make SQLite answer busy
+    without waiting (a lock upgrade that could deadlock): the store tries again."""
+    for trial in range(6):
+        folder = tmp_path / str(trial)
+        folder.mkdir()
+        db, go = folder / "h.sqlite", folder / "go"
+        readies = [folder / f"ready{i}" for i in range(4)]
+        procs = []
+        try:
+            for ready in readies:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-c", _OPENER, str(db), str(ready), str(go)],
+                    stderr=subprocess.PIPE, text=True))
+            deadline = time.monotonic() + 60
+            while not all(r.exists() for r in readies):
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+                time.sleep(0.01)
+            go.touch()
+            for p in procs:
+                _, err = p.communicate(timeout=120)
+                assert p.returncode == 0, err
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        with HistoryStore(db) as store:
+            assert sorted(r.label for r in store.runs()) == [r.name for r in readies]

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from traceml_ci.errors import InputError
+
+T = TypeVar("T")
 
 #: Version of the tables below, kept in SQLite's ``PRAGMA user_version``; bumped (with a
 #: migration in :func:`_migrate`) when they change. A database from a newer traceml-ci is refused.
@@ -89,7 +93,7 @@ class HistoryStore:
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = True,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self.path = str(path)
+        self.path, self.timeout_s = str(path), timeout_s
         p = Path(path)
         if p.is_dir():
             raise InputError(self.path, "is a folder, not a history database")
@@ -111,19 +115,39 @@ class HistoryStore:
     def _setup(self, timeout_s: float) -> None:
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise InputError(self.path, f"cannot use WAL journal mode (got {mode})")
-            self._conn.execute("PRAGMA synchronous = NORMAL")  # durable at each WAL checkpoint
-            with self._transaction():
-                version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-                _migrate(self._conn, version, self.path)
+            self._retrying(self._setup_once)
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):  # another writer held it too long
-                raise InputError(self.path, f"{exc} (waited {timeout_s:g} s)") from None
+            if _busy(exc):  # another writer held it for longer than we wait
+                raise InputError(self.path, f"{exc} (waited {self.timeout_s:g} s)") from None
             raise InputError(self.path, f"not a usable history database: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"not a usable history database: {exc}") from None
+
+    def _setup_once(self) -> None:
+        mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise InputError(self.path, f"cannot use WAL journal mode (got {mode})")
+        self._conn.execute("PRAGMA synchronous = NORMAL")  # durable at each WAL checkpoint
+        with self._transaction():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            _migrate(self._conn, version, self.path)
+
+    def _retrying(self, attempt: Callable[[], T]) -> T:
+        """``attempt()``, tried again while SQLite answers busy, until ``timeout_s``. SQLite
+        answers a lock that could deadlock (two connections turning a new file to WAL at once,
+        each holding a read lock) with busy at once, without waiting on busy_timeout; every
+        attempt here is a whole transaction, rolled back when it failed, so trying again is
+        safe."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                time.sleep(random.uniform(0.005, 0.05))  # jittered: the two must not re-collide
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -147,17 +171,21 @@ class HistoryStore:
              json.dumps(r.summary, allow_nan=False, sort_keys=True))
             for r in runs
         ]
-        ids: list[int] = []
-        try:
+
+        def attempt() -> list[int]:
+            ids = []
             with self._transaction():
                 for row in rows:
                     cur = self._conn.execute(
                         "INSERT INTO runs (recorded_at, name, label, started_at, source, "
                         "commit_sha, branch, summary) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
                     ids.append(int(cur.lastrowid or 0))
+            return ids
+
+        try:
+            return self._retrying(attempt)
         except sqlite3.Error as exc:
             raise InputError(self.path, f"could not record: {exc}") from None
-        return ids
 
     def runs(self, *, name: str | None = None, branch: str | None = None,
              last: int | None = None) -> list[StoredRun]:
@@ -205,6 +233,10 @@ class HistoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
