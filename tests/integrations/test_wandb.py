@@ -44,9 +44,12 @@ def offline(tmp_path, monkeypatch):
     wandb.teardown()  # stops the wandb-core service process this test started
 
 
-def _run_dir(root: Path, run_id: str) -> Path:
+def _finished_run(root: Path, run_id: str):
+    """The offline run as its log holds it, once wandb's service has stopped: ``finish()`` can
+    return before the service has flushed the run's log to disk (seen under load)."""
+    wandb.teardown()
     (found,) = (root / "wandb").glob(f"offline-run-*-{run_id}")
-    return found
+    return read_offline_run(found)
 
 
 def _staged_file(artifact) -> dict:
@@ -63,7 +66,7 @@ def test_log_summary_to_a_new_offline_run_reads_back(offline):
     doc = json.loads(path.read_text())
     run_id = log_summary(path, project="ci")
     assert wandb.run is None  # its own run, finished
-    logged = read_offline_run(_run_dir(offline, run_id))
+    logged = _finished_run(offline, run_id)
     assert (logged.run_id, logged.name, logged.project, logged.job_type) == (
         run_id, "input_bound", "ci", "traceml")
     assert logged.exit_code == 0
@@ -96,7 +99,7 @@ def test_log_summary_dict_into_the_active_run_leaves_it_open(offline):
     assert log_summary(doc) == run.id
     assert wandb.run is run  # still the user's to finish
     run.finish()
-    logged = read_offline_run(_run_dir(offline, run.id))
+    logged = _finished_run(offline, run.id)
     assert logged.name == "mine"
     assert set(logged.tags) == {"nightly", "traceml:INPUT_BOUND", "traceml:BALANCED"}
     assert [r.get("loss") for r in logged.history] == [0.5, None]
@@ -115,7 +118,8 @@ def test_log_cli_in_a_real_process(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"logged {path} to W&B run ")
-    logged = read_offline_run(_run_dir(tmp_path, proc.stdout.split()[-1]))
+    (found,) = (tmp_path / "wandb").glob(f"offline-run-*-{proc.stdout.split()[-1]}")
+    logged = read_offline_run(found)  # the process has ended: its log is complete
     assert (logged.name, logged.project) == ("nightly", "cli")
     assert logged.summary["traceml/step_time/diagnosis"] == "INPUT_BOUND"
 

@@ -68,10 +68,13 @@ def read_offline_run(run_dir: Path) -> OfflineRun:
         record = pb.Record()
         record.ParseFromString(chunk)
         kind = record.WhichOneof("record_type")
-        if kind == "run":
+        if kind == "run":  # the first has it all; later ones (tags set) may carry only changes
             r = record.run
-            out.run_id, out.name, out.project = r.run_id, r.display_name, r.project
-            out.job_type, out.tags = r.job_type, list(r.tags)
+            out.run_id = r.run_id or out.run_id
+            out.name = r.display_name or out.name
+            out.project = r.project or out.project
+            out.job_type = r.job_type or out.job_type
+            out.tags = list(r.tags) or out.tags
         elif kind == "history":
             out.history.append({_key(i): json.loads(i.value_json) for i in record.history.item})
         elif kind == "summary":
