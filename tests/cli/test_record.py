@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,9 +150,14 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
                 [sys.executable, "-c", _WRITER, str(db), str(tmp_path / f"writer{w}"),
                  str(tmp_path / f"writer{1 - w}"), *map(str, files)],
                 cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + 240
+        while any(p.poll() is None for p in procs):  # one failing: stop, don't wait the other
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            assert not failed, failed[0].stderr.read()
+            assert time.monotonic() < deadline, "writers still running after 240 s"
+            time.sleep(0.05)
         for p in procs:
-            _, err = p.communicate(timeout=240)
-            assert p.returncode == 0, err
+            assert p.returncode == 0, p.stderr.read()
     finally:
         for p in procs:
             if p.poll() is None:
