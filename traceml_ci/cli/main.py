@@ -31,6 +31,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "combine",
     "history",
     "report",
+    "record",
+    "log",
     "comment",
     "action_gate",
 )

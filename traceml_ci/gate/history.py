@@ -52,7 +52,9 @@ class Move:
     delta: float | None  # pp for *_pct, percent for relative metrics, None for labels
 
 
-def _label_for(path: Path) -> str:
+def label_for(path: Path) -> str:
+    """How a history names a run read from ``path``: its folder for ``final_summary.json``,
+    else the file's stem."""
     if path.stem == "final_summary":
         return path.parent.name or path.stem
     return path.stem
@@ -81,7 +83,7 @@ def collect(paths: Iterable[str | os.PathLike[str]]) -> list[RunPoint]:
                 if explicit:
                     raise
                 continue
-            label = _label_for(file)
+            label = label_for(file)
             for key, summary in loaded.summaries.items():
                 run = summary.get("run") or {}
                 series = key if loaded.kind is InputKind.SET else str(run.get("name") or "")
@@ -89,8 +91,33 @@ def collect(paths: Iterable[str | os.PathLike[str]]) -> list[RunPoint]:
                                        str(file), summary))
     if not points:
         raise InputError(None, "no summaries found in " + ", ".join(map(str, paths)))
-    points.sort(key=lambda p: (p.series, p.started_at, p.path))
-    return points
+    return sort_points(points)
+
+
+def sort_points(points: Iterable[RunPoint]) -> list[RunPoint]:
+    """Points in history order: by series, then run start (then source, for equal starts)."""
+    return sorted(points, key=lambda p: (p.series, p.started_at, p.path))
+
+
+def collect_db(db: str | os.PathLike[str], *, name: str | None = None,
+               branch: str | None = None, last: int | None = None) -> list[RunPoint]:
+    """The runs recorded in a history database (``traceml-ci record``), as :func:`collect`
+    gives them for files: ``name`` keeps one series, ``branch`` one branch, ``last`` the newest
+    N runs. Each stored summary is validated again (the file could have been edited)."""
+    from traceml_ci.gate.inputs import check_summary
+    from traceml_ci.summary.store import HistoryStore
+
+    with HistoryStore(db, create=False) as store:
+        rows = store.runs(name=name, branch=branch, last=last)
+    points = []
+    for row in rows:
+        summary, _ = check_summary(row.summary, str(db), f"run {row.id}")
+        points.append(RunPoint(row.name, row.label, row.started_at, row.source, summary))
+    if not points:
+        which = [f"{k} {v!r}" for k, v in (("name", name), ("branch", branch)) if v is not None]
+        raise InputError(str(db), "no runs recorded" + (" for " + ", ".join(which)
+                                                        if which else ""))
+    return sort_points(points)
 
 
 def frame(points: Sequence[RunPoint]) -> Any:
