@@ -179,3 +179,20 @@ def test_diff_and_the_markdown_chart_never_load_matplotlib():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_runs_recorded_in_a_history_database_are_drawn_with_their_trend(tmp_path, capsys):
+    db = tmp_path / "history.sqlite"
+    for path in (A, B, C):
+        assert main(["record", str(path), "--db", str(db), "--branch", "main"]) == 0
+    assert main(["record", str(A), "--db", str(db), "--branch", "feature"]) == 0
+    capsys.readouterr()
+    code, target, stdout, _ = report(tmp_path, capsys, "--db", db, "--branch", "main")
+    assert code == 0, stdout
+    page = _Page(target.read_text(encoding="utf-8"))
+    assert page.headings[0] == "Trend"
+    assert page.count("svg") == 1 + 3 * 3  # the trend, and three runs of main (not feature's)
+    code, _, _, err = report(tmp_path, capsys, "--db", tmp_path / "none.sqlite")
+    assert code == ExitCode.BAD_INPUT and "none.sqlite" in err
+    code, _, _, err = report(tmp_path, capsys)
+    assert code == ExitCode.BAD_INPUT  # no inputs at all: one line, exit 2

@@ -2,8 +2,10 @@
 
 One input: its run (or each job of a baseline set). Two inputs: BASE and HEAD compared, as
 ``diff`` does, drawn side by side. Three or more: each run, and the trend across them in the
-order given. The page is built by traceml_ci/gate/html_report.py (matplotlib, the ``report``
-extra), imported only when this command runs.
+order given. ``--db FILE``: the runs recorded in a history database (``traceml-ci record``),
+oldest first, drawn as runs and their trend. The page is built by
+traceml_ci/gate/html_report.py (matplotlib, the ``report`` extra), imported only when this
+command runs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"holding {SUMMARY_FILENAME}, baseline sets or traceml-ai summaries."
         ),
     )
-    p.add_argument("inputs", nargs="+", metavar="RUN_OR_DIR", help="summaries or run folders")
+    p.add_argument("inputs", nargs="*", metavar="RUN_OR_DIR", help="summaries or run folders")
+    p.add_argument("--db", metavar="FILE",
+                   help="also draw the runs recorded in this history database (traceml-ci "
+                   "record), oldest first, after the inputs: their trend")
+    p.add_argument("--name", help="with --db: only this series (run name or baseline key)")
+    p.add_argument("--branch", help="with --db: only runs recorded on this branch")
+    p.add_argument("--last", type=int, metavar="N", help="with --db: the newest N runs")
     p.add_argument("-o", "--output", metavar="FILE", default="report.html",
                    help="the HTML file to write, atomically (default: report.html)")
     p.add_argument("--title", default="traceml-ci report", help="the page's title")
@@ -63,7 +71,16 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.gate.html_report import Run, build_html
 
     loaded = [_load(x) for x in args.inputs]
-    if len(loaded) == 2:
+    if args.db:
+        from traceml_ci.gate.history import collect_db
+
+        points = collect_db(args.db, name=args.name, branch=args.branch, last=args.last)
+        loaded += [(f"{args.db} ({p.label})", {p.series: p.summary}) for p in points]
+    elif not loaded:
+        from traceml_ci.errors import UsageError
+
+        raise UsageError("give RUN_OR_DIR inputs, or --db FILE")
+    if len(loaded) == 2 and not args.db:
         from traceml_ci.gate.compare import compare, compare_sets
         from traceml_ci.gate.rules import resolve_rules
 
