@@ -44,7 +44,17 @@ def test_markdown_names_the_run_where_the_dataloader_moved(tmp_path):
     assert "main-04: 20.0% → 33.3% (+13.3 pp)" in line
     assert "▁▁▁▁███" in line
     optimizer = next(x for x in md.splitlines() if x.startswith("| step_time.optimizer_pct"))
-    assert optimizer.split("|")[5].strip() == "—"  # moved < 5 pp: no move reported
+    assert optimizer.split("|")[6].strip() == "—"  # moved < 5 pp: no move reported
+    # The level now: the median of the last five runs (two before the move, three after).
+    assert line.split("|")[4].strip() == "33.3%"
+
+
+def test_the_rolling_median_is_pandas_over_the_last_five_runs() -> None:
+    from traceml_ci.gate.history import rolling_median
+
+    assert rolling_median([1.0, 2.0, 100.0, 3.0, 4.0, 5.0]) == 4.0  # 2,100,3,4,5 -> 4
+    assert rolling_median([None, 7.0]) == 7.0
+    assert rolling_median([None]) is None
 
 
 def test_csv_has_a_header_and_a_row_per_run(tmp_path):

@@ -136,6 +136,22 @@ def frame(points: Sequence[RunPoint]) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
+#: Runs in the rolling median the history shows beside the last value (the series' level now,
+#: steadier than its last run).
+ROLLING_RUNS = 5
+
+
+def rolling_median(values: Sequence[Any], runs: int = ROLLING_RUNS) -> float | None:
+    """The median of the last ``runs`` values present (pandas' rolling median, last row)."""
+    import pandas as pd
+
+    series = pd.Series([float(v) for v in values if isinstance(v, (int, float)) and v == v],
+                       dtype="float64")
+    if series.empty:
+        return None
+    return float(series.rolling(runs, min_periods=1).median().iloc[-1])
+
+
 def find_move(values: Sequence[Any], runs: Sequence[str], metric: Metric,
               rules: Rules = DEFAULT_RULES) -> Move | None:
     """The best single-step split of the series (least absolute deviation from the medians
@@ -226,12 +242,15 @@ def _markdown(df: Any, rules: Rules) -> str:
                 d = fmt.delta(move.delta, "" if m.kind is Kind.LABEL else
                               ("%" if m.relative else "pp" if m.kind is Kind.PCT else m.unit))
                 moved = f"{md_escape(move.at)}: {md_escape(change)}" + (f" ({d})" if d else "")
+            level = None if m.kind is Kind.LABEL else rolling_median(values)
             table.append([
                 m.name, md_escape(fmt_value(present[0], m)), md_escape(fmt_value(present[-1], m)),
+                "" if level is None else md_escape(fmt_value(level, m)),
                 "" if m.kind is Kind.LABEL else sparkline(values), moved,
             ])
-        out += [tabulate(table, headers=["metric", "first", "last", "trend", "moved at"],
-                         tablefmt="github", disable_numparse=True), ""]
+        headers = ["metric", "first", "last", f"median, last {ROLLING_RUNS}", "trend",
+                   "moved at"]
+        out += [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True), ""]
     return "\n".join(out)
 
 
