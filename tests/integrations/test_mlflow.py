@@ -130,3 +130,31 @@ def test_importing_the_integration_does_not_import_mlflow():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_hf_callback_logs_its_summary_into_the_trainers_run(tmp_path, store):
+    """``TraceMLCallback(log_to=("mlflow",))``: at train end the summary goes into the MLflow
+    run that is open (here the test's; under the Trainer's MLflow integration, its own)."""
+    pytest.importorskip("transformers")
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from tests.integrations.test_hf import BATCH, SpinDataset, Stopwatch, item, tiny_bert
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    mlflow.set_tracking_uri(store)
+    watch = Stopwatch()
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
+                             max_steps=6, use_cpu=True, report_to="none", save_strategy="no",
+                             logging_strategy="no", disable_tqdm=True)
+    with mlflow.start_run() as run:
+        Trainer(model=tiny_bert(watch), args=args,
+                train_dataset=SpinDataset(6 * BATCH, 0.0, item, watch),
+                data_collator=default_data_collator,
+                callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=1,
+                                           log_to=("mlflow",))]).train()
+    data = MlflowClient(store).get_run(run.info.run_id).data
+    written = json.loads((tmp_path / "out" / "final_summary.json").read_text())
+    assert data.metrics["traceml/step_time/forward_pct"] == pytest.approx(
+        written["step_time"]["forward_pct"])
+    with pytest.raises(ValueError, match="log_to"):
+        TraceMLCallback(log_to=("tensorboard",))

@@ -18,6 +18,10 @@ def _warn(message: str) -> None:
         pass
 
 
+#: ``log_to`` names and the modules whose ``log_summary`` they call.
+LOG_TARGETS = {"mlflow": "traceml_ci.integrations.mlflow", "wandb": "traceml_ci.integrations.wandb"}
+
+
 class StepDriver:
     """Drives ``trace_step`` from a framework's hooks instead of a ``with`` block.
 
@@ -34,7 +38,14 @@ class StepDriver:
         warmup_steps: int | None = None,
         batch_size: int | None = None,
         thresholds: Thresholds | None = None,
+        log_to: tuple[str, ...] | list[str] = (),
     ) -> None:
+        unknown = sorted(set(log_to) - set(LOG_TARGETS))
+        if unknown:
+            raise ValueError(f"log_to: unknown {unknown}; choose from {sorted(LOG_TARGETS)}")
+        #: Where the summary is also logged at train end ("mlflow", "wandb"): into the run the
+        #: framework's own MLflow / W&B integration has open, else a new one.
+        self.log_to = tuple(log_to)
         self.options: dict[str, Any] = {
             k: v
             for k, v in {
@@ -94,10 +105,24 @@ class StepDriver:
         """Close an open step and write the summary (``<out_dir>/final_summary.json``)."""
         self.close(ok=status in (None, RunStatus.COMPLETED))
         try:
-            return api.finish(status)
+            path = api.finish(status)
         except Exception as exc:
             self._fail(exc)
             return None
+        if path is not None:
+            for target in self.log_to:
+                self._log(target, path)
+        return path
+
+    def _log(self, target: str, path: Path) -> None:
+        """Log the summary to a tracker; a failure warns, training (or its end) goes on."""
+        import importlib
+
+        try:
+            module = importlib.import_module(LOG_TARGETS[target])
+            module.log_summary(path)
+        except Exception as exc:
+            _warn(f"could not log the summary to {target} ({exc})")
 
     def _fail(self, exc: BaseException) -> None:
         if not self._broken:

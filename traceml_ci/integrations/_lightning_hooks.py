@@ -29,9 +29,12 @@ class LightningHooks:
         warmup_steps: int | None = None,
         batch_size: int | None = None,
         thresholds: Thresholds | None = None,
+        log_to: tuple[str, ...] | list[str] = (),
     ) -> None:
         super().__init__()
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds)
+        # log_to=("mlflow",) / ("wandb",): also log the summary at train end (docs/records.md).
+        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
+                                 log_to=log_to)
         self._stepped = False
         self._models: tuple[Any, ...] | None = None
 

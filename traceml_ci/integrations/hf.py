@@ -25,6 +25,8 @@ class TraceMLCallback(TrainerCallback):
     the tracer's auto mode: the DataLoader's ``next()``, the model's outermost forward,
     ``backward()`` and ``optimizer.step()``; clipping, logging and the LR scheduler are
     ``other``. Keywords are ``traceml_ci.init``'s; under ``traceml-ci run`` its flags win.
+    ``log_to=("mlflow",)`` / ``("wandb",)`` also logs the summary at train end, into the run
+    the Trainer's own MLflow / W&B integration has open (docs/records.md).
     """
 
     def __init__(
@@ -35,8 +37,10 @@ class TraceMLCallback(TrainerCallback):
         warmup_steps: int | None = None,
         batch_size: int | None = None,
         thresholds: Thresholds | None = None,
+        log_to: tuple[str, ...] | list[str] = (),
     ) -> None:
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds)
+        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
+                                 log_to=log_to)
 
     # Started at the Trainer's construction when possible: before the optimizer exists.
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
