@@ -13,13 +13,13 @@ import pytest
 
 from tests.gate.summaries import make
 from traceml_ci.errors import InputError
-from traceml_ci.summary.store import SCHEMA_VERSION, HistoryStore, NewRun, record_runs
+from traceml_ci.summary.store import SCHEMA_VERSION, HistoryStore, RunPoint, record_runs
 
 
-def _run(name: str, day: int, label: str | None = None) -> NewRun:
+def _run(name: str, day: int, label: str | None = None) -> RunPoint:
     doc = make(name=name)
     doc["run"]["started_at"] = f"2026-11-{day:02d}T08:00:00Z"
-    return NewRun(name, label or f"{name}-{day}", doc["run"]["started_at"], f"/x/{day}.json", doc)
+    return RunPoint(name, label or f"{name}-{day}", doc["run"]["started_at"], f"/x/{day}.json", doc)
 
 
 def test_round_trip_keeps_every_field_and_orders_by_series_then_start(tmp_path):
@@ -153,13 +153,13 @@ _OPENER = """
 import sys
 import time
 from pathlib import Path
-from traceml_ci.summary.store import HistoryStore, NewRun
+from traceml_ci.summary.store import HistoryStore, RunPoint
 db, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 ready.touch()
 while not go.exists():
     pass
 with HistoryStore(db) as store:
-    store.record([NewRun("n", ready.name, "", "src", {})])
+    store.record([RunPoint("n", ready.name, "", "src", {})])
 """
 
 

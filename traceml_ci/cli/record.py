@@ -28,14 +28,13 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.errors import InputError
     from traceml_ci.gate import fmt
     from traceml_ci.gate.history import collect
-    from traceml_ci.summary.store import NewRun, record_runs
+    from traceml_ci.summary.store import record_runs
 
     for raw in args.summaries:  # files only: a folder's stray JSON would be skipped silently
         if Path(raw).is_dir():
             raise InputError(raw, "is a folder: name the summary files to record")
     points = collect(args.summaries)  # every file read and validated before anything is written
-    runs = [NewRun(p.series, p.label, p.started_at, p.path, p.summary) for p in points]
-    ids = record_runs(args.db, runs, commit=args.commit, branch=args.branch)
+    ids = record_runs(args.db, points, commit=args.commit, branch=args.branch)
     sys.stdout.write(f"recorded {len(ids)} run{'s' if len(ids) != 1 else ''} "
                      f"in {fmt.plain(args.db)}\n")
     return 0

@@ -18,6 +18,7 @@ from traceml_ci.errors import InputError
 from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import METRICS, Kind, Metric
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
+from traceml_ci.summary.store import RunPoint
 
 SPARK = "▁▂▃▄▅▆▇█"
 #: The metrics a history shows: every gated one with a number or a label.
@@ -29,17 +30,6 @@ HISTORY_METRICS: tuple[Metric, ...] = tuple(
         "step_memory.peak_rss_mb",
     ) or (m.kind is Kind.PCT and m.name.startswith("step_time."))
 )
-
-
-@dataclass(frozen=True)
-class RunPoint:
-    """One summary in a history: which series it belongs to, its label and start time."""
-
-    series: str
-    label: str
-    started_at: str
-    path: str
-    summary: dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -49,13 +49,15 @@ _SCHEMA_V1 = (
 
 
 @dataclass(frozen=True)
-class NewRun:
-    """One summary to record: its series name, label, start time, source file and document."""
+class RunPoint:
+    """One summary in a history: the series it belongs to (run name or baseline key), its
+    label and start time, the file it came from, the document. What ``record`` stores and what
+    ``history`` reads from files."""
 
-    name: str
+    series: str
     label: str
     started_at: str
-    source: str
+    path: str
     summary: dict[str, Any]
 
 
@@ -161,12 +163,12 @@ class HistoryStore:
             raise
         self._conn.execute("COMMIT")
 
-    def record(self, runs: Sequence[NewRun], *, commit: str | None = None,
+    def record(self, runs: Sequence[RunPoint], *, commit: str | None = None,
                branch: str | None = None, recorded_at: str | None = None) -> list[int]:
         """Append ``runs`` in one transaction (all or none); returns their row ids."""
         now = recorded_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         rows = [
-            (now, _text(r.name), _text(r.label), _text(r.started_at), _text(r.source),
+            (now, _text(r.series), _text(r.label), _text(r.started_at), _text(r.path),
              None if commit is None else _text(commit), None if branch is None else _text(branch),
              json.dumps(r.summary, allow_nan=False, sort_keys=True))
             for r in runs
@@ -253,7 +255,7 @@ def _migrate(conn: sqlite3.Connection, version: int, path: str) -> None:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def record_runs(path: str | os.PathLike[str], runs: Iterable[NewRun], *,
+def record_runs(path: str | os.PathLike[str], runs: Iterable[RunPoint], *,
                 commit: str | None = None, branch: str | None = None) -> list[int]:
     """Open (or create) the database at ``path`` and append ``runs`` in one transaction."""
     with HistoryStore(path) as store:
