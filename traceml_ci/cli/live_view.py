@@ -238,15 +238,16 @@ def _bar(pct: Mapping[str, float | None], width: int) -> Any:
     return bar
 
 
-def _legend(pct: Mapping[str, float | None]) -> Any:
+def _legend(pct: Mapping[str, float | None], *, short: bool = False) -> Any:
+    """Each phase's colour and share; ``short``: abbreviated names, one space apart."""
     from rich.text import Text
 
     legend = Text()
     for p in PHASES:
         if legend:
-            legend.append("  ")
+            legend.append(" " if short else "  ")
         legend.append("█ ", style=PHASE_STYLE[p])
-        legend.append(f"{p} {_pct(pct.get(p))}")
+        legend.append(f"{PHASE_ABBREV[p] if short else p} {_pct(pct.get(p))}")
     return legend
 
 
@@ -569,13 +570,7 @@ def _compact_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: in
     grid.add_column(width=value_w, no_wrap=True, overflow="ellipsis")
     pct = _pcts(lead)
     grid.add_row("split", _bar(pct, value_w))
-    legend = Text()
-    for p in PHASES:
-        if legend:
-            legend.append(" ")
-        legend.append("█ ", style=PHASE_STYLE[p])
-        legend.append(f"{PHASE_ABBREV[p]} {_pct(pct[p])}")
-    grid.add_row("", legend)
+    grid.add_row("", _legend(pct, short=True))
     grid.add_row("step", _step_time(lead, value_w))
     grid.add_row("memory", _memory(lead))
     labels = Text()
