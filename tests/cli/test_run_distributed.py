@@ -98,3 +98,9 @@ def test_a_rank_lost_mid_run_is_named_and_nothing_hangs(tmp_path: Path) -> None:
     assert doc["distributed"]["failed_ranks"] == [1]
     assert doc["distributed"]["ranks_reported"] == 1
     assert (tmp_path / "out" / "final_summary.rank0.json").is_file()
+
+
+def test_distributed_options_without_nproc_per_node_are_one_line(tmp_path: Path) -> None:
+    code, out = _finish(_start(tmp_path, "--nnodes", "2", str(EXAMPLE)), timeout=60)
+    assert code == 2, out
+    assert out.strip() == "traceml-ci: error: distributed options need --nproc-per-node N"
