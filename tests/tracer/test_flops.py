@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 from torch import nn
 
@@ -14,15 +13,6 @@ from tests.tracer.conftest import finish_and_load
 from traceml_ci.summary.schema import summary_problems
 
 B, IN, HID, OUT = 32, 64, 128, 10
-
-
-@pytest.fixture(autouse=True)
-def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Other tests in this process may have compiled models (which turns counting off for the
-    process): these tests count as a fresh process would."""
-    from traceml_ci.tracer import flops
-
-    monkeypatch.setattr(flops, "compile_in_use", lambda models=(): False)
 
 
 def _train(steps: int) -> None:
@@ -98,28 +88,24 @@ def test_a_process_that_compiles_is_not_counted(fresh_tracer, monkeypatch) -> No
     """torch.compile in use: counting under compilation could fail the user's step."""
     from traceml_ci.tracer import flops
 
-    monkeypatch.setattr(flops, "compile_in_use", lambda models=(): True)
+    monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: True)
     tracer = fresh_tracer(warmup_steps=2)
     _train(10)
     assert "efficiency" not in finish_and_load(tracer)
 
 
-def test_a_compiled_model_is_seen_as_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.undo()  # the real check, not this module's stand-in
-    from traceml_ci.tracer.flops import compile_in_use
+def test_a_compiled_model_is_seen_as_compiled() -> None:
+    from traceml_ci.tracer.flops import compile_in_use, compiled_frames
 
+    before = compiled_frames()  # earlier tests in this process may have compiled: not this run
     plain = nn.Linear(2, 2)
     torch.optim.SGD(plain.parameters(), lr=0.1)  # imports dynamo: no reason on its own
-    assert not compile_in_use((plain,)) or _dynamo_compiled_frames()
+    assert not compile_in_use((plain,), before)
     in_place = nn.Sequential(nn.Linear(2, 2))
     in_place[0].compile()
-    assert compile_in_use((torch.compile(nn.Linear(2, 2)),))
-    assert compile_in_use((in_place,))
-
-
-def _dynamo_compiled_frames() -> bool:
-    """Another test in this process may have compiled frames already (then all is 'in use')."""
-    import sys
-
-    dynamo = sys.modules.get("torch._dynamo")
-    return bool(dynamo and dynamo.utils.counters["frames"]["total"])
+    assert compile_in_use((torch.compile(nn.Linear(2, 2)),), before)
+    assert compile_in_use((in_place,), before)
+    # A function compiled and run since the run began counts, whatever the models.
+    torch.compile(lambda t: t * 2, backend="eager")(torch.ones(2))
+    assert compile_in_use((plain,), before)
+    assert not compile_in_use((plain,), compiled_frames())

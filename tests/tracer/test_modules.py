@@ -102,12 +102,16 @@ def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
         assert not module._forward_hooks and not module._forward_pre_hooks
 
 
-def test_modules_chosen_breadth_first_through_containers() -> None:
+def test_modules_chosen_by_whole_levels_through_containers() -> None:
     model = Net([0.0] * 4)
     names = [n for n, _ in select_modules(model)]
     assert names[:3] == ["embed", "encoder", "head"]
-    assert names[3:] == [f"encoder.layer.{i}" for i in range(4)]  # the ModuleList looked through
-    assert len(select_modules(model, limit=5)) == 5
+    # The ModuleList is looked through: its entries are the second level, their linears the third.
+    assert names[3:7] == [f"encoder.layer.{i}" for i in range(4)]
+    assert names[7:] == [f"encoder.layer.{i}.lin" for i in range(4)]
+    # A level that does not fit whole is left out; the first level is cut to the limit.
+    assert [n for n, _ in select_modules(model, limit=9)] == names[:7]
+    assert len(select_modules(model, limit=2)) == 2
 
 
 def test_unsampled_steps_carry_no_hooks(fresh_tracer) -> None:

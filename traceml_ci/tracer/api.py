@@ -107,6 +107,7 @@ def init(
     batch_size: int | None = None,
     thresholds: Thresholds | None = None,
     live: bool | None = None,
+    module_sample_s: float | None = None,
 ) -> Tracer | None:
     """Start tracing this process.
 
@@ -118,6 +119,8 @@ def init(
     batch_size: samples per step, for samples/s (default: inferred from the first batch).
     live: keep ``<out_dir>/live/rank<N>.json`` up to date for the live view (default on;
     ``$TRACEML_CI_LIVE=0`` turns it off too).
+    module_sample_s: seconds of training between two steps whose forward and backward are
+    timed per submodule (default 0.5; 0 turns it off; ``$TRACEML_CI_MODULE_SAMPLE_S``).
     Under ``traceml-ci run``, the flags given there win over these keywords.
     Returns None, doing nothing, in a process that does not own the run (a DataLoader worker,
     or a spawned child re-importing the script). ImportError when torch is missing.
@@ -135,6 +138,7 @@ def init(
         "batch_size": batch_size,
         "thresholds": thresholds,
         "live": live,
+        "module_sample_s": module_sample_s,
     }
     options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if _tracer is not None and _tracer.summary is None:

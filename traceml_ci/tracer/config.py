@@ -14,8 +14,26 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
 )
 from traceml_ci.summary.live import ENV_LIVE, live_from_env
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from traceml_ci.tracer.modules import SAMPLE_EVERY_S
 
 MODES = ("auto", "manual")
+
+#: Environment variable: seconds between module samples (``traceml-ci run --module-sample-s``);
+#: ``0`` turns module sampling off.
+ENV_MODULE_SAMPLE = "TRACEML_CI_MODULE_SAMPLE_S"
+
+
+def module_sample_from_env(value: str | None) -> float:
+    """``$TRACEML_CI_MODULE_SAMPLE_S``: unset or empty is the default, ``0``/off turns sampling
+    off; anything unreadable is the default too (a tracer setting must not stop training)."""
+    text = (value or "").strip().lower()
+    if text in ("0", "off", "false", "no"):
+        return 0.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        return SAMPLE_EVERY_S
+    return seconds if seconds >= 0 and seconds == seconds else SAMPLE_EVERY_S
 
 
 @dataclass
@@ -30,6 +48,9 @@ class TracerConfig:
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     #: Keep ``<out>/live/rank<N>.json`` up to date while the run goes (the live view reads it).
     live: bool = field(default_factory=lambda: live_from_env(os.environ.get(ENV_LIVE)))
+    #: Seconds of training between two module samples (tracer/modules.py); 0 turns them off.
+    module_sample_s: float = field(default_factory=lambda: module_sample_from_env(
+        os.environ.get(ENV_MODULE_SAMPLE)))
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
 
@@ -40,6 +61,9 @@ class TracerConfig:
             raise ValueError("warmup_steps must be >= 0")
         if self.max_steps is not None and int(self.max_steps) < 1:
             raise ValueError("max_steps must be >= 1")
+        if not float(self.module_sample_s) >= 0:
+            raise ValueError("module_sample_s must be >= 0 (0: no module sampling)")
+        self.module_sample_s = float(self.module_sample_s)
         self.out_dir = Path(self.out_dir)
         self.warmup_steps = int(self.warmup_steps)
 

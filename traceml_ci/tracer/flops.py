@@ -17,18 +17,27 @@ from collections.abc import Callable
 from typing import Any
 
 
-def compile_in_use(models: tuple[Any, ...] = ()) -> bool:
+def compiled_frames() -> int:
+    """Frames dynamo compiled in this process so far (0 when dynamo is not loaded)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return 0
+    try:
+        return int(dynamo.utils.counters["frames"]["total"])
+    except Exception:
+        return 0
+
+
+def compile_in_use(models: tuple[Any, ...] = (), frames_before: int = 0) -> bool:
     """Whether torch.compile is at work: a traced model (or a submodule) is compiled, or
-    dynamo has compiled frames in this process already. (Dynamo itself is imported by every
-    torch.optim optimizer, so its presence says nothing.)"""
+    dynamo compiled frames since ``frames_before`` (``compiled_frames()`` when this run began:
+    an earlier run in the same process, e.g. another test, does not count). Dynamo itself is
+    imported by every torch.optim optimizer, so its presence says nothing."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is None:
         return False
-    try:
-        if dynamo.utils.counters["frames"]["total"]:
-            return True
-    except Exception:
-        pass
+    if compiled_frames() > frames_before:
+        return True
     optimized = getattr(getattr(dynamo, "eval_frame", None), "OptimizedModule", ())
     for model in models:
         try:
@@ -44,8 +53,9 @@ def compile_in_use(models: tuple[Any, ...] = ()) -> bool:
 class FlopCount:
     """Counts one step: ``begin()`` at its start, ``end()`` at its end (both never raise)."""
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+    def __init__(self, warn: Callable[[str], None], frames_before: int = 0) -> None:
         self._warn = warn
+        self._frames_before = frames_before
         self._mode: Any = None
         self.flops: int | None = None
         self.dtype: str | None = None
@@ -56,7 +66,7 @@ class FlopCount:
         if self.done:
             return False
         self.done = True
-        if compile_in_use(models):  # see compile_in_use
+        if compile_in_use(models, self._frames_before):  # see compile_in_use
             # torch.compile is in use: a dispatch mode during compilation makes a fullgraph
             # compile raise in the user's step, and can leave frames uncompiled. Not counted.
             return False

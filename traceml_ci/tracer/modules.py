@@ -1,86 +1,193 @@
-"""Per-module forward time, sampled: which submodule of the traced model the forward time is in.
+"""Per-module forward and backward time, sampled: which submodule of the traced model holds the
+forward time and the backward time.
 
 Hooks on every module of every step would cost a small step dearly, so none are installed
-between samples. About every ``SAMPLE_EVERY_S`` seconds of training (checked where the tracer
-already samples RSS, ~10 times a second, never per step), between two steps, forward hooks are
-put on up to ``MAX_MODULES`` submodules of the traced model: its children, and their children
-(the entries of a ModuleList or ModuleDict count as the level they hold, since a container is
-never called itself), breadth first. They time that step's forward on the host clock and
-remove themselves when the model's forward returns: one step in a sample, nothing on the others.
+between samples. About every ``every_s`` seconds of training (checked where the tracer already
+samples RSS, ~10 times a second, never per step), between two steps, forward hooks are put on
+up to ``MAX_MODULES`` submodules of the traced model (``select_modules``). They time that
+step's forward with the phases' clock (host time, or device events on CUDA) and remove
+themselves when the model's forward returns: one step in a sample, nothing on the others.
 
-Times are inclusive (a module's time holds its children's) and shares are of the model's own
-forward in the same sampled steps. Host clock only: on a device clock a module's host time is
-only its kernel launches, so device runs are not sampled. Backward per module is not measured.
+Backward, the same step: each timed call hangs a gradient hook on its output tensors (its
+backward starts when the gradient of its output is ready) and on its input tensors that need
+a gradient (it ends when theirs is). Tensor hooks leave the autograd graph as it is -- unlike
+``register_full_backward_hook``, whose identity functions make a later in-place op on a
+module's output raise in the user's step. A call whose inputs need no gradient (the first
+layer) ends when the backward pass does. Where an input feeds other modules too, its gradient
+is ready only after theirs: that call's backward then includes them (docs/pinpoint.md).
+
+Times are inclusive (a module's time holds its children's); shares are of the model's own
+forward / backward in the same sampled steps.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterator
 from typing import Any
 
-#: Seconds of training between two sampled steps.
+from traceml_ci.summary.stats import iqr
+from traceml_ci.tracer.clocks import HostClock
+from traceml_ci.tracer.flops import compile_in_use, compiled_frames
+
+#: Seconds of training between two sampled steps (``init(module_sample_s=...)``; 0: off).
 SAMPLE_EVERY_S = 0.5
-#: Submodules timed at most (breadth first from the model's children).
+#: Submodules timed at most: whole levels of the module tree, breadth first, while they fit.
 MAX_MODULES = 32
-#: Modules listed in the summary (the slowest).
-TOP_MODULES = 8
+#: Modules listed in the summary per direction (the slowest); keeps the summary small.
+TOP_MODULES = 12
+#: Per-sample shares kept per module for the noise estimate (a reservoir beyond that).
+MAX_SHARES = 512
+#: Module names longer than this are cut (names are keys between runs; cut the same way).
+MAX_NAME = 160
+#: Tensors looked at in one call's inputs or outputs.
+MAX_TENSORS = 8
+#: Samples whose device events are not done yet: older ones are waited for.
+MAX_PENDING = 4
+
+#: ``modules.off`` when torch.compile is in use.
+OFF_COMPILED = ("torch.compile in use: submodules run inside compiled graphs, and hooks on "
+                "them would recompile")
 
 
 def select_modules(model: Any, limit: int = MAX_MODULES) -> list[tuple[str, Any]]:
-    """The model's children and grandchildren, breadth first, containers looked through."""
+    """The model's submodules, breadth first by whole levels while they fit in ``limit`` (the
+    first level is cut to ``limit``). Entries of an ``nn.ModuleList`` / ``nn.ModuleDict`` count
+    at the container's level (a container is never called itself)."""
     try:
         from torch import nn
     except Exception:
         return []
-    containers = (nn.ModuleList, nn.ModuleDict)
+    containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+    seen = {id(model)}
+    chosen: list[tuple[str, Any]] = []
+    level = _flatten_containers([("", model)], containers, seen)
+    first = True
+    while level:
+        if len(chosen) + len(level) > limit:
+            if first:
+                chosen.extend(level[:limit])
+            break
+        chosen.extend(level)
+        first = False
+        level = _flatten_containers(level, containers, seen)
+    return [(name[:MAX_NAME], module) for name, module in chosen]
+
+
+def _flatten_containers(parents: list[tuple[str, Any]], containers: tuple[type, ...],
+                        seen: set[int]) -> list[tuple[str, Any]]:
+    """The children of ``parents``, in order, with containers replaced by their entries."""
     out: list[tuple[str, Any]] = []
-    frontier = [("", model, 0)]
-    while frontier and len(out) < limit:
-        nxt = []
-        for prefix, module, depth in frontier:
-            for name, child in module.named_children():
-                full = f"{prefix}.{name}" if prefix else name
-                if isinstance(child, containers):
-                    nxt.append((full, child, depth))  # its entries are at this level
-                    continue
-                if len(out) < limit:
-                    out.append((full, child))
-                if depth + 1 < 2:
-                    nxt.append((full, child, depth + 1))
-        frontier = nxt
+
+    def visit(prefix: str, module: Any) -> None:
+        for name, child in module.named_children():
+            if id(child) in seen:  # one module at two places: timed where first seen
+                continue
+            seen.add(id(child))
+            full = f"{prefix}.{name}" if prefix else name
+            if isinstance(child, containers):
+                visit(full, child)
+            else:
+                out.append((full, child))
+
+    for prefix, module in parents:
+        visit(prefix, module)
     return out
 
 
+def _tensors(obj: Any) -> Iterator[Any]:
+    """Tensors that need a gradient among a call's arguments or outputs (two levels deep:
+    tensors, tuples/lists/dicts of them, as HF's ModelOutput)."""
+    try:
+        import torch
+    except Exception:
+        return
+    def walk(o: Any, depth: int) -> Iterator[Any]:
+        if isinstance(o, torch.Tensor):
+            if o.requires_grad:
+                yield o
+        elif depth < 2:
+            items = o.values() if isinstance(o, dict) else o if isinstance(o, (tuple, list)) else ()
+            for x in items:
+                yield from walk(x, depth + 1)
+
+    for n, t in enumerate(walk(obj, 0), 1):
+        yield t
+        if n >= MAX_TENSORS:
+            return
+
+
+class _Sample:
+    """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass]``."""
+
+    __slots__ = ("calls", "root", "backward_done")
+
+    def __init__(self) -> None:
+        self.calls: list[list[Any]] = []
+        self.root: list[Any] = [None, None, None, None]  # forward from/to, backward from/to
+        self.backward_done = False
+
+
 class ModuleSampler:
-    """Arms forward hooks for one step now and then; keeps each module's sampled times."""
+    """Arms hooks for one step now and then; keeps each module's sampled times and shares."""
 
     def __init__(self, warn: Callable[[str], None], every_s: float = SAMPLE_EVERY_S) -> None:
         self._warn = warn
+        #: Frames dynamo had compiled when this run began (see ``compile_in_use``).
+        self.frames_before = compiled_frames()
         self.every_ns = int(every_s * 1e9)
+        self.enabled = every_s > 0
+        self.clock: Any = HostClock()
         self.model: Any = None
         self.modules: list[tuple[str, Any]] = []
         self.handles: list[Any] = []
         self.next_ns = 0
-        self.sampled = 0
-        #: name -> summed ms over the sampled steps; the model's own forward ms likewise.
-        self.totals: dict[str, float] = {}
-        self.forward_ms = 0.0
-        self._open: dict[str, int] = {}
-        self._step: dict[str, float] = {}
-        self.enabled = True
+        #: Why sampling is off for this run (None: it is not).
+        self.off_reason: str | None = None
+        self._rng = random.Random(0)
+        self._current: _Sample | None = None
+        self._pending: list[_Sample] = []
+        # per direction: summed ms of the model and of each module, steps, per-sample shares
+        self.steps = {"forward": 0, "backward": 0}
+        self.root_ms = {"forward": 0.0, "backward": 0.0}
+        self.totals: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}
+        self.shares: dict[str, dict[str, list[float]]] = {"forward": {}, "backward": {}}
+
+    def set_every(self, every_s: float) -> None:
+        """A later ``init(module_sample_s=...)``, before the first step: 0 turns sampling off."""
+        self.every_ns = int(every_s * 1e9)
+        self.enabled = every_s > 0 and self.off_reason is None
+
+    @property
+    def sampled(self) -> int:
+        return self.steps["forward"]
 
     def watch(self, model: Any) -> None:
         """The model whose submodules are sampled (the first traced one)."""
-        if self.model is None and model is not None:
-            self.model = model
-            self.modules = select_modules(model)
+        if self.model is not None or model is None or not self.enabled:
+            return
+        self.model = model
+        if compile_in_use((model,), self.frames_before):
+            self._off(OFF_COMPILED)
+            return
+        self.modules = select_modules(model)
+
+    def _off(self, reason: str) -> None:
+        self.off_reason = reason
+        self.enabled = False
+        self._disarm()
 
     def tick(self, now_ns: int) -> None:
-        """Between steps (called where RSS is sampled): arm the hooks if a sample is due."""
+        """Between steps (where RSS is sampled): resolve finished samples, and arm the hooks
+        for the next step when a sample is due."""
+        if self._pending:
+            self._resolve(wait=len(self._pending) > MAX_PENDING)
         if not self.enabled or self.handles or not self.modules or now_ns < self.next_ns:
             return
         self.next_ns = now_ns + self.every_ns
+        if compile_in_use((), self.frames_before):  # compiled since: leave its graphs alone
+            self._off(OFF_COMPILED)
+            return
         try:
             self._arm()
         except Exception as exc:
@@ -88,43 +195,90 @@ class ModuleSampler:
             self.enabled = False
             self._warn(f"module sampling stopped ({exc!r})")
 
+    # -- one sampled step ----------------------------------------------------------------------
     def _arm(self) -> None:
-        self._open, self._step = {}, {}
-        clock = time.perf_counter_ns
-        opened, step = self._open, self._step
+        current = self._current
+        if current is not None and current.root[1] is not None:  # its backward never came
+            current.backward_done = False
+            self._pending.append(current)
+        sample = self._current = _Sample()
+        mark = self.clock.mark
+        calls = sample.calls
+        warn = self._warn
+        failed: list[bool] = []
+
+        def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any) -> None:
+                try:
+                    fn(*args)
+                except Exception as exc:  # never into the user's step
+                    if not failed:
+                        failed.append(True)
+                        warn(f"module sampling stopped ({exc!r})")
+                    self.enabled = False
+            return run
+
+        opened: dict[str, list[list[Any]]] = {}  # a module's calls not returned yet
 
         def pre(name: str) -> Callable[..., None]:
             def hook(module: Any, args: Any) -> None:
-                opened[name] = clock()
-            return hook
+                call = [name, mark(), None, None, None, True]
+                calls.append(call)
+                for t in _tensors(args):
+                    call[5] = False
+                    t.register_hook(guarded(lambda grad, c=call: _set_end(c, mark())))
+                opened.setdefault(name, []).append(call)
+            return guarded(hook)
 
         def post(name: str) -> Callable[..., None]:
             def hook(module: Any, args: Any, output: Any) -> None:
-                t0 = opened.pop(name, None)
-                if t0 is not None:
-                    step[name] = step.get(name, 0.0) + (clock() - t0) / 1e6
-            return hook
+                open_calls = opened.get(name)
+                if not open_calls:
+                    return
+                call = open_calls.pop()
+                call[2] = mark()
+                for t in _tensors(output):
+                    t.register_hook(guarded(lambda grad, c=call: _set_start(c, mark)))
+            return guarded(hook)
 
         for name, module in self.modules:
             self.handles.append(module.register_forward_pre_hook(pre(name)))
             self.handles.append(module.register_forward_hook(post(name)))
 
         def root_pre(module: Any, args: Any) -> None:
-            opened[""] = clock()
+            sample.root[0] = mark()
+
+        def backward_end() -> None:
+            if self._current is not sample:  # a backward that came steps later: not counted
+                return
+            sample.root[3] = mark()
+            sample.backward_done = True
+            self._pending.append(sample)
+            self._current = None
+
+        def backward_start(grad: Any) -> None:
+            if sample.root[2] is None:
+                sample.root[2] = mark()
+                import torch
+
+                torch.autograd.Variable._execution_engine.queue_callback(guarded(backward_end))
 
         def root_post(module: Any, args: Any, output: Any) -> None:
-            t0 = opened.pop("", None)
             self._disarm()  # one step's forward: the hooks go as it returns
-            if t0 is None:
+            if sample.root[0] is None:
                 return
-            self.forward_ms += (clock() - t0) / 1e6
-            self.sampled += 1
-            for name, ms in step.items():
-                self.totals[name] = self.totals.get(name, 0.0) + ms
+            sample.root[1] = mark()
+            hooked = False
+            for t in _tensors(output):
+                t.register_hook(guarded(backward_start))
+                hooked = True
+            if not hooked:  # no backward through this output (eval, or no grad)
+                self._pending.append(sample)
+                self._current = None
 
-        self.handles.append(self.model.register_forward_pre_hook(root_pre))
+        self.handles.append(self.model.register_forward_pre_hook(guarded(root_pre)))
         # Last among the model's post hooks: it removes them all.
-        self.handles.append(self.model.register_forward_hook(root_post))
+        self.handles.append(self.model.register_forward_hook(guarded(root_post)))
 
     def _disarm(self) -> None:
         handles, self.handles = self.handles, []
@@ -135,21 +289,115 @@ class ModuleSampler:
                 pass
 
     def stop(self) -> None:
+        """At finish: no more samples; what was recorded is resolved (waiting on the device)."""
         self.enabled = False
         self._disarm()
+        current, self._current = self._current, None
+        if current is not None and current.root[1] is not None and current not in self._pending:
+            self._pending.append(current)
+        try:
+            self._resolve(wait=True)
+        except Exception as exc:
+            self._warn(f"module sampling: the last samples were lost ({exc!r})")
+            self._pending = []
+
+    # -- resolving -----------------------------------------------------------------------------
+    def _resolve(self, wait: bool) -> None:
+        """Add up the samples whose marks are all done (device events complete lazily)."""
+        clock = self.clock
+        keep = []
+        for sample in self._pending:
+            marks = [m for m in _marks(sample) if m is not None]
+            if not all(clock.ready(m) for m in marks):
+                if not wait:
+                    keep.append(sample)
+                    continue
+                for m in marks:
+                    clock.wait(m)
+            self._add(sample)
+            for m in {id(m): m for m in marks}.values():
+                clock.release(m)
+        self._pending = keep
+
+    def _add(self, sample: _Sample) -> None:
+        el = self.clock.elapsed_ms
+        f0, f1, b0, b1 = sample.root
+        if f0 is None or f1 is None:
+            return
+        fwd: dict[str, float] = {}
+        bwd: dict[str, float] = {}
+        for name, c0, c1, d0, d1, ends_with_pass in sample.calls:
+            if c1 is not None:
+                fwd[name] = fwd.get(name, 0.0) + max(el(c0, c1), 0.0)
+            end = b1 if ends_with_pass or d1 is None else d1
+            if d0 is not None and end is not None and sample.backward_done:
+                bwd[name] = bwd.get(name, 0.0) + max(el(d0, end), 0.0)
+        self._add_direction("forward", el(f0, f1), fwd)
+        if sample.backward_done and b0 is not None and b1 is not None:
+            self._add_direction("backward", el(b0, b1), bwd)
+
+    def _add_direction(self, direction: str, root_ms: float, per_module: dict[str, float]
+                       ) -> None:
+        if root_ms <= 0:
+            return
+        self.steps[direction] += 1
+        self.root_ms[direction] += root_ms
+        totals, shares = self.totals[direction], self.shares[direction]
+        for name, ms in per_module.items():
+            totals[name] = totals.get(name, 0.0) + ms
+            kept = shares.setdefault(name, [])
+            share = 100.0 * ms / root_ms
+            if len(kept) < MAX_SHARES:
+                kept.append(share)
+            else:  # a reservoir: every sample equally likely to be kept
+                j = self._rng.randrange(self.steps[direction])
+                if j < MAX_SHARES:
+                    kept[j] = share
 
     def summary(self) -> dict[str, Any] | None:
-        """The ``modules`` block: the slowest modules' mean forward ms per sampled step and
-        share of the model's forward (inclusive times); None when nothing was sampled."""
-        if not self.sampled or self.forward_ms <= 0:
+        """The ``modules`` block (docs/pinpoint.md); None when sampling never ran."""
+        if self.off_reason is not None:
+            return {"sampled_steps": 0, "off": self.off_reason, "forward": []}
+        n = self.steps["forward"]
+        if not n or self.root_ms["forward"] <= 0:
             return None
-        top = sorted(self.totals.items(), key=lambda kv: -kv[1])[:TOP_MODULES]
-        n = self.sampled
-        return {
+        out: dict[str, Any] = {
             "sampled_steps": n,
             "every_s": self.every_ns / 1e9,
-            "forward_ms": round(self.forward_ms / n, 4),
-            "forward": [{"name": name, "ms": round(ms / n, 4),
-                         "share_pct": round(100.0 * ms / self.forward_ms, 2)}
-                        for name, ms in top],
+            "clock": self.clock.kind,
+            "forward_ms": round(self.root_ms["forward"] / n, 4),
+            "forward": self._top("forward"),
         }
+        nb = self.steps["backward"]
+        if nb and self.root_ms["backward"] > 0:
+            out["backward_steps"] = nb
+            out["backward_ms"] = round(self.root_ms["backward"] / nb, 4)
+            out["backward"] = self._top("backward")
+        return out
+
+    def _top(self, direction: str) -> list[dict[str, Any]]:
+        n, root = self.steps[direction], self.root_ms[direction]
+        top = sorted(self.totals[direction].items(), key=lambda kv: -kv[1])[:TOP_MODULES]
+        rows = []
+        for name, ms in top:
+            shares = self.shares[direction].get(name) or []
+            rows.append({"name": name, "ms": round(ms / n, 4),
+                         "share_pct": round(100.0 * ms / root, 2),
+                         # per-sample spread of the share: the gate's noise rule for modules
+                         "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None})
+        return rows
+
+
+def _set_start(call: list[Any], mark: Callable[[], Any]) -> None:
+    if call[3] is None:  # the first of its outputs' gradients to be ready
+        call[3] = mark()
+
+
+def _set_end(call: list[Any], t: Any) -> None:
+    call[4] = t  # the last of its inputs' gradients to be ready
+
+
+def _marks(sample: _Sample) -> Iterator[Any]:
+    yield from sample.root
+    for call in sample.calls:
+        yield from call[1:5]

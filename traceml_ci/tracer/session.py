@@ -16,7 +16,7 @@ from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_f
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.distributed import RankGather, identity, parallelism
-from traceml_ci.tracer.flops import FlopCount
+from traceml_ci.tracer.flops import FlopCount, compiled_frames
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
@@ -78,9 +78,9 @@ class Tracer:
             if self.roots is not None:
                 self.roots.install_discovery()
         #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
-        self.flop_count = FlopCount(_warn)
-        #: Per-module forward time, one step now and then (host clock, trace_step runs).
-        self.module_sampler = ModuleSampler(_warn)
+        self.flop_count = FlopCount(_warn, frames_before=compiled_frames())
+        #: Per-module forward and backward time, one step now and then (trace_step runs).
+        self.module_sampler = ModuleSampler(_warn, config.module_sample_s)
         #: Distributed runs: finish before the job destroys its process group, gather there.
         self.ranks = RankGather(self.finish, _warn)
         try:
@@ -135,6 +135,8 @@ class Tracer:
         self.store.warmup_steps = self.config.warmup_steps
         if "batch_size" in changes:
             self.batch_size = self.config.batch_size
+        if "module_sample_s" in changes:
+            self.module_sampler.set_every(self.config.module_sample_s)
         if self.config.mode == "manual":
             self.patches.uninstall()
             if self.roots is not None:
@@ -190,6 +192,7 @@ class Tracer:
             self._start_gpu_sampler(torch, index)
         self.store.set_clock(clock, cuda_mem)
         self.rec.use_clock(clock.mark)
+        self.module_sampler.clock = clock  # modules are timed with the phases' clock
 
     def _start_gpu_sampler(self, torch: Any, index: int) -> None:
         from traceml_ci.tracer.gpu_util import GpuUtilSampler

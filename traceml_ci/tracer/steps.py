@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
-from traceml_ci.tracer.memory import CudaMemory, RssSampler
+from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler
 
 #: Steps the device may lag behind the host before we wait for the oldest one. Only reached when
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
 MAX_PENDING_STEPS = 64
+#: Device steps: between-step housekeeping (``tick``) at most this often, as RSS samples.
+TICK_NS = RSS_INTERVAL_NS
 
 # Column layout of StepColumns rows: the step's time, one column per phase (1 + the recorder's
 # phase index), then the step's device memory peaks.
@@ -51,6 +53,7 @@ class StepStore:
         #: Called with the host clock's time where RSS is sampled (host steps, ~10/s), between
         #: steps: module sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
+        self._tick_due = 0  # device steps: the next tick (host steps tick with RSS samples)
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -71,8 +74,12 @@ class StepStore:
             self.host_step(enter, exit_, [0, 0, 0, 0, 0, samples], marks, outside)
             return
         self.steps_total += 1
+        now = time.perf_counter_ns()
         if self.rss is not None:
-            self.rss.maybe_sample(self.steps_total, time.perf_counter_ns())
+            self.rss.maybe_sample(self.steps_total, now)
+        if now >= self._tick_due and self.tick is not None:  # as host steps do, ~10/s
+            self._tick_due = now + TICK_NS
+            self.tick(now)
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
         self.pending.append((enter, exit_, marks, outside, mem, samples))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)

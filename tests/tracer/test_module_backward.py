@@ -1,0 +1,258 @@
+"""Per-module backward time, sampled: the module with a slow backward is named, its share agrees
+with stopwatches in the same autograd graph; modules called twice, in-place ops after a timed
+module, compiled models and device clocks are handled as docs/pinpoint.md says."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from tests.tracer.fakes import FakeEventLog
+from traceml_ci.tracer.clocks import DeviceEventClock
+from traceml_ci.tracer.modules import OFF_COMPILED, ModuleSampler
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+class _BackwardStart(torch.autograd.Function):
+    """Identity; its backward (the first of the layer's) spins ``ms`` and stamps its start."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float, log: list[Any]) -> torch.Tensor:
+        ctx.ms, ctx.log = ms, log
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
+        ctx.log.append(["start", time.perf_counter_ns()])
+        _spin(ctx.ms)
+        return grad, None, None
+
+
+class _BackwardEnd(torch.autograd.Function):
+    """Identity; its backward (the last of the layer's) stamps the end."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, log: list[Any]) -> torch.Tensor:
+        ctx.log = log
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None]:
+        ctx.log.append(["end", time.perf_counter_ns()])
+        return grad, None
+
+
+class Layer(nn.Module):
+    """Linear + ReLU whose backward also spins ``backward_ms``; stopwatches at both ends of its
+    backward, in the autograd graph itself."""
+
+    def __init__(self, backward_ms: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.backward_ms = backward_ms
+        self.log: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = _BackwardEnd.apply(x, self.log)
+        return _BackwardStart.apply(torch.relu(self.lin(x)), self.backward_ms, self.log)
+
+    def backward_ms_per_call(self) -> list[float]:
+        out, start = [], None
+        for kind, t in self.log:
+            if kind == "start":
+                start = t
+            elif start is not None:
+                out.append((t - start) / 1e6)
+                start = None
+        return out
+
+
+class Net(nn.Module):
+    def __init__(self, costs: list[float]) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.layer = nn.ModuleList(Layer(ms) for ms in costs)
+        self.head = nn.Linear(16, 1)
+        self.sampled: list[bool] = []
+        self.backward_starts: list[Any] = []  # when the gradient reached the model's output
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.sampled.append(bool(self._forward_hooks))  # the sampler's hooks are on this call
+        x = self.embed(x)
+        for layer in self.layer:
+            x = layer(x)
+        return _BackwardStart.apply(self.head(x), 0.0, self.backward_starts)
+
+
+def _train(model: nn.Module, steps: int, backward_log: list[tuple[float, bool]] | None = None,
+           *, at_least_s: float = 0.0) -> None:
+    """``steps`` steps, and more until ``at_least_s`` went by (samples are due by time)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    end = time.perf_counter() + at_least_s
+    done = 0
+    while done < steps or time.perf_counter() < end:
+        done += 1
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            if backward_log is not None:  # the model's own backward: from its output on
+                t0 = model.backward_starts[-1][1]
+                backward_log.append(((time.perf_counter_ns() - t0) / 1e6, model.sampled[-1]))
+            opt.step()
+
+
+def test_the_module_with_a_slow_backward_is_named_with_its_share(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.03)
+    model = Net([0.2, 0.2, 0.2, 2.0])
+    backward_log: list[tuple[float, bool]] = []
+    _train(model, 150, backward_log)
+    doc = finish_and_load(tracer)
+    mods = doc["modules"]
+    assert mods["backward_steps"] >= 3 and mods["clock"] == "host"
+    layers = [m for m in mods["backward"] if m["name"].startswith("layer.")]
+    assert layers[0]["name"] == "layer.3"
+    # Against the stopwatches in the graph, over the same sampled steps.
+    sampled = [i for i, (_, s) in enumerate(backward_log) if s]
+    assert len(sampled) == mods["backward_steps"]
+    per_call = model.layer[3].backward_ms_per_call()
+    truth = 100.0 * sum(per_call[i] for i in sampled) / sum(backward_log[i][0] for i in sampled)
+    assert abs(layers[0]["share_pct"] - truth) < 3.0, (layers[0], truth)
+    assert layers[0]["noise_pp"] is not None
+    # The forward list is there too, and no hook is left behind.
+    assert {m["name"] for m in mods["forward"]} >= {"embed", "layer.3", "head"}
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+
+
+class Twice(nn.Module):
+    """One block called twice per step (weights shared): its calls add up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Layer(1.0)
+        self.head = nn.Linear(16, 1)
+        self.proj = nn.Linear(8, 16)
+        self.sampled: list[bool] = []
+        self.backward_starts: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.sampled.append(bool(self._forward_hooks))
+        out = self.head(self.block(self.block(self.proj(x))))
+        return _BackwardStart.apply(out, 0.0, self.backward_starts)
+
+
+def test_a_module_called_twice_adds_up_its_calls(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.03)
+    model = Twice()
+    backward_log: list[tuple[float, bool]] = []
+    _train(model, 80, backward_log)
+    doc = finish_and_load(tracer)
+    block = next(m for m in doc["modules"]["backward"] if m["name"] == "block")
+    calls = model.block.backward_ms_per_call()
+    assert len(calls) == 2 * len(backward_log)  # two calls a step
+    sampled = [i for i, (_, s) in enumerate(backward_log) if s]
+    truth_ms = sum(calls[2 * i] + calls[2 * i + 1] for i in sampled) / len(sampled)
+    # Both calls' backward (2 × 1 ms spin), not one, and not the span between them.
+    assert truth_ms * 0.85 < block["ms"] < truth_ms * 1.25 + 0.3, (block, truth_ms)
+
+
+class InPlaceAfter(nn.Module):
+    """A timed module's output modified in place: full backward hooks would raise here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 16)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(16, 1)
+        self.sampled: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.lin(x)))
+
+
+def test_in_place_ops_after_a_timed_module_still_train(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1, module_sample_s=0.001)
+    model = InPlaceAfter()
+    _train(model, 30, at_least_s=0.4)
+    doc = finish_and_load(tracer)
+    assert doc["modules"]["backward_steps"] >= 1
+    assert {m["name"] for m in doc["modules"]["backward"]} >= {"lin", "out"}
+
+
+def test_a_compiled_model_is_not_sampled_and_says_why(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=1, module_sample_s=0.001)
+    model = torch.compile(InPlaceAfter(), backend="eager")
+    _train(model, 12, at_least_s=0.3)
+    doc = finish_and_load(tracer)
+    assert doc["modules"] == {"sampled_steps": 0, "off": OFF_COMPILED, "forward": []}
+    for module in model.modules():
+        assert not module._forward_hooks
+
+
+@pytest.mark.parametrize("how", ["init", "env"])
+def test_module_sampling_can_be_turned_off(fresh_tracer, monkeypatch, how: str) -> None:
+    if how == "env":
+        monkeypatch.setenv("TRACEML_CI_MODULE_SAMPLE_S", "0")
+        tracer = fresh_tracer(warmup_steps=1)
+    else:
+        tracer = fresh_tracer(warmup_steps=1, module_sample_s=0)
+    model = InPlaceAfter()
+    _train(model, 20, at_least_s=0.3)
+    assert "modules" not in finish_and_load(tracer)
+
+
+def test_device_events_are_resolved_later_and_waited_for_at_finish() -> None:
+    """The same sampler on a device clock (fake CUDA events): marks are events, resolved only
+    once the "device" passed them; the last sample is waited for at stop."""
+    torch.set_num_threads(1)
+    log = FakeEventLog(lag_records=10_000)  # nothing completes until a synchronize
+    sampler = ModuleSampler(lambda m: None, every_s=0.001)
+    sampler.clock = DeviceEventClock(log.factory)
+    model = Net([0.2, 0.2, 0.2, 1.0])
+    sampler.watch(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    for _ in range(3):
+        sampler.tick(time.perf_counter_ns() + 10**9)
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    assert sampler.steps["forward"] == 0 and log.queries > 0  # nothing resolved yet
+    sampler.stop()
+    assert log.syncs > 0
+    doc = sampler.summary()
+    assert doc is not None and doc["clock"] == "device_event"
+    assert doc["sampled_steps"] == 3 and doc["backward_steps"] == 3
+    layers = [m for m in doc["backward"] if m["name"].startswith("layer.")]
+    assert layers[0]["name"] == "layer.3"
+
+
+def test_a_failing_hook_stops_sampling_and_training_goes_on(fresh_tracer, capfd) -> None:
+    tracer = fresh_tracer(warmup_steps=1, module_sample_s=0.001)
+    model = InPlaceAfter()
+    calls = {"n": 0}
+
+    def broken_mark() -> int:
+        calls["n"] += 1
+        raise RuntimeError("clock broke")
+
+    tracer.module_sampler.clock.mark = broken_mark  # the hooks' clock fails inside the step
+    _train(model, 20, at_least_s=0.4)
+    doc = finish_and_load(tracer)
+    assert calls["n"] >= 1
+    assert doc["step_time"]["steps_total"] >= 20  # every step recorded, none raised
+    err = capfd.readouterr().err
+    assert err.count("module sampling stopped") == 1
