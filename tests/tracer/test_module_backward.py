@@ -79,8 +79,12 @@ class Layer(nn.Module):
 
 
 class Net(nn.Module):
-    def __init__(self, costs: list[float]) -> None:
+    """``costs``: each layer's backward spin (ms); ``forward_ms``: a spin in the model's own
+    forward, outside every submodule."""
+
+    def __init__(self, costs: list[float], forward_ms: float = 0.0) -> None:
         super().__init__()
+        self.forward_ms = forward_ms
         self.embed = nn.Linear(8, 16)
         self.layer = nn.ModuleList(Layer(ms) for ms in costs)
         self.head = nn.Linear(16, 1)
@@ -89,6 +93,7 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.sampled.append(bool(self._forward_hooks))  # the sampler's hooks are on this call
+        _spin(self.forward_ms)
         x = self.embed(x)
         for layer in self.layer:
             x = layer(x)

@@ -101,13 +101,7 @@ def render(doc: dict[str, Any]) -> Any:
                _fmt(rate, " TFLOP/s", 1))
             + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
             style="dim"))
-    mods = doc.get("modules")
-    if isinstance(mods, dict) and mods.get("forward"):
-        top = ", ".join(
-            f"{plain(m.get('name', '?'))} {_fmt(m.get('share_pct'), '%')}"
-            for m in mods["forward"][:5] if isinstance(m, dict))
-        parts.append(Text(f"forward by module ({mods.get('sampled_steps')} sampled steps, "
-                          f"inclusive): {top}", style="dim"))
+    parts += _module_lines(doc.get("modules"))
     wait = v.runqueue_wait_pct
     if wait is not None:
         parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "
@@ -183,3 +177,25 @@ def run(args: argparse.Namespace) -> int:
     doc = load_summary(path)
     Console(width=args.width).print(render(doc))
     return 0
+
+
+def _module_lines(mods: Any) -> list[Any]:
+    """The five slowest sampled modules of forward and of backward, or why none were sampled."""
+    from rich.text import Text
+
+    from traceml_ci.gate.fmt import plain
+
+    if not isinstance(mods, dict):
+        return []
+    if isinstance(mods.get("off"), str):
+        return [Text(f"modules: not sampled ({plain(mods['off'])})", style="dim")]
+    lines = []
+    for phase, steps in (("forward", "sampled_steps"), ("backward", "backward_steps")):
+        rows = mods.get(phase)
+        if not isinstance(rows, list) or not rows:
+            continue
+        top = ", ".join(f"{plain(m.get('name', '?'))} {_fmt(m.get('share_pct'), '%')}"
+                        for m in rows[:5] if isinstance(m, dict))
+        lines.append(Text(f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): "
+                          f"{top}", style="dim"))
+    return lines

@@ -22,6 +22,7 @@ from traceml_ci.gate.metrics import (
     Metric,
     good_labels,
 )
+from traceml_ci.gate.modules import MODULE_PHASES, describe_movers, module_movers
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
 from traceml_ci.summary.view import SummaryView
@@ -505,7 +506,8 @@ def compare(
     rows = _load_guard(rows, base, head, rules)
     rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
-    rows = _name_modules(rows, base, head)
+    rows, module_context = _name_modules(rows, base, head, rules.noise_factor)
+    reasons += module_context
 
     head_status = hv.run_status
     run_warn = head_status not in (None, "completed")
@@ -638,50 +640,33 @@ def _contention_guard(rows: list[Row], base: Mapping[str, Any],
     return out
 
 
-#: Modules named beside a forward share that moved (the largest movers first).
-MODULES_NAMED = 2
-
-
-def module_movers(base: Mapping[str, Any], head: Mapping[str, Any]
-                  ) -> list[tuple[str, float]]:
-    """Sampled submodules (summary ``modules``) whose share of the *step* moved most between
-    base and head, in pp: a module's share of forward × forward's share of the step."""
-    def step_shares(doc: Mapping[str, Any]) -> dict[str, float]:
-        v = SummaryView(doc)
-        fwd = v.share("forward")
-        mods = doc.get("modules")
-        if fwd is None or not isinstance(mods, Mapping):
-            return {}
-        out = {}
-        for m in mods.get("forward") or []:
-            if isinstance(m, Mapping) and isinstance(m.get("name"), str):
-                share = m.get("share_pct")
-                if isinstance(share, (int, float)) and not isinstance(share, bool):
-                    out[m["name"]] = float(share) * fwd / 100.0
-        return out
-
-    b, h = step_shares(base), step_shares(head)
-    if not b or not h:
-        return []
-    moved = [(n, h.get(n, 0.0) - b.get(n, 0.0)) for n in set(b) | set(h)]
-    return sorted(moved, key=lambda kv: -abs(kv[1]))
-
-
-def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any]
-                  ) -> list[Row]:
-    """A forward share that regressed or warns says which sampled modules moved (a note only:
-    module times are sampled, so they never decide a verdict)."""
-    out = []
+def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, Any],
+                  noise_factor: float) -> tuple[list[Row], list[str]]:
+    """A forward or backward share that regressed or warns says which sampled modules moved
+    (gate/modules.py); where the phase held still, modules that moved within it beyond their
+    noise are a line of context. Module times are sampled: they never decide a verdict."""
+    out, context = [], []
     for row in rows:
-        if row.name == "step_time.forward_pct" and row.status in (Status.REGRESSED,
-                                                                  Status.WARN):
-            movers = module_movers(base, head)[:MODULES_NAMED]
-            if movers:
-                named = ", ".join(f"{name} {delta:+.1f} pp" for name, delta in movers)
-                note = f"{row.note}; {named}" if row.note else named
-                row = _with(row, row.status, note)
+        phase = row.name.removeprefix("step_time.").removesuffix("_pct")
+        if phase in MODULE_PHASES and row.name == f"step_time.{phase}_pct":
+            if row.status in (Status.REGRESSED, Status.WARN):
+                movers = module_movers(base, head, phase, noise_factor)
+                # The modules that moved the way the phase did: the others only diluted.
+                same_way = [m for m in movers if row.delta is not None and m[1] * row.delta > 0]
+                if not same_way:
+                    out.append(row)
+                    continue
+                named = describe_movers(same_way)
+                row = _with(row, row.status, f"{row.note}; {named}" if row.note else named)
+            else:
+                # The phase held: did time move between its modules? (Shares of the phase: a
+                # phase that only lost share to another one moves none of its modules.)
+                inside = module_movers(base, head, phase, noise_factor, of_step=False)
+                if inside:
+                    context.append(f"time moved within {phase} (sampled modules, for "
+                                   f"information): {describe_movers(inside)} of {phase}")
         out.append(row)
-    return out
+    return out, context
 
 
 def _label_jitter_exemption(rows: list[Row]) -> list[Row]:

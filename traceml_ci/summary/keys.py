@@ -29,3 +29,7 @@ DEFAULT_BASELINE_RUNS = 3
 #: ``run.contention.runqueue_wait_pct``) ran on a contended CPU: the gate's contention guard
 #: and the straggler analysis both excuse what that wait can explain.
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
+
+#: Sampled modules listed per direction in a summary's ``modules`` block (the slowest): a
+#: shorter list means every timed module is there (tracer/modules.py, gate/modules.py).
+TOP_MODULES = 12

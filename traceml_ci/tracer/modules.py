@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from traceml_ci.summary.keys import TOP_MODULES
 from traceml_ci.summary.stats import iqr
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.flops import compile_in_use, compiled_frames
@@ -34,8 +35,6 @@ from traceml_ci.tracer.flops import compile_in_use, compiled_frames
 SAMPLE_EVERY_S = 0.5
 #: Submodules timed at most: whole levels of the module tree, breadth first, while they fit.
 MAX_MODULES = 32
-#: Modules listed in the summary per direction (the slowest); keeps the summary small.
-TOP_MODULES = 12
 #: Per-sample shares kept per module for the noise estimate (a reservoir beyond that).
 MAX_SHARES = 512
 #: Module names longer than this are cut (names are keys between runs; cut the same way).

@@ -1,0 +1,52 @@
+"""End to end: two real traced runs, then `traceml-ci diff` and `traceml-ci show` on their
+summaries. The slow submodule is named where the time went, in the words a PR comment uses."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.cli.scripts import run_group
+from tests.tracer.conftest import finish_and_load
+from tests.tracer.test_module_backward import Net, _train
+from traceml_ci.summary.io import write_summary
+
+
+def _run(fresh_tracer, tmp_path: Path, name: str, costs: list[float]) -> Path:
+    tracer = fresh_tracer(warmup_steps=3, module_sample_s=0.03, out_dir=tmp_path / name)
+    _train(Net(costs, forward_ms=3.0), 60, at_least_s=0.8)
+    doc = finish_and_load(tracer)
+    path = tmp_path / f"{name}.json"
+    write_summary(path, doc)
+    return path
+
+
+def _cli(tmp_path: Path, *args: str):
+    return run_group([sys.executable, "-m", "traceml_ci", *args], cwd=tmp_path, timeout=60)
+
+
+def test_the_diff_names_where_the_slowness_moved_and_what_slowed(fresh_tracer, tmp_path) -> None:
+    # Each layer's backward spins (ms); forward spins 3 ms: backward is about half the step.
+    base = _run(fresh_tracer, tmp_path, "base", [0.1, 0.1, 0.1, 3.0])
+    moved = _run(fresh_tracer, tmp_path, "moved", [0.1, 3.0, 0.1, 0.1])
+    slower = _run(fresh_tracer, tmp_path, "slower", [0.1, 0.1, 0.1, 9.0])
+
+    # The slowness moved from layer.3 to layer.1: backward held still, both are named.
+    out = _cli(tmp_path, "diff", str(base), str(moved))
+    assert out.returncode != 1, out.stdout + out.stderr  # no regression from a move alone
+    text = out.stdout
+    assert "time moved within backward" in text, text
+    line = next(ln for ln in text.splitlines() if "time moved within backward" in ln)
+    assert "layer.1 +" in line and "layer.3 -" in line
+
+    # layer.3 got slower: backward's share regressed, and its row names layer.3.
+    out = _cli(tmp_path, "diff", str(base), str(slower))
+    assert out.returncode == 1, out.stdout + out.stderr
+    # The backward row (its cells may wrap onto the next lines) names layer.3.
+    row = out.stdout.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct")[0]
+    assert "regressed — layer.3" in row, out.stdout
+
+    shown = _cli(tmp_path, "show", str(slower))
+    assert shown.returncode == 0, shown.stderr
+    assert "backward by module" in shown.stdout and "forward by module" in shown.stdout
+    assert "layer.3" in shown.stdout.split("backward by module", 1)[1].splitlines()[0]

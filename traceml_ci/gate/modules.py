@@ -1,0 +1,94 @@
+"""Which sampled submodules moved between base and head (summary ``modules``): the pointer
+beside a phase share that moved, never a verdict of its own (module times are sampled).
+
+A module's move is in pp of the *step*: its share of the phase × the phase's share of the step,
+so "encoder.layer.3 +7.6 pp" reads against "forward +8.1 pp". The noise rule is the phases':
+a move counts only beyond ``noise_factor`` × the combined per-sample spread both summaries
+report for that module (and at least ``MIN_MOVE_PP``). Times are inclusive, so a parent moves
+with its child: a parent whose move one of its descendants explains is left for the child.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from traceml_ci.summary.keys import TOP_MODULES
+from traceml_ci.summary.view import SummaryView
+
+#: Phases whose shares are split by module.
+MODULE_PHASES = ("forward", "backward")
+#: A module is named only when its step share moved at least this much (pp).
+MIN_MOVE_PP = 0.5
+#: A parent is left out when a descendant moved by at least this fraction of its move.
+CHILD_EXPLAINS = 0.75
+#: Modules named beside a phase share that moved (the largest movers first).
+MODULES_NAMED = 2
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _listed(doc: Mapping[str, Any], phase: str, of_step: bool
+            ) -> tuple[dict[str, tuple[float, float]], bool]:
+    """name -> (share, noise) in pp of the step (``of_step``) or of the phase, for one phase's
+    listed modules; and whether the list may have been cut (more were timed than listed)."""
+    mods = doc.get("modules")
+    share = SummaryView(doc).share(phase) if of_step else 100.0
+    if not isinstance(mods, Mapping) or share is None:
+        return {}, False
+    rows = mods.get(phase)
+    if not isinstance(rows, list):
+        return {}, False
+    out: dict[str, tuple[float, float]] = {}
+    for m in rows:
+        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str):
+            continue
+        pct = _finite(m.get("share_pct"))
+        if pct is None:
+            continue
+        noise = _finite(m.get("noise_pp")) or 0.0
+        out[m["name"]] = (pct * share / 100.0, noise * share / 100.0)
+    return out, len(rows) >= TOP_MODULES
+
+
+def module_movers(base: Mapping[str, Any], head: Mapping[str, Any], phase: str = "forward",
+                  noise_factor: float = 1.0, *, of_step: bool = True
+                  ) -> list[tuple[str, float]]:
+    """Sampled modules of ``phase`` whose share of the step (``of_step``; else of the phase)
+    moved beyond their noise, in pp, the largest first; a parent whose move a descendant
+    explains is left out."""
+    b, b_cut = _listed(base, phase, of_step)
+    h, h_cut = _listed(head, phase, of_step)
+    if not b or not h:
+        return []
+    # A module listed on one side only was below the other side's shortest entry (if that list
+    # was cut): take that entry as its share, which understates the move, never overstates it.
+    b_floor = min(s for s, _ in b.values()) if b_cut else None
+    h_floor = min(s for s, _ in h.values()) if h_cut else None
+    moved: dict[str, float] = {}
+    for name in set(b) | set(h):
+        bs, bn = b.get(name, (b_floor, 0.0))
+        hs, hn = h.get(name, (h_floor, 0.0))
+        if bs is None or hs is None:
+            continue
+        delta = hs - bs
+        if abs(delta) >= max(MIN_MOVE_PP, noise_factor * math.hypot(bn, hn)):
+            moved[name] = delta
+    kept = [(name, d) for name, d in moved.items() if not _explained_by_child(name, d, moved)]
+    return sorted(kept, key=lambda kv: -abs(kv[1]))
+
+
+def _explained_by_child(name: str, delta: float, moved: Mapping[str, float]) -> bool:
+    prefix = name + "."
+    return any(other.startswith(prefix) and d * delta > 0 and abs(d) >= CHILD_EXPLAINS * abs(delta)
+               for other, d in moved.items())
+
+
+def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED) -> str:
+    """``encoder.layer.3 +7.6 pp, embed -0.3 pp`` (names are data: the renderers escape)."""
+    return ", ".join(f"{name} {delta:+.1f} pp" for name, delta in movers[:limit])
