@@ -194,3 +194,23 @@ def test_missing_script_is_a_usage_error(tmp_path, capsys) -> None:
     assert main(["run", str(tmp_path / "nope.py")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"traceml-ci: error: {tmp_path / 'nope.py'}: no such script"
+
+
+def test_module_sampling_from_the_command_line(tmp_path) -> None:
+    """--module-sample-s: a step timed per submodule that often (forward and backward), 0: none;
+    a negative value is one line and exit 2, before anything runs."""
+    script = str(EXAMPLES / "compute_bound.py")
+    on = _run(["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script,
+               "--steps", "40"], tmp_path)
+    assert on.returncode == 0, on.stderr
+    mods = _summary(tmp_path / "on")["modules"]
+    assert mods["sampled_steps"] >= 2 and mods["every_s"] == 0.05
+    assert mods["forward"] and mods["backward"]
+    off = _run(["--out", str(tmp_path / "off"), "--module-sample-s", "0", script,
+                "--steps", "20"], tmp_path)
+    assert off.returncode == 0, off.stderr
+    assert "modules" not in _summary(tmp_path / "off")
+    bad = _run(["--module-sample-s", "-1", script], tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "traceml-ci: error: --module-sample-s must be >= 0 (0: no module sampling)"]

@@ -58,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
     )
     p.add_argument(
+        "--module-sample-s", metavar="S", type=float,
+        help="seconds of training between two steps timed per submodule (default 0.5; 0: off; "
+        "trace_step runs only, docs/pinpoint.md)",
+    )
+    p.add_argument(
         "--no-live", action="store_true",
         help="no live view on a terminal: the script keeps our terminal, and plain progress "
         "lines go to stderr as in a log",
@@ -106,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a SCRIPT, or -m MODULE")
     if args.warmup_steps is not None and args.warmup_steps < 0:
         raise UsageError("--warmup-steps must be >= 0")
+    if args.module_sample_s is not None and not args.module_sample_s >= 0:
+        raise UsageError("--module-sample-s must be >= 0 (0: no module sampling)")
     if args.progress_interval is not None and not args.progress_interval >= 0:
         raise UsageError("--progress-interval must be >= 0")
     try:
@@ -119,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_name=args.run_name,
         warmup_steps=args.warmup_steps,
+        module_sample_s=args.module_sample_s,
         torchrun=torchrun_args(args),
     )
     company = attachment(live=not args.no_live, progress_interval_s=interval)

@@ -46,6 +46,8 @@ class LaunchSpec:
     run_name: str | None = None
     warmup_steps: int | None = None
     max_steps: int | None = None
+    #: Seconds between module samples (0: off); None leaves it to init() / the environment.
+    module_sample_s: float | None = None
     #: Distributed: torchrun's own options (``--nproc-per-node 2``, ``--nnodes``, ...); the job
     #: then starts through ``torch.distributed.run``, every rank under the bootstrap.
     torchrun: tuple[str, ...] = ()
@@ -76,6 +78,7 @@ class LaunchSpec:
             "run_name": self.run_name,
             "warmup_steps": self.warmup_steps,
             "max_steps": self.max_steps,
+            "module_sample_s": self.module_sample_s,
         }
         return frozenset(k for k, v in given.items() if v is not None)
 
