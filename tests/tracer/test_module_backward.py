@@ -261,3 +261,34 @@ def test_a_failing_hook_stops_sampling_and_training_goes_on(fresh_tracer, capfd)
     assert doc["step_time"]["steps_total"] >= 20  # every step recorded, none raised
     err = capfd.readouterr().err
     assert err.count("module sampling stopped") == 1
+
+
+class Wide(nn.Module):
+    """Many submodules with long names: the ``modules`` block stays bounded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleDict({
+            f"a_rather_long_descriptive_block_name_as_real_models_have_{i:02d}":
+                nn.Sequential(nn.Linear(16, 16), nn.ReLU())
+            for i in range(40)})
+        self.inp = nn.Linear(8, 16)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks.values():
+            x = block(x)
+        return self.out(x)
+
+
+def test_the_summary_stays_small_with_modules_and_efficiency(fresh_tracer) -> None:
+    """The issue's bound: a single-process summary with the new sections stays <= 8 KB."""
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.01)
+    _train(Wide(), 30, at_least_s=0.4)
+    doc = finish_and_load(tracer)
+    path = tracer.path
+    assert len(doc["modules"]["forward"]) == len(doc["modules"]["backward"]) == 12
+    assert "efficiency" in doc
+    size = path.stat().st_size
+    assert size <= 8 * 1024, size
