@@ -116,7 +116,9 @@ def test_device_run_end_to_end_fills_memory_fields_and_clock(fresh_tracer, fake_
     st, mem = doc["step_time"], doc["step_memory"]
     assert st["clock"] == "device_event"
     assert st["steps_total"] == 20 and st["steps_analyzed"] == 18
-    assert 0.8 <= st["phase_ms"]["forward"] < 1.0 * 1.6
+    # 1 ms of busy forward: at least that, and (on a loaded machine, a preempted spin is longer
+    # on every clock) still a part of the step, beside 1 ms of backward and 0.5 of optimizer.
+    assert 0.8 <= st["phase_ms"]["forward"] < st["step_ms"]["median"] - 1.0
     assert mem["device"] == "cuda:0"
     assert mem["peak_allocated_mb"] == 1000.0 and mem["peak_reserved_mb"] == 3000.0
     assert mem["alloc_retries"] == 2 and mem["ooms"] == 0

@@ -11,8 +11,10 @@ from torch import nn
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from traceml_ci.summary.schema import summary_problems
+from traceml_ci.tracer.flops import NOT_COUNTED_COMPILED, NOT_COUNTED_NO_WARMUP
 
 B, IN, HID, OUT = 32, 64, 128, 10
+NULLS = ("flops_per_step", "compute_ms", "achieved_tflops", "dtype", "peak_tflops", "mfu_pct")
 
 
 def _train(steps: int) -> None:
@@ -57,7 +59,8 @@ def test_no_warmup_no_count(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=0)
     _train(20)
     doc = finish_and_load(tracer)
-    assert "efficiency" not in doc  # an analysed step is never slowed by counting
+    # An analysed step is never slowed by counting: nulls, and why.
+    assert doc["efficiency"] == {**dict.fromkeys(NULLS), "not_counted": NOT_COUNTED_NO_WARMUP}
 
 
 def test_a_counter_that_fails_warns_and_training_goes_on(fresh_tracer, monkeypatch, capfd) -> None:
@@ -70,7 +73,8 @@ def test_a_counter_that_fails_warns_and_training_goes_on(fresh_tracer, monkeypat
     tracer = fresh_tracer(warmup_steps=2)
     _train(20)
     doc = finish_and_load(tracer)
-    assert "efficiency" not in doc
+    assert doc["efficiency"]["flops_per_step"] is None
+    assert doc["efficiency"]["not_counted"] == "the FLOP counter failed (RuntimeError)"
     assert doc["step_time"]["steps_analyzed"] == 18
     assert capfd.readouterr().err.count("FLOPs not counted") == 1
 
@@ -91,7 +95,8 @@ def test_a_process_that_compiles_is_not_counted(fresh_tracer, monkeypatch) -> No
     monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: True)
     tracer = fresh_tracer(warmup_steps=2)
     _train(10)
-    assert "efficiency" not in finish_and_load(tracer)
+    eff = finish_and_load(tracer)["efficiency"]
+    assert eff == {**dict.fromkeys(NULLS), "not_counted": NOT_COUNTED_COMPILED}
 
 
 def test_a_compiled_model_is_seen_as_compiled() -> None:

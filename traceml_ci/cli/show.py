@@ -91,7 +91,10 @@ def render(doc: dict[str, Any]) -> Any:
     )
     parts: list[Any] = [head, Text(""), times, step_line]
     eff = v.efficiency
-    if eff:
+    if eff and isinstance(eff.get("not_counted"), str):
+        parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})",
+                          style="dim"))
+    elif eff:
         flops, rate = eff.get("flops_per_step"), eff.get("achieved_tflops")
         mfu = eff.get("mfu_pct")
         parts.append(Text(

@@ -75,6 +75,8 @@ class RunRecord:
     #: FLOPs of one counted step (None: not counted) and the model's parameter dtype.
     flops_per_step: float | None = None
     flops_dtype: str | None = None
+    #: Why there is no FLOP count (tracer/flops.py), for a section of nulls that says so.
+    flops_not_counted: str | None = None
     #: Sampled per-module forward times (tracer/modules.py), already in the summary's shape.
     modules: dict[str, Any] | None = None
 
@@ -107,12 +109,15 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
 
 def _efficiency(record: RunRecord, st: StepTime) -> Efficiency | None:
     """FLOPs per step over the median compute time: achieved TFLOP/s, and MFU where the
-    device's peak for the model's dtype is known (summary/peaks.py). None when not counted."""
+    device's peak for the model's dtype is known (summary/peaks.py). Not counted: nulls and
+    the reason; None for a run that never tried (an older tracer's record)."""
     from traceml_ci.summary.peaks import peak_tflops
 
     flops = record.flops_per_step
     if not flops:
-        return None
+        if record.flops_not_counted is None:
+            return None
+        return Efficiency(not_counted=record.flops_not_counted)
     parts = [st.phase_ms.get(p) for p in ("forward", "backward", "optimizer")]
     compute_ms = sum(x for x in parts if x is not None) if any(parts) else None
     achieved = flops / (compute_ms / 1000.0) / 1e12 if compute_ms else None

@@ -178,6 +178,8 @@ class Efficiency:
     dtype: str | None = None
     peak_tflops: float | None = None
     mfu_pct: float | None = None
+    #: Why the figures are null: not counted (torch.compile, no warmup step, the counter failed).
+    not_counted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,8 @@ class Summary:
 
 def _efficiency_dict(e: Efficiency) -> dict[str, Any]:
     out = dataclasses.asdict(e)
+    if out["not_counted"] is None:
+        del out["not_counted"]
     for key, digits in (("compute_ms", 4), ("achieved_tflops", 6), ("mfu_pct", 2)):
         out[key] = _round(out[key], digits)
     return out

@@ -16,6 +16,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+NOT_COUNTED_COMPILED = "torch.compile in use: counting could fail a compiled step"
+NOT_COUNTED_NO_OPS = "no op with a FLOP formula ran (matmul, convolution, attention)"
+NOT_COUNTED_NO_WARMUP = "no warmup step to count on (warmup_steps=0)"
+NOT_COUNTED_NO_STEP = "no trace_step: the counted step is the first trace_step"
+
 
 def compiled_frames() -> int:
     """Frames dynamo compiled in this process so far (0 when dynamo is not loaded)."""
@@ -50,6 +55,17 @@ def compile_in_use(models: tuple[Any, ...] = (), frames_before: int = 0) -> bool
     return False
 
 
+def not_counted(count: FlopCount, explicit_steps: bool, warmup_steps: int) -> str | None:
+    """Why a run has no FLOP count (None when it has one)."""
+    if count.flops is not None:
+        return None
+    if count.reason is not None:
+        return count.reason
+    if not explicit_steps:
+        return NOT_COUNTED_NO_STEP
+    return NOT_COUNTED_NO_WARMUP if warmup_steps == 0 else "not counted"
+
+
 class FlopCount:
     """Counts one step: ``begin()`` at its start, ``end()`` at its end (both never raise)."""
 
@@ -60,6 +76,8 @@ class FlopCount:
         self.flops: int | None = None
         self.dtype: str | None = None
         self.done = False
+        #: Why there is no count (None: counted, or never tried).
+        self.reason: str | None = None
 
     def begin(self, models: tuple[Any, ...]) -> bool:
         """Start counting; False when it cannot (nothing is then left open)."""
@@ -69,6 +87,7 @@ class FlopCount:
         if compile_in_use(models, self._frames_before):  # see compile_in_use
             # torch.compile is in use: a dispatch mode during compilation makes a fullgraph
             # compile raise in the user's step, and can leave frames uncompiled. Not counted.
+            self.reason = NOT_COUNTED_COMPILED
             return False
         try:
             from torch.utils.flop_counter import FlopCounterMode
@@ -79,6 +98,7 @@ class FlopCount:
             self._mode = mode
             return True
         except Exception as exc:
+            self.reason = f"the FLOP counter failed ({type(exc).__name__})"
             self._warn(f"FLOPs not counted ({exc!r})")
             return False
 
@@ -90,7 +110,10 @@ class FlopCount:
             mode.__exit__(None, None, None)
             total = int(mode.get_total_flops())
             self.flops = total if total > 0 else None
+            if self.flops is None:
+                self.reason = NOT_COUNTED_NO_OPS
         except Exception as exc:
+            self.reason = f"the FLOP counter failed ({type(exc).__name__})"
             self._warn(f"FLOPs not counted ({exc!r})")
 
     @property

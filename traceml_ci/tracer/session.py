@@ -16,7 +16,7 @@ from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_f
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.distributed import RankGather, identity, parallelism
-from traceml_ci.tracer.flops import FlopCount, compiled_frames
+from traceml_ci.tracer.flops import FlopCount, compiled_frames, not_counted
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
@@ -390,6 +390,8 @@ class Tracer:
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
+            flops_not_counted=not_counted(self.flop_count, self._explicit_steps,
+                                          self.config.warmup_steps),
         )
 
     def _samples_per_step(self) -> float | None:
