@@ -13,6 +13,7 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
     SUMMARY_FILENAME,
 )
 from traceml_ci.summary.live import ENV_LIVE, live_from_env
+from traceml_ci.summary.profile import ENV_PROFILE_STEPS, profile_steps_from_env
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 MODES = ("auto", "manual")
@@ -30,6 +31,10 @@ class TracerConfig:
     thresholds: Thresholds = DEFAULT_THRESHOLDS
     #: Keep ``<out>/live/rank<N>.json`` up to date while the run goes (the live view reads it).
     live: bool = field(default_factory=lambda: live_from_env(os.environ.get(ENV_LIVE)))
+    #: Profile this many steps after the warmup under torch.profiler (0: off; the pytest
+    #: plugin's escalation on a regression). ``<out>/profile/``: trace.json, top_ops.json.
+    profile_steps: int = field(
+        default_factory=lambda: profile_steps_from_env(os.environ.get(ENV_PROFILE_STEPS)))
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
 
@@ -40,7 +45,10 @@ class TracerConfig:
             raise ValueError("warmup_steps must be >= 0")
         if self.max_steps is not None and int(self.max_steps) < 1:
             raise ValueError("max_steps must be >= 1")
+        if int(self.profile_steps) < 0:
+            raise ValueError("profile_steps must be >= 0")
         self.out_dir = Path(self.out_dir)
+        self.profile_steps = int(self.profile_steps)
         self.warmup_steps = int(self.warmup_steps)
 
     @property
