@@ -28,6 +28,8 @@ TOP_OPS_FILENAME = "top_ops.json"
 #: Ops kept per document (by self time): enough to see where a step went, small enough for a
 #: PR comment and a baseline entry.
 MAX_OPS = 15
+#: Steps profiled after the warmup by the pytest plugin's escalation, unless told otherwise.
+DEFAULT_PROFILE_STEPS = 5
 #: Op names are cut to this many characters (a record_function label can be anything).
 MAX_NAME_CHARS = 200
 #: The key of a baseline entry's top ops (a summary recorded with ``--traceml-profile``).

@@ -113,7 +113,7 @@ class Tracer:
         from traceml_ci.tracer import lifecycle
         from traceml_ci.tracer.profiling import StepProfiler
 
-        if not lifecycle.owns_run():
+        if not lifecycle.owns_run() or _env_int("RANK", 0) != 0:  # one rank's profile: rank 0's
             return
         try:
             cfg = self.config
