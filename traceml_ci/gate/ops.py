@@ -99,7 +99,8 @@ def markdown_section(runs: Sequence[ProfiledRun]) -> str:
         out += ["Top ops by self time:", "", _github_table(rows, headers), ""]
         deltas = p.deltas
         if deltas:
-            out += ["Largest changes, base → head:", "",
+            out += ["Largest changes, base → head (new, gone: not in the other side's top ops):",
+                    "",
                     _github_table(_delta_rows(deltas, fmt.markdown), _DELTA_HEADERS), ""]
     return "\n".join(out)
 
