@@ -55,7 +55,10 @@ def test_script(traceml):
 def _trace_of(stdout: str) -> Path:
     found = re.findall(r"^traceml: profile of \S+: (\S+trace\.json) \((.*)\)$", stdout, re.M)
     assert len(found) == 1, stdout
-    return Path(found[0][0])
+    trace = Path(found[0][0])
+    # The figures asked for (time of the profiled re-run, trace size), shown with -s.
+    print(f"\nprofiled re-run: {found[0][1]}; trace {trace.stat().st_size:,} bytes")
+    return trace
 
 
 def test_a_regression_is_profiled_with_op_deltas_against_a_profiled_baseline(
@@ -71,12 +74,12 @@ def test_a_regression_is_profiled_with_op_deltas_against_a_profiled_baseline(
 
     smoke.slow_data()
     report = smoke.path / "report.md"
-    slowed = smoke.run(*GATE, f"--traceml-report={report}")
+    slowed = smoke.run(*GATE[:2], f"--traceml-report={report}")  # the default 5 steps
     slowed.assert_outcomes(failed=1)
     out = slowed.stdout.str()
     slowed.stdout.fnmatch_lines([
         "traceml: regression for test_smoke.py::test_mlp against *",
-        "traceml: profile of a re-run under torch.profiler (3 profiled steps on cpu, re-run *"
+        "traceml: profile of a re-run under torch.profiler (5 profiled steps on cpu, re-run *"
         " s, trace * kB)",
         "top ops by self time:",
         "op * host ms/step * calls/step * share",
@@ -90,7 +93,7 @@ def test_a_regression_is_profiled_with_op_deltas_against_a_profiled_baseline(
     doc = json.loads(trace.read_text())  # loadable: Perfetto / chrome://tracing / HTA
     assert any(e.get("name") == "aten::addmm" for e in doc["traceEvents"])
     steps = {e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
-    assert len(steps) == 3
+    assert len(steps) == 5
     md = report.read_text()
     assert "### Profiles of regressed tests" in md and "#### test_smoke.py::test_mlp" in md
     assert "| aten::addmm" in md and "Largest changes, base → head" in md
