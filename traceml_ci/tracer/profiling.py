@@ -118,7 +118,8 @@ class StepProfiler:
             tmp.unlink(missing_ok=True)
         rows = []
         for e in prof.key_averages():
-            if e.key.startswith(_STEP_LABEL):
+            # Ops only: a kernel's row (device_type CUDA) repeats device time its op counts.
+            if e.key.startswith(_STEP_LABEL) or _kind(e) != "CPU":
                 continue
             dev = getattr(e, "self_device_time_total", 0.0) if self._device != "cpu" else None
             rows.append((e.key, e.self_cpu_time_total / 1000.0,
@@ -144,3 +145,8 @@ class StepProfiler:
 
 def _always_record(action: Any) -> Callable[[int], Any]:
     return lambda _step: action
+
+
+def _kind(event: Any) -> str:
+    """``DeviceType.CPU`` -> "CPU" (events without the attribute count as host ops)."""
+    return str(getattr(event, "device_type", "CPU")).rsplit(".", 1)[-1]
