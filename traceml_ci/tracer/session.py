@@ -111,11 +111,12 @@ class Tracer:
     # -- profiling (tracer/profiling.py; never imported when off) ---------------------------
     def _start_profile(self) -> None:
         from traceml_ci.tracer import lifecycle
-        from traceml_ci.tracer.profiling import StepProfiler
 
         if not lifecycle.owns_run() or _env_int("RANK", 0) != 0:  # one rank's profile: rank 0's
             return
         try:
+            from traceml_ci.tracer.profiling import StepProfiler
+
             cfg = self.config
             self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
             if self.zero_change:  # steps end at optimizer steps until trace_step is called
