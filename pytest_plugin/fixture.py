@@ -111,10 +111,22 @@ class TraceML:
                 pytest.fail(failure, pytrace=False)
             return docs[-1]
 
+        def profiled(out_dir: Path, steps: int) -> None:
+            from traceml_ci.summary.profile import ENV_PROFILE_STEPS
+
+            # Raises ScriptFailed: the escalation turns it into a warning, not a failure.
+            traced_script(
+                path, [str(a) for a in args], out_dir=out_dir, run_name=key,
+                warmup_steps=warmup_steps, timeout_s=timeout_s,
+                env={**(env or {}), ENV_PROFILE_STEPS: str(steps)},
+                cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
+            )
+
         for _ in range(state.options.runs_per_test):
             run_once()
         # A regression is confirmed by running the script again (--traceml-confirm).
-        result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs, rerun=run_once)
+        result = gate_summaries(state, nodeid=item.nodeid, key=key, docs=docs, rerun=run_once,
+                                profile=profiled)
         self.summary = result.summary
         return result.summary or docs[-1]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_plugin.profiling import ProfileJob, after_gate
 from pytest_plugin.results import GateResult, Handling
 from pytest_plugin.state import TracemlState
 from pytest_plugin.summaries import MAX_PROBLEMS_SHOWN, summary_problems
@@ -38,13 +39,18 @@ def gate_summaries(
     key: str,
     docs: Sequence[dict[str, Any]],
     rerun: Callable[[], dict[str, Any]] | None = None,
+    profile: ProfileJob | None = None,
 ) -> GateResult:
     """Gate this test's summaries (one per repeat) under baseline ``key``; records the result
     in ``state`` and raises pytest's Failed when the test must fail.
 
     ``rerun``: runs the job once more and returns its summary. When the runs so far regress or
     come close, it is called up to ``--traceml-confirm`` times, each new run combined with the
-    earlier ones, until the combination is clean (``traceml_ci.gate.confirm``)."""
+    earlier ones, until the combination is clean (``traceml_ci.gate.confirm``).
+
+    ``profile(out_dir, steps)``: runs the job once more with ``steps`` profiled, for
+    ``--traceml-profile-on-regression`` (a confirmed regression) and ``--traceml-profile``
+    (the baseline's top ops); see ``pytest_plugin.profiling``. It never changes the verdict."""
     __tracebackhide__ = True
     from traceml_ci.gate.confirm import confirm
 
@@ -62,6 +68,7 @@ def gate_summaries(
     if done.reruns:
         result, message = _with_confirmation(result, message, done.reruns, len(done.docs),
                                              first_regressed=_regressed(done.first[0]))
+    result, message = after_gate(state, result, message, profile)
     state.record(result)
     if result.fails:
         pytest.fail(message, pytrace=False)

@@ -11,6 +11,7 @@ from typing import Any
 
 from traceml_ci.fsutil import find_pyproject
 from traceml_ci.summary.keys import DEFAULT_BASELINE_RUNS, DEFAULT_CONFIRM_RERUNS
+from traceml_ci.summary.profile import DEFAULT_PROFILE_STEPS
 
 #: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -80,6 +81,35 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "compare and report, but a regression does not fail the test "
         "(the GitHub Action's fail-on-regression: false)",
     ),
+    (
+        "--traceml-profile-on-regression",
+        "traceml_profile_on_regression",
+        "flag",
+        "when a traced test regresses (after confirmation), run it once more under "
+        "torch.profiler: a chrome trace, and its top ops by self time in the failure and the "
+        "report; never changes a verdict",
+    ),
+    (
+        "--traceml-profile",
+        "traceml_profile",
+        "flag",
+        "with --traceml-update-baseline, run each traced test once more under torch.profiler "
+        "and store its top ops in its baseline entry (a later regression then shows op "
+        "deltas base -> head)",
+    ),
+    (
+        "--traceml-profile-steps",
+        "traceml_profile_steps",
+        "int",
+        f"steps profiled after the warmup; default {DEFAULT_PROFILE_STEPS}",
+    ),
+    (
+        "--traceml-profile-dir",
+        "traceml_profile_dir",
+        "path",
+        "where the profiles go (one folder per baseline key); default: the test's temporary "
+        "folder",
+    ),
 )
 
 
@@ -101,6 +131,10 @@ class Options:
     baseline_runs: int = DEFAULT_BASELINE_RUNS
     comparison: Path | None = None
     report_only: bool = False
+    profile_on_regression: bool = False
+    profile: bool = False
+    profile_steps: int = DEFAULT_PROFILE_STEPS
+    profile_dir: Path | None = None
     #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
     pyproject: Path | None = None
 
@@ -176,6 +210,12 @@ def read_options(config: Any) -> Options:
         raise SetupError(f"--traceml-baseline-runs must be at least 1, not {baseline_runs}")
     if values.get("update_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-update-baseline needs --traceml-baseline=PATH")
+    if values.get("profile_steps", DEFAULT_PROFILE_STEPS) < 1:
+        raise SetupError("--traceml-profile-steps must be at least 1, not "
+                         f"{values['profile_steps']}")
+    if values.get("profile") and not values.get("update_baseline"):
+        raise SetupError("--traceml-profile needs --traceml-update-baseline (it records the "
+                         "baseline's top ops)")
     if values.get("require_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-require-baseline needs --traceml-baseline=PATH")
     # At or above pytest's rootdir, as ``traceml-ci diff`` looks from its working directory.

@@ -128,5 +128,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     from pytest_plugin.terminal import write_section
 
-    write_section(terminalreporter, list(state.results.values()), state.notes, state.errors,
-                  state.verdict_line())
+    write_section(terminalreporter, list(state.results.values()),
+                  state.notes + state.profile_notes(), state.errors, state.verdict_line())

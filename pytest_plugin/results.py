@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate import Comparison, Verdict
+    from traceml_ci.gate.ops import ProfiledRun
 
 
 class Handling(str, Enum):
@@ -39,6 +40,10 @@ class GateResult:
     comparison: Comparison | None = None
     #: Whether a failing verdict fails the test (False under --traceml-report-only).
     enforced: bool = True
+    #: --traceml-profile-on-regression: the profiled re-run of a regressed test (its top ops).
+    profile: ProfiledRun | None = None
+    #: Why that profile could not be taken ("" when it was, or was not asked for).
+    profile_error: str = ""
 
     @property
     def verdict(self) -> Verdict | None:
@@ -70,6 +75,7 @@ class GateResult:
         pickled: the channel joins this session's own processes, and the controller must not
         compare the pair a second time."""
         blob = pickle.dumps(self.comparison) if self.comparison is not None else None
+        profile = pickle.dumps(self.profile) if self.profile is not None else None
         return {
             "nodeid": self.nodeid,
             "key": self.key,
@@ -79,11 +85,14 @@ class GateResult:
             "repeats": self.repeats,
             "comparison": base64.b64encode(blob).decode("ascii") if blob else None,
             "enforced": self.enforced,
+            "profile": base64.b64encode(profile).decode("ascii") if profile else None,
+            "profile_error": self.profile_error,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GateResult:
         blob = d.get("comparison")
+        profile = d.get("profile")
         return cls(
             nodeid=str(d["nodeid"]),
             key=str(d["key"]),
@@ -93,5 +102,7 @@ class GateResult:
             repeats=int(d.get("repeats", 1)),
             comparison=pickle.loads(base64.b64decode(blob)) if blob else None,
             enforced=bool(d.get("enforced", True)),
+            profile=pickle.loads(base64.b64decode(profile)) if profile else None,
+            profile_error=str(d.get("profile_error", "")),
         )
 

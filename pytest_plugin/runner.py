@@ -96,6 +96,7 @@ class MarkedRun:
             locked=frozenset(locked),
             # In-process tests are gated, not watched: no snapshot thread beside the test body.
             live=False,
+            profile_steps=0,  # only the profiled re-run profiles (``profiled``)
         )
         if a.warmup_steps is not None:
             options["warmup_steps"] = a.warmup_steps
@@ -145,5 +146,27 @@ class MarkedRun:
                 rerun()
             return self.docs[-1]
 
+        def profiled(out: Path, steps: int) -> None:
+            self.profiled(out, steps, rerun)
+
         gate_summaries(self.state, nodeid=self.item.nodeid, key=self.key, docs=self.docs,
-                       rerun=one_more)
+                       rerun=one_more, profile=profiled)
+
+    def profiled(self, out: Path, steps: int, rerun: Callable[[], Any]) -> None:
+        """Run the test body once more with ``steps`` steps profiled, its files under ``out``.
+        Its summary is neither kept nor gated (the profiler's overhead is in it)."""
+        from dataclasses import replace
+
+        from traceml_ci.tracer import api
+
+        config = replace(self._config(len(self.docs)), out_dir=out, profile_steps=steps)
+        tracer = api.start(config, at_exit=False)
+        self.tracer = tracer
+        try:
+            rerun()
+        finally:
+            try:
+                tracer.finish()
+            finally:
+                api.stop()
+                self.tracer = None

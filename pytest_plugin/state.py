@@ -29,6 +29,8 @@ WORKER_OUTPUT_KEY = "traceml_results"
 PLUGIN_TOLERANCES = {"step_memory.peak_rss_mb": {"skip": True}}
 #: Notes list at most this many keys, then "(+N more)".
 MAX_KEYS_LISTED = 10
+#: The report shows the top ops of at most this many profiled tests (a PR comment is bounded).
+MAX_PROFILES_SHOWN = 5
 
 
 class TracemlState:
@@ -163,8 +165,40 @@ class TracemlState:
         from traceml_ci.fsutil import atomic_write_text
         from traceml_ci.gate import render_markdown
 
-        atomic_write_text(path, render_markdown(self.session_comparison()))
+        text = render_markdown(self.session_comparison())
+        section = self._profiles_markdown()
+        if section:
+            text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+        atomic_write_text(path, text)
         self.notes.append(f"report written: {path}")
+
+    def _profiles_markdown(self) -> str:
+        """The report's section on regressed tests profiled (--traceml-profile-on-regression)."""
+        from traceml_ci.gate import ops
+
+        runs = [r.profile for r in sorted(self.results.values(), key=lambda r: r.key)
+                if r.profile is not None and r.comparison is not None
+                and not self.options.update_baseline]
+        section = ops.markdown_section(runs[:MAX_PROFILES_SHOWN])
+        if len(runs) > MAX_PROFILES_SHOWN:
+            more = len(runs) - MAX_PROFILES_SHOWN
+            section += f"\n*…and {more} more profiled (their traces are named in the log)*\n"
+        return section
+
+    def profile_notes(self) -> list[str]:
+        """Terminal lines: where each profile went, and each profile that could not be taken."""
+        from traceml_ci.gate.fmt import plain
+        from traceml_ci.gate.ops import describe
+
+        lines = []
+        for r in sorted(self.results.values(), key=lambda r: r.key):
+            p = r.profile
+            if p is not None and p.trace:
+                lines.append(f"profile of {plain(r.key)}: {plain(p.trace)} ({describe(p)})")
+            if r.profile_error:
+                lines.append(f"warning: could not profile {plain(r.key)}: "
+                             f"{plain(r.profile_error)}")
+        return lines
 
     def _comparison_json(self, path: Path) -> None:
         from traceml_ci.fsutil import atomic_write_text

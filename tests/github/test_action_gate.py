@@ -234,3 +234,20 @@ def test_fail_on_regression_must_be_a_boolean(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["action-gate", "--fail-on-regression", "maybe"])
     assert exc.value.code == 2 and "expected true or false" in capsys.readouterr().err
+
+
+def test_profile_on_regression_asks_the_plugin_for_profiles_in_the_artifact(
+    gate, tmp_path: Path
+) -> None:
+    baseline = write_slow_baseline(tmp_path)
+    stale = tmp_path / "out" / "profiles" / "old" / "profile" / "trace.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    r = gate("--baseline", baseline, "--profile-on-regression", "true")
+    cmd = r["fake"].cmd
+    assert "--traceml-profile-on-regression" in cmd
+    assert f"--traceml-profile-dir={tmp_path / 'out' / 'profiles'}" in cmd
+    assert r["outputs"]["artifact-dir"] == str(tmp_path / "out")  # the profiles are inside it
+    assert not stale.exists()  # an earlier run's trace never passes for this one's
+    off = gate("--baseline", baseline)
+    assert not any(a.startswith("--traceml-profile") for a in off["fake"].cmd)

@@ -129,19 +129,24 @@ SLOW_DATA_MS = "20"
 def _preload() -> None:
     """Import what inner sessions import lazily, so pytester keeps it between runs."""
     import jsonschema  # noqa: F401
+    import tabulate  # noqa: F401
     import torch  # noqa: F401
     import torch.optim  # noqa: F401
+    import torch.profiler  # noqa: F401
     import torch.utils.data  # noqa: F401
 
     import pytest_plugin.fixture  # noqa: F401
+    import pytest_plugin.profiling  # noqa: F401
     import pytest_plugin.runner  # noqa: F401
     import pytest_plugin.scripts  # noqa: F401
     import pytest_plugin.state  # noqa: F401
     import pytest_plugin.terminal  # noqa: F401
     import traceml_ci.gate  # noqa: F401
+    import traceml_ci.gate.ops  # noqa: F401
     import traceml_ci.gate.render  # noqa: F401
     import traceml_ci.tracer.api  # noqa: F401
     import traceml_ci.tracer.env  # noqa: F401
+    import traceml_ci.tracer.profiling  # noqa: F401
 
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # torch's own lazy imports
 

@@ -56,6 +56,17 @@ def test_result_round_trips_through_plain_data(summary_doc: dict[str, Any]) -> N
                           _compared(summary_doc, 30.0))
     back = GateResult.from_dict(compared.to_dict())
     assert back == compared and back.verdict is compared.verdict  # the same comparison
+    from dataclasses import replace
+
+    from traceml_ci.gate.ops import ProfiledRun
+    from traceml_ci.summary.profile import top_ops
+
+    top = top_ops([("aten::mm", 3.0, None, 2)], steps=1, device="cpu")
+    profiled = replace(compared, profile=ProfiledRun("k", top, top, "/t.json", 1.5, 10),
+                       profile_error="")
+    assert GateResult.from_dict(profiled.to_dict()) == profiled  # xdist: a worker's profile
+    failed = replace(compared, profile_error="the profiled run failed: boom")
+    assert GateResult.from_dict(failed.to_dict()).profile_error == failed.profile_error
 
 
 def test_what_fails_a_test(summary_doc: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ REPORT_NAME = "report.md"
 SUMMARIES_NAME = "summaries.json"
 COMPARISON_NAME = "comparison.json"
 META_NAME = "comment.json"
+#: --profile-on-regression: the profiled re-runs' traces, one folder per key (in the artifact).
+PROFILES_NAME = "profiles"
 
 
 class NoVerdict(str, Enum):
@@ -130,6 +133,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=CommentPolicy.ON_REGRESSION.value,
     )
     p.add_argument("--fail-on-regression", type=_bool, default=True, metavar="BOOL")
+    p.add_argument(
+        "--profile-on-regression", type=_bool, default=False, metavar="BOOL",
+        help="re-run a regressed test under torch.profiler; its trace goes to the artifact",
+    )
     p.add_argument("--comment-id", metavar="ID", default="", help="marker id (default $GITHUB_JOB)")
     p.add_argument("--out", metavar="DIR", default="", help="where the report and summaries go")
     p.set_defaults(func=run)
@@ -192,6 +199,7 @@ class _Files:
         self.summaries = out / SUMMARIES_NAME
         self.comparison = out / COMPARISON_NAME
         self.meta = out / META_NAME
+        self.profiles = out / PROFILES_NAME
 
 
 def _run_pytest(
@@ -206,6 +214,8 @@ def _run_pytest(
             cmd.append("--traceml-report-only")  # compared and reported; no test fails on it
     if args.tolerances:
         cmd.append(f"--traceml-tolerances={args.tolerances}")
+    if args.profile_on_regression:
+        cmd += ["--traceml-profile-on-regression", f"--traceml-profile-dir={files.profiles}"]
     print(f"traceml-ci: {shlex.join(cmd)}", flush=True)
     return subprocess.call(cmd)
 
@@ -272,6 +282,7 @@ def _out_dir(given: str, job_id: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name in (REPORT_NAME, SUMMARIES_NAME, COMPARISON_NAME, META_NAME):
         (out / name).unlink(missing_ok=True)  # a stale file must not pass for this run's
+    shutil.rmtree(out / PROFILES_NAME, ignore_errors=True)
     return out
 
 

@@ -13,6 +13,7 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
     SUMMARY_FILENAME,
 )
 from traceml_ci.summary.live import ENV_LIVE, live_from_env
+from traceml_ci.summary.profile import ENV_PROFILE_STEPS, profile_steps_from_env
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from traceml_ci.tracer.modules import SAMPLE_EVERY_S
 
@@ -51,6 +52,10 @@ class TracerConfig:
     #: Seconds of training between two module samples (tracer/modules.py); 0 turns them off.
     module_sample_s: float = field(default_factory=lambda: module_sample_from_env(
         os.environ.get(ENV_MODULE_SAMPLE)))
+    #: Profile this many steps after the warmup under torch.profiler (0: off; the pytest
+    #: plugin's escalation on a regression). ``<out>/profile/``: trace.json, top_ops.json.
+    profile_steps: int = field(
+        default_factory=lambda: profile_steps_from_env(os.environ.get(ENV_PROFILE_STEPS)))
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
 
@@ -64,7 +69,10 @@ class TracerConfig:
         if not float(self.module_sample_s) >= 0:
             raise ValueError("module_sample_s must be >= 0 (0: no module sampling)")
         self.module_sample_s = float(self.module_sample_s)
+        if int(self.profile_steps) < 0:
+            raise ValueError("profile_steps must be >= 0")
         self.out_dir = Path(self.out_dir)
+        self.profile_steps = int(self.profile_steps)
         self.warmup_steps = int(self.warmup_steps)
 
     @property

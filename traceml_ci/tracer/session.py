@@ -91,6 +91,10 @@ class Tracer:
         self.live: LiveWriter | None = None
         if config.live:
             self._start_live()
+        #: A few steps under torch.profiler after the warmup (None: off, or done).
+        self.profile: Any = None
+        if config.profile_steps > 0:
+            self._start_profile()
 
     # -- live snapshots ------------------------------------------------------------------------
     def _start_live(self) -> None:
@@ -103,6 +107,25 @@ class Tracer:
         except Exception as exc:
             self.live = None
             _warn(f"the live snapshot could not start ({exc!r}); training goes on")
+
+    # -- profiling (tracer/profiling.py; never imported when off) ---------------------------
+    def _start_profile(self) -> None:
+        from traceml_ci.tracer import lifecycle
+
+        if not lifecycle.owns_run() or _env_int("RANK", 0) != 0:  # one rank's profile: rank 0's
+            return
+        try:
+            from traceml_ci.tracer.profiling import StepProfiler
+
+            cfg = self.config
+            self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
+            if self.zero_change:  # steps end at optimizer steps until trace_step is called
+                self.profile.follow_optimizer(lambda: self.store.steps_total,
+                                              lambda: self.device,
+                                              lambda: self._explicit_steps)
+        except Exception as exc:
+            self.profile = None
+            _warn(f"profiling off ({exc!r}); training goes on")
 
     def stop_live(self) -> None:
         """Stop the snapshot thread without a last snapshot (a tracer forgotten unfinished)."""
@@ -133,6 +156,8 @@ class Tracer:
         self._reconfigure_live(old)
         self._last_scope = None  # a scope built for the old mode must not be reused
         self.store.warmup_steps = self.config.warmup_steps
+        if self.profile is not None:
+            self.profile.warmup = self.config.warmup_steps
         if "batch_size" in changes:
             self.batch_size = self.config.batch_size
         if "module_sample_s" in changes:
@@ -284,6 +309,9 @@ class Tracer:
         self.stop_live()  # its thread reads nothing while the store drains
         self.flop_count.end()  # a step left open by an error: close the counter
         self.module_sampler.stop()
+        if self.profile is not None:  # fewer steps than asked: write what was profiled
+            self.profile.close(self.store.steps_total)
+            self.profile = None
         try:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
@@ -441,9 +469,12 @@ class StepScope(StepGate):
             counting = (not tr.flop_count.done and not rec.in_step
                         and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
                         and tr.flop_count.begin(self.models))
+            if tr.profile is not None and not rec.in_step:
+                tr.profile.boundary(tr.store.steps_total, tr.device)
             rec.step_begin()
-            # Several models: always the general way; a counted step ends the general way too.
-            self.primed = len(self.timers) <= 1 and not counting
+            # Several models: always the general way; a counted step ends the general way too;
+            # so does each step while a profile is due (its boundaries are here).
+            self.primed = len(self.timers) <= 1 and not counting and tr.profile is None
         except Exception as exc:
             tr.fail(exc)
         return self
@@ -454,7 +485,12 @@ class StepScope(StepGate):
             tr.rec.step_end(exc_type is None)  # a no-op outside a step (tracing stopped)
             if tr.flop_count.counting and not tr.rec.in_step:
                 tr.flop_count.end()
-                self.primed = len(self.timers) <= 1
+                self.primed = len(self.timers) <= 1 and tr.profile is None
+            profile = tr.profile
+            if (profile is not None and not tr.rec.in_step
+                    and profile.boundary(tr.store.steps_total, tr.device)):
+                tr.profile = None  # written (or given up): the short path may run again
+                self.primed = len(self.timers) <= 1 and not tr.flop_count.counting
             saved = self.saved
             if saved is not None and not tr.rec.in_step:
                 self.saved = None

@@ -1,0 +1,162 @@
+"""--traceml-profile-on-regression: a regressed test runs once more under torch.profiler; its
+chrome trace is kept and its top ops (and, against a --traceml-profile baseline, their deltas)
+are in the failure and the report. It never changes a verdict."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.pytest_plugin.conftest import SmokeProject
+from tests.pytest_plugin.test_repeats import ONE_TEST
+
+#: One run per baseline and no confirmation: these tests are about what follows the verdict.
+RECORD = ("--traceml-update-baseline", "--traceml-baseline-runs=1")
+GATE = ("--traceml-confirm=0", "--traceml-profile-on-regression", "--traceml-profile-steps=3")
+
+#: The profiler's start fails in the inner session (an autouse fixture: restored after the test).
+BROKEN_PROFILER = '''
+import pytest
+import torch.profiler
+
+
+class _Broken:
+    def __init__(self, **_):
+        pass
+
+    def start(self):
+        raise RuntimeError("no kineto here")
+
+
+@pytest.fixture(autouse=True)
+def _broken_profiler(monkeypatch):
+    monkeypatch.setattr(torch.profiler, "profile", _Broken)
+'''
+
+SCRIPT = '''
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from smoke_train import train
+
+train()
+'''
+
+SCRIPT_TEST = '''
+def test_script(traceml):
+    traceml.run_script("train_script.py", env={"SMOKE_PLAIN_SGD": "1"})
+'''
+
+
+def _trace_of(stdout: str) -> Path:
+    found = re.findall(r"^traceml: profile of \S+: (\S+trace\.json) \((.*)\)$", stdout, re.M)
+    assert len(found) == 1, stdout
+    trace = Path(found[0][0])
+    # The figures asked for (time of the profiled re-run, trace size), shown with -s.
+    print(f"\nprofiled re-run: {found[0][1]}; trace {trace.stat().st_size:,} bytes")
+    return trace
+
+
+def test_a_regression_is_profiled_with_op_deltas_against_a_profiled_baseline(
+    smoke: SmokeProject,
+) -> None:
+    smoke.tests(ONE_TEST)
+    recorded = smoke.run(*RECORD, "--traceml-profile")
+    recorded.assert_outcomes(passed=1)
+    recorded.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_mlp  new entry; top ops recorded"])
+    entry = smoke.baseline_summaries()["test_smoke.py::test_mlp"]
+    base_ops = [op["name"] for op in entry["profile"]["ops"]]
+    assert "aten::addmm" in base_ops and entry["profile"]["steps"] == 5  # the default
+
+    smoke.slow_data()
+    report = smoke.path / "report.md"
+    slowed = smoke.run(*GATE[:2], f"--traceml-report={report}")  # the default 5 steps
+    slowed.assert_outcomes(failed=1)
+    out = slowed.stdout.str()
+    slowed.stdout.fnmatch_lines([
+        "traceml: regression for test_smoke.py::test_mlp against *",
+        "traceml: profile of a re-run under torch.profiler (5 profiled steps on cpu, re-run *"
+        " s, trace * kB)",
+        "top ops by self time:",
+        "op * host ms/step * calls/step * share",
+        "largest changes, base -> head:",
+    ])
+    assert re.search(r"^aten::addmm +\S+ +3\.00 ", out, re.M), out  # three Linear forwards a step
+    # The injected slowdown (a busy-wait in the dataset) is the largest change, base -> head.
+    deltas = out.split("largest changes, base -> head:", 1)[1].splitlines()
+    assert deltas[3].startswith("enumerate(DataLoader)") and " +" in deltas[3], deltas[:4]
+    trace = _trace_of(out)
+    doc = json.loads(trace.read_text())  # loadable: Perfetto / chrome://tracing / HTA
+    assert any(e.get("name") == "aten::addmm" for e in doc["traceEvents"])
+    steps = {e["name"] for e in doc["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+    assert len(steps) == 5
+    md = report.read_text()
+    assert "### Profiles of regressed tests" in md and "#### test_smoke.py::test_mlp" in md
+    assert "| aten::addmm" in md and "Largest changes, base → head" in md
+    # the verdict is the gate's: the same regression with and without the profile
+    assert "REGRESSION" in out and "warning: could not profile" not in out
+
+
+def test_a_passing_test_takes_no_profile_and_without_a_profiled_baseline_no_deltas(
+    smoke: SmokeProject,
+) -> None:
+    smoke.tests(ONE_TEST)
+    smoke.run(*RECORD).assert_outcomes(passed=1)
+    profiles = smoke.path / "profiles"
+    clean = smoke.run(*GATE, f"--traceml-profile-dir={profiles}")
+    clean.assert_outcomes(passed=1)
+    assert "profile of" not in clean.stdout.str() and "top ops" not in clean.stdout.str()
+    assert "could not profile" not in clean.stdout.str()
+    assert not profiles.exists()
+
+    smoke.slow_data()
+    slowed = smoke.run(*GATE, f"--traceml-profile-dir={profiles}")
+    slowed.assert_outcomes(failed=1)
+    trace = _trace_of(slowed.stdout.str())
+    assert trace.is_relative_to(profiles) and trace.is_file()
+    assert "top ops by self time:" in slowed.stdout.str()
+    assert "largest changes" not in slowed.stdout.str()  # the baseline has no top ops
+
+
+def test_a_profiler_that_fails_leaves_the_verdict_and_warns_once(smoke: SmokeProject) -> None:
+    smoke.tests(ONE_TEST)
+    smoke.run(*RECORD).assert_outcomes(passed=1)
+    smoke.pytester.makeconftest(BROKEN_PROFILER)
+    smoke.slow_data()
+    failed = smoke.run(*GATE)
+    failed.assert_outcomes(failed=1)
+    out = failed.stdout.str()
+    assert "traceml: regression for test_smoke.py::test_mlp" in out
+    assert out.count("traceml: warning: could not profile test_smoke.py::test_mlp") == 1
+    assert "top ops by self time" not in out
+    # Report-only: the regression is reported, the test passes, profile or not.
+    passed = smoke.run(*GATE, "--traceml-report-only")
+    passed.assert_outcomes(passed=1)
+    assert passed.stdout.str().count("warning: could not profile") == 1
+    assert passed.ret == pytest.ExitCode.OK
+
+
+def test_a_run_script_regression_is_profiled_in_its_child(smoke: SmokeProject) -> None:
+    smoke.pytester.makepyfile(train_script=SCRIPT)
+    smoke.tests(SCRIPT_TEST)
+    smoke.run(*RECORD).assert_outcomes(passed=1)
+    smoke.slow_data()
+    slowed = smoke.run(*GATE)
+    slowed.assert_outcomes(failed=1)
+    trace = _trace_of(slowed.stdout.str())
+    assert "traceEvents" in json.loads(trace.read_text())
+    assert re.search(r"^aten::addmm ", slowed.stdout.str(), re.M)
+
+
+def test_profile_options_are_checked(smoke: SmokeProject) -> None:
+    smoke.tests(ONE_TEST)
+    bad = smoke.run("--traceml-profile")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--traceml-profile needs --traceml-update-baseline*"])
+    steps = smoke.run("--traceml-profile-steps=0")
+    assert steps.ret == pytest.ExitCode.USAGE_ERROR
+    steps.stderr.fnmatch_lines(["*--traceml-profile-steps must be at least 1, not 0*"])
