@@ -30,7 +30,9 @@ def test_a_slower_submodule_is_named_beside_the_forward_share() -> None:
     c = compare(base, head)
     row = c.row("step_time.forward_pct")
     assert row.status.value == "regressed"
-    assert row.note.endswith("encoder.layer.3 +12.4 pp")  # embed moved less than the floor
+    # Its move in pp of the step, and its share of forward in head (4 ms of 9); embed moved
+    # less than the floor.
+    assert row.note.endswith("encoder.layer.3 +12.4 pp (44 % of forward)")
     movers = dict(module_movers(base, head))
     step_b, step_h = 20.0, 23.0
     assert abs(movers["encoder.layer.3"] - (100 * 4.0 / step_h - 100 * 1.0 / step_b)) < 0.1
@@ -43,7 +45,7 @@ def test_a_parent_that_moved_with_its_child_is_left_to_the_child() -> None:
     names = [n for n, _ in module_movers(base, head)]
     assert names == ["encoder.layer.3", "embed"]  # embed: the same ms of a longer step
     note = compare(base, head).row("step_time.forward_pct").note
-    assert note.endswith("encoder.layer.3 +12.4 pp")  # only what moved the way forward did
+    assert note.endswith("encoder.layer.3 +12.4 pp (44 % of forward)")  # moved the same way
 
 
 def test_module_noise_alone_names_nothing() -> None:
@@ -94,3 +96,16 @@ def test_no_modules_no_names_and_never_a_verdict_of_their_own() -> None:
     moved = with_modules(make(), encoder__layer__3=4.0, embed=0.5)
     assert compare(with_modules(make(), encoder__layer__3=1.0, embed=0.5),
                    moved).verdict.value == "pass"
+
+
+def test_a_changed_flop_count_is_said_as_context() -> None:
+    def counted(doc: dict[str, Any], flops: float) -> dict[str, Any]:
+        doc["efficiency"] = {"flops_per_step": flops, "achieved_tflops": 0.1}
+        return doc
+
+    same = compare(counted(make(), 1.0e9), counted(make(), 1.0e9))
+    assert not any("FLOPs per step" in r for r in same.reasons)
+    grown = compare(counted(make(), 1.0e9), counted(make(), 1.25e9))
+    assert grown.verdict.value == "pass"  # information, never a verdict
+    assert ("FLOPs per step changed 1 → 1.25 GFLOP (+25.0 %): the model or its input shapes "
+            "changed, not only how fast it runs") in grown.reasons

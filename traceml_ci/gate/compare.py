@@ -507,7 +507,7 @@ def compare(
     rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
     rows, module_context = _name_modules(rows, base, head, rules.noise_factor)
-    reasons += module_context
+    reasons += module_context + _flops_context(base, head)
 
     head_status = hv.run_status
     run_warn = head_status not in (None, "completed")
@@ -656,7 +656,7 @@ def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, A
                 if not same_way:
                     out.append(row)
                     continue
-                named = describe_movers(same_way)
+                named = describe_movers(same_way, head=head, phase=phase)
                 row = _with(row, row.status, f"{row.note}; {named}" if row.note else named)
             else:
                 # The phase held: did time move between its modules? (Shares of the phase: a
@@ -667,6 +667,26 @@ def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, A
                                    f"information): {describe_movers(inside)} of {phase}")
         out.append(row)
     return out, context
+
+
+#: FLOP counts of one model and input shape agree to the FLOP; beyond this relative change the
+#: work itself changed.
+FLOPS_CHANGED = 0.001
+
+
+def _flops_context(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """A changed FLOP count per step means the model or its input shapes changed: say so, as
+    context for every share that moved (information, never a verdict)."""
+    b = SummaryView(base).efficiency.get("flops_per_step")
+    h = SummaryView(head).efficiency.get("flops_per_step")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+               for v in (b, h)):
+        return []
+    if abs(h - b) <= FLOPS_CHANGED * b:
+        return []
+    change = 100.0 * (h - b) / b
+    return [f"FLOPs per step changed {b / 1e9:.3g} → {h / 1e9:.3g} GFLOP ({change:+.1f} %): "
+            "the model or its input shapes changed, not only how fast it runs"]
 
 
 def _label_jitter_exemption(rows: list[Row]) -> list[Row]:
