@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -15,6 +16,17 @@ from traceml_ci.tracer.flops import NOT_COUNTED_COMPILED, NOT_COUNTED_NO_WARMUP
 
 B, IN, HID, OUT = 32, 64, 128, 10
 NULLS = ("flops_per_step", "compute_ms", "achieved_tflops", "dtype", "peak_tflops", "mfu_pct")
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_yet(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Other tests in this process may have compiled (which turns counting off for the whole
+    process): these tests count as a fresh process would, except those about compiling."""
+    if "compile" in request.node.name:
+        return
+    from traceml_ci.tracer import flops
+
+    monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: False)
 
 
 def _train(steps: int) -> None:

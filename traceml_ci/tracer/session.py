@@ -16,7 +16,7 @@ from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_f
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.distributed import RankGather, identity, parallelism
-from traceml_ci.tracer.flops import FlopCount, compiled_frames, not_counted
+from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.live import LiveWriter
 from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
@@ -78,7 +78,9 @@ class Tracer:
             if self.roots is not None:
                 self.roots.install_discovery()
         #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
-        self.flop_count = FlopCount(_warn, frames_before=compiled_frames())
+        # Any compiled frame in the process turns counting off (a count is cheap to miss, a
+        # failed compiled step is not); module sampling looks at this run's frames only.
+        self.flop_count = FlopCount(_warn)
         #: Per-module forward and backward time, one step now and then (trace_step runs).
         self.module_sampler = ModuleSampler(_warn, config.module_sample_s)
         #: Distributed runs: finish before the job destroys its process group, gather there.
