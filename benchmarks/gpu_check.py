@@ -363,6 +363,69 @@ def ddp(device: str, out: Path) -> str:
     return f"{backend}: {shares(s)}"
 
 
+class Wide(nn.Module):
+    """An MLP whose middle block is four times wider: the slow module to find."""
+
+    def __init__(self, width: int, device: str) -> None:
+        super().__init__()
+        w = scaled(width, device)
+        self.inp = nn.Linear(w, w)
+        self.wide = nn.Sequential(nn.Linear(w, 4 * w), nn.ReLU(), nn.Linear(4 * w, w))
+        self.out = nn.Linear(w, 1)
+        self.to(device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.wide(torch.relu(self.inp(x)))))
+
+
+@check("modules, FLOPs, profile")
+def pinpoint(device: str, out: Path) -> str:
+    """Module times on the phases' clock (device events on CUDA), the slow block named in
+    forward and backward; FLOPs counted (MFU where the GPU's peak is known); a profile of a
+    few steps whose device self time is not counted twice."""
+    cuda = device.startswith("cuda")
+    model = Wide(1024, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batches = endless(loader(1024, 256, 32, device))
+    holder: dict[str, Any] = {}
+    tracer = api.start(TracerConfig(out_dir=out / "pinpoint", warmup_steps=3,
+                                    module_sample_s=0.05, profile_steps=3), at_exit=False)
+    try:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 2.0:  # long enough for several module samples
+            train(model, opt, batches, 10, device)
+    finally:
+        path = tracer.finish()
+        if path is not None:
+            holder.update(json.loads(Path(path).read_text()))
+    assert_summary(holder, "device_event" if cuda else "host")
+    mods = holder["modules"]
+    assert mods["clock"] == ("device_event" if cuda else "host"), mods
+    assert mods["sampled_steps"] >= 3 and mods.get("backward_steps", 0) >= 3, mods
+    for phase in ("forward", "backward"):
+        top = mods[phase][0]
+        assert top["name"] == "wide", f"{phase}: {mods[phase][:3]}"
+    eff = holder["efficiency"]
+    assert eff.get("flops_per_step"), eff
+    if cuda:
+        assert eff.get("achieved_tflops"), eff
+    from traceml_ci.summary.profile import TOP_OPS_FILENAME, profile_dir, read_top_ops
+
+    ops = read_top_ops(profile_dir(out / "pinpoint") / TOP_OPS_FILENAME)
+    step_ms = holder["step_time"]["step_ms"]["median"]
+    total = sum(o.host_self_ms + (o.device_self_ms or 0.0) for o in ops.ops)
+    if cuda:
+        device_ms = sum(o.device_self_ms or 0.0 for o in ops.ops)
+        assert device_ms > 0, "no device self time in the profile"
+        # Device self time per step: at most the step (kernels counted once, not per launch op).
+        assert device_ms <= 1.5 * step_ms, f"device self {device_ms:.2f} ms > step {step_ms} ms"
+    fwd = mods["forward"][0]
+    bwd = mods["backward"][0]
+    return (f"wide: fwd {fwd['share_pct']} %, bwd {bwd['share_pct']} % ({mods['clock']}); "
+            f"{eff['flops_per_step'] / 1e9:.2f} GFLOP/step, {eff.get('achieved_tflops')} TFLOP/s,"
+            f" MFU {eff.get('mfu_pct')}; profile top {ops.ops[0].name} of {total:.2f} ms/step")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = "cuda" if torch.cuda.is_available() else "cpu"
@@ -402,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         compiled(device, out)
         overhead(device, out, args.quick)
         ddp(device, out)
+        pinpoint(device, out)
     failed = [r["check"] for r in RESULTS if r["status"] == "FAIL"]
     took = time.perf_counter() - t0
     print(

@@ -26,7 +26,7 @@ def test_gpu_check_runs_its_checks_on_cpu() -> None:
     status = {ln.split()[0] for ln in lines}
     assert status <= {"PASS", "SKIP"}, proc.stdout
     assert sum(ln.startswith("PASS") for ln in lines) >= 3, proc.stdout  # events, A/B, DDP
-    assert len(lines) == 8, proc.stdout  # one line a check
+    assert len(lines) == 9, proc.stdout  # one line a check
 
 
 @pytest.mark.cuda
