@@ -104,6 +104,7 @@ class TraceML:
                     path, [str(a) for a in args], out_dir=out / f"run-{len(docs)}",
                     run_name=key, warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
                     cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
+                    module_sample_s=state.options.module_sample_s,
                 ))
             except ScriptFailed as exc:
                 failure = str(exc)
@@ -120,6 +121,7 @@ class TraceML:
                 warmup_steps=warmup_steps, timeout_s=timeout_s,
                 env={**(env or {}), ENV_PROFILE_STEPS: str(steps)},
                 cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
+                module_sample_s=state.options.module_sample_s,
             )
 
         for _ in range(state.options.runs_per_test):

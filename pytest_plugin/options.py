@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.fsutil import find_pyproject
-from traceml_ci.summary.keys import DEFAULT_BASELINE_RUNS, DEFAULT_CONFIRM_RERUNS
+from traceml_ci.summary.keys import (
+    DEFAULT_BASELINE_RUNS,
+    DEFAULT_CONFIRM_RERUNS,
+    SMOKE_TEST_MODULE_SAMPLE_S,
+)
 from traceml_ci.summary.profile import DEFAULT_PROFILE_STEPS
 
-#: (option, ini name, kind, help). ``kind``: "path", "flag" or "int".
+#: (option, ini name, kind, help). ``kind``: "path", "flag", "int" or "seconds".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "--traceml-baseline",
@@ -82,6 +86,14 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "(the GitHub Action's fail-on-regression: false)",
     ),
     (
+        "--traceml-module-sample-s",
+        "traceml_module_sample_s",
+        "seconds",
+        "seconds of training between two steps timed per submodule in traced tests (the "
+        "modules a regressed forward or backward names); 0 turns it off; default "
+        f"{SMOKE_TEST_MODULE_SAMPLE_S}",
+    ),
+    (
         "--traceml-profile-on-regression",
         "traceml_profile_on_regression",
         "flag",
@@ -135,6 +147,7 @@ class Options:
     profile: bool = False
     profile_steps: int = DEFAULT_PROFILE_STEPS
     profile_dir: Path | None = None
+    module_sample_s: float = SMOKE_TEST_MODULE_SAMPLE_S
     #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
     pyproject: Path | None = None
 
@@ -167,7 +180,7 @@ def add_options(parser: Any) -> None:
             group.addoption(flag, action="store_true", default=None, dest=ini, help=help_text)
             parser.addini(ini, help_text, type="bool", default=False)
         else:
-            meta = "N" if kind == "int" else "PATH"
+            meta = {"int": "N", "seconds": "S"}.get(kind, "PATH")
             group.addoption(flag, action="store", default=None, dest=ini, metavar=meta,
                             help=help_text)
             parser.addini(ini, help_text, type="string", default="")
@@ -197,6 +210,14 @@ def read_options(config: Any) -> Options:
                 values[name] = int(given)
             except (TypeError, ValueError):
                 raise SetupError(f"{flag} must be an integer, not {given!r}") from None
+        elif kind == "seconds":
+            try:
+                seconds = float(given)
+            except (TypeError, ValueError):
+                seconds = -1.0
+            if not seconds >= 0 or seconds == float("inf"):
+                raise SetupError(f"{flag} must be a number of seconds >= 0, not {given!r}")
+            values[name] = seconds
         else:
             values[name] = base / Path(str(given)).expanduser()
     repeats = values.get("repeats", 1)

@@ -97,6 +97,8 @@ class MarkedRun:
             # In-process tests are gated, not watched: no snapshot thread beside the test body.
             live=False,
             profile_steps=0,  # only the profiled re-run profiles (``profiled``)
+            # A default: a test body's own init(module_sample_s=...) still wins.
+            module_sample_s=self.state.options.module_sample_s,
         )
         if a.warmup_steps is not None:
             options["warmup_steps"] = a.warmup_steps

@@ -29,10 +29,12 @@ def traced_script(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     nproc_per_node: int | None = None,
+    module_sample_s: float | None = None,
 ) -> dict[str, Any]:
     """``script args`` traced in a child interpreter, as ``traceml-ci run --out out_dir`` runs
     it; returns the summary document it wrote (not yet validated). ``nproc_per_node``: launch
-    that many ranks through torchrun on a free local port; the summary is rank 0's merged one."""
+    that many ranks through torchrun on a free local port; the summary is rank 0's merged one.
+    ``module_sample_s``: the child's module sample period unless its environment sets one."""
     import os
 
     from traceml_ci.errors import MissingDependencyError
@@ -47,9 +49,13 @@ def traced_script(
         torchrun=(() if nproc_per_node is None else
                   ("--nproc-per-node", str(nproc_per_node), "--master-port", str(free_port()))),
     )
+    from traceml_ci.summary.keys import ENV_MODULE_SAMPLE
+
+    child_env = {**os.environ, **(env or {})}
+    if module_sample_s is not None:
+        child_env.setdefault(ENV_MODULE_SAMPLE, repr(module_sample_s))
     try:
-        done = launch(spec, env={**os.environ, **(env or {})}, cwd=cwd, timeout_s=timeout_s,
-                      capture=True)
+        done = launch(spec, env=child_env, cwd=cwd, timeout_s=timeout_s, capture=True)
     except MissingDependencyError as exc:
         raise ScriptFailed(f"traceml: {exc}") from None
     if done.timed_out:

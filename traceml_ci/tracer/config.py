@@ -9,6 +9,7 @@ from pathlib import Path
 from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer's modules)
     DEFAULT_OUT_DIR,
     DEFAULT_WARMUP_STEPS,
+    ENV_MODULE_SAMPLE,
     ENV_OUT,
     SUMMARY_FILENAME,
 )
@@ -19,9 +20,6 @@ from traceml_ci.tracer.modules import SAMPLE_EVERY_S
 
 MODES = ("auto", "manual")
 
-#: Environment variable: seconds between module samples (``traceml-ci run --module-sample-s``);
-#: ``0`` turns module sampling off.
-ENV_MODULE_SAMPLE = "TRACEML_CI_MODULE_SAMPLE_S"
 
 
 def module_sample_from_env(value: str | None) -> float:

@@ -26,13 +26,13 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from traceml_ci.summary.keys import TOP_MODULES
+from traceml_ci.summary.keys import DEFAULT_MODULE_SAMPLE_S, TOP_MODULES
 from traceml_ci.summary.stats import iqr
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.flops import compile_in_use, compiled_frames
 
 #: Seconds of training between two sampled steps (``init(module_sample_s=...)``; 0: off).
-SAMPLE_EVERY_S = 0.5
+SAMPLE_EVERY_S = DEFAULT_MODULE_SAMPLE_S
 #: Submodules timed at most: whole levels of the module tree, breadth first, while they fit.
 MAX_MODULES = 32
 #: Per-sample shares kept per module for the noise estimate (a reservoir beyond that).
@@ -41,6 +41,8 @@ MAX_SHARES = 512
 MAX_NAME = 160
 #: Tensors looked at in one call's inputs or outputs.
 MAX_TENSORS = 8
+#: Between-step housekeeping never runs more often than this, whatever the sample period.
+MIN_TICK_NS = 1_000_000
 #: Samples whose device events are not done yet: older ones are waited for.
 MAX_PENDING = 4
 
@@ -156,6 +158,13 @@ class ModuleSampler:
         """A later ``init(module_sample_s=...)``, before the first step: 0 turns sampling off."""
         self.every_ns = int(every_s * 1e9)
         self.enabled = every_s > 0 and self.off_reason is None
+
+    def tick_ns(self, housekeeping_ns: int) -> int:
+        """How often the step store should call ``tick``: its housekeeping interval, or the
+        sample period if shorter (a smoke test of a few hundred ms still gets samples)."""
+        if not self.enabled or self.every_ns <= 0:
+            return housekeeping_ns
+        return max(min(housekeeping_ns, self.every_ns), MIN_TICK_NS)
 
     @property
     def sampled(self) -> int:

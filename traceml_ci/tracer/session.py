@@ -18,7 +18,7 @@ from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.distributed import RankGather, identity, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.live import LiveWriter
-from traceml_ci.tracer.memory import CudaMemory, RssSampler, system_total_mb
+from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
 from traceml_ci.tracer.patches import (
     AutoPatches,
@@ -164,6 +164,7 @@ class Tracer:
             self.batch_size = self.config.batch_size
         if "module_sample_s" in changes:
             self.module_sampler.set_every(self.config.module_sample_s)
+            self.store.tick_ns = self.module_sampler.tick_ns(RSS_INTERVAL_NS)
         if self.config.mode == "manual":
             self.patches.uninstall()
             if self.roots is not None:
@@ -282,6 +283,7 @@ class Tracer:
             try:
                 self.module_sampler.watch(models[0])
                 self.store.tick = self._housekeeping
+                self.store.tick_ns = self.module_sampler.tick_ns(self.store.tick_ns)
             except Exception as exc:
                 _warn(f"module sampling off ({exc!r})")
         if self.roots is not None:

@@ -14,8 +14,6 @@ from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler
 #: Steps the device may lag behind the host before we wait for the oldest one. Only reached when
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
 MAX_PENDING_STEPS = 64
-#: Device steps: between-step housekeeping (``tick``) at most this often, as RSS samples.
-TICK_NS = RSS_INTERVAL_NS
 
 # Column layout of StepColumns rows: the step's time, one column per phase (1 + the recorder's
 # phase index), then the step's device memory peaks.
@@ -41,8 +39,11 @@ class StepStore:
         self.max_steps = max_steps
         self._cap = sys.maxsize if max_steps is None else max_steps
         self.rss = rss
-        #: Host clock: the next RSS sample is due at this mark (never without a sampler).
-        self._rss_due: float = 0 if rss is not None else float("inf")
+        #: Between-step housekeeping (RSS samples, ``tick``) is due at this host mark: one
+        #: comparison per step, whatever is due.
+        self._due: float = 0
+        #: How often housekeeping runs: the RSS interval, or a module sample period if shorter.
+        self.tick_ns = RSS_INTERVAL_NS
         self.cuda_memory: CudaMemory | None = None
         self.columns = StepColumns(7, capacity)
         self.steps_total = 0  # steps handed to us
@@ -50,10 +51,9 @@ class StepStore:
         self.pending: deque = deque()
         #: DataLoader samples over the analysed (post-warmup) steps, all of them (no stride).
         self.samples_analyzed = 0
-        #: Called with the host clock's time where RSS is sampled (host steps, ~10/s), between
-        #: steps: module sampling arms itself there (tracer/modules.py), never per step.
+        #: Called with the host clock's time between steps, every ``tick_ns`` at most: module
+        #: sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
-        self._tick_due = 0  # device steps: the next tick (host steps tick with RSS samples)
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -75,11 +75,12 @@ class StepStore:
             return
         self.steps_total += 1
         now = time.perf_counter_ns()
-        if self.rss is not None:
-            self.rss.maybe_sample(self.steps_total, now)
-        if now >= self._tick_due and self.tick is not None:  # as host steps do, ~10/s
-            self._tick_due = now + TICK_NS
-            self.tick(now)
+        if now >= self._due:  # housekeeping, as host steps do
+            self._due = now + self.tick_ns
+            if self.rss is not None:
+                self.rss.maybe_sample(self.steps_total, now)
+            if self.tick is not None:
+                self.tick(now)
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
         self.pending.append((enter, exit_, marks, outside, mem, samples))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
@@ -92,12 +93,12 @@ class StepStore:
         if n >= self._cap:
             return
         self.steps_total = n = n + 1
-        if exit_ >= self._rss_due:
+        if exit_ >= self._due:  # ~10 times a second, between steps: housekeeping
+            self._due = exit_ + self.tick_ns
             rss = self.rss
-            self._rss_due = exit_ + rss.interval_ns
-            rss.last_ns = exit_
-            rss.sample(n)
-            if self.tick is not None:  # ~10 times a second, between steps: housekeeping
+            if rss is not None:
+                rss.maybe_sample(n, exit_)
+            if self.tick is not None:
                 self.tick(exit_)
         before = acc[4]  # the batch fetched before the step, by the fast path
         for p, t0, t1 in outside:  # ... or the general way
