@@ -85,7 +85,7 @@ def describe(p: ProfiledRun) -> str:
 def markdown_section(runs: Sequence[ProfiledRun]) -> str:
     """The report's "Profiles of regressed tests" section ('' when there are none): per key, the
     top ops by self time per step and, when the baseline had a profile, the largest changes."""
-    from traceml_ci.gate.render import _github_table
+    from traceml_ci.gate.render import github_table
 
     if not runs:
         return ""
@@ -96,12 +96,12 @@ def markdown_section(runs: Sequence[ProfiledRun]) -> str:
         out += [f"#### {fmt.markdown(p.key)}", "", fmt.markdown(describe(p))
                 + (f" · trace: {fmt.markdown(p.trace)}" if p.trace else ""), ""]
         rows, headers = _top_rows(p.head, fmt.markdown)
-        out += ["Top ops by self time:", "", _github_table(rows, headers), ""]
+        out += ["Top ops by self time:", "", github_table(rows, headers), ""]
         deltas = p.deltas
         if deltas:
             out += ["Largest changes, base → head (new, gone: not in the other side's top ops):",
                     "",
-                    _github_table(_delta_rows(deltas, fmt.markdown), _DELTA_HEADERS), ""]
+                    github_table(_delta_rows(deltas, fmt.markdown), _DELTA_HEADERS), ""]
     return "\n".join(out)
 
 

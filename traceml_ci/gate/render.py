@@ -196,7 +196,7 @@ def _md_ranks(c: Comparison) -> list[str]:
             out += [f"→ {md_escape(step)}", ""]
         rows = [[md_escape(x) for x in row] for row in rank_rows(block)]
         if rows:
-            out += [_github_table(rows, RANK_HEADERS), ""]
+            out += [github_table(rows, RANK_HEADERS), ""]
         if block.get("ranks_not_listed"):
             out += [f"*…and {int(block['ranks_not_listed'])} more ranks (quantiles in the "
                     "summary)*", ""]
@@ -206,7 +206,7 @@ def _md_ranks(c: Comparison) -> list[str]:
 # --- markdown ------------------------------------------------------------------------------
 
 
-def _github_table(rows: list[list[str]], headers: list[str]) -> str:
+def github_table(rows: list[list[str]], headers: list[str]) -> str:
     """A GitHub markdown table. Padded by code points, whether or not ``wcwidth`` is installed
     (tabulate pads emoji as two columns when it is): the same report on every machine, and
     markdown ignores the padding anyway."""
@@ -233,7 +233,7 @@ def _md_rows(rows: list[Row]) -> str:
         ]
         for r in rows
     ]
-    return _github_table(table, ["metric", "base", "head", "Δ", "tolerance", "status"])
+    return github_table(table, ["metric", "base", "head", "Δ", "tolerance", "status"])
 
 
 def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> list[str]:
@@ -312,7 +312,7 @@ def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str
         if used > budget and rows:
             break
         rows.append(row)
-    table = _github_table(rows, ["key", "verdict", "changed"])
+    table = github_table(rows, ["key", "verdict", "changed"])
     return table, len(items) - len(rows)
 
 
