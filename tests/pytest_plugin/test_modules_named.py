@@ -108,15 +108,16 @@ def test_a_slower_submodule_is_named_with_its_share_in_the_failure_and_the_repor
     slowed.assert_outcomes(failed=1)
     out = slowed.stdout.str()
     # The forward row's note names layer.3, what it moved and its share of forward now.
-    slowed.stdout.re_match_lines([r".*step_time\.forward_pct.*regressed — layer\.3 \+\d+\.\d pp.*"])
+    slowed.stdout.re_match_lines(
+        [r".*step_time\.forward_pct.*regressed — layer\.3 \(Block\) \+\d+\.\d pp.*"])
     assert "% of forward)" in out, out
     md = report.read_text()
-    assert "layer.3 +" in md and "% of forward)" in md, md
+    assert "layer.3 (Block) +" in md and "% of forward)" in md, md
 
     # Sampling off: the same regression, and no module named.
     off = smoke.run("--traceml-confirm=0", "--traceml-module-sample-s=0")
     off.assert_outcomes(failed=1)
-    assert "layer.3 +" not in off.stdout.str()
+    assert "layer.3 (Block)" not in off.stdout.str()
 
 
 def test_a_bad_module_sample_period_is_one_line(smoke: SmokeProject) -> None:

@@ -3,6 +3,7 @@ summaries. The slow submodule is named where the time went, in the words a PR co
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -36,15 +37,16 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(fresh_tracer, t
     assert out.returncode != 1, out.stdout + out.stderr  # no regression from a move alone
     text = out.stdout
     assert "time moved within backward" in text, text
-    line = next(ln for ln in text.splitlines() if "time moved within backward" in ln)
-    assert "layer.1 +" in line and "layer.3 -" in line
+    flat = " ".join(text.split())  # the line may wrap at the terminal's width
+    line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
+    assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
 
-    # layer.3 got slower: backward's share regressed, and its row names layer.3.
-    out = _cli(tmp_path, "diff", str(base), str(slower))
+    # layer.3 got slower: backward's share regressed, and its row in the PR comment's
+    # markdown names layer.3, what it moved and its share of backward now.
+    out = _cli(tmp_path, "diff", "--format", "markdown", str(base), str(slower))
     assert out.returncode == 1, out.stdout + out.stderr
-    # The backward row (its cells may wrap onto the next lines) names layer.3.
-    row = out.stdout.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct")[0]
-    assert "regressed — layer.3" in row, out.stdout
+    row = next(ln for ln in out.stdout.splitlines() if ln.startswith("| step_time.backward_pct"))
+    assert re.search(r"regressed — layer\.3 \(Layer\) \+\d+\.\d pp \(\d+ % of backward\)", row), row
 
     shown = _cli(tmp_path, "show", str(slower))
     assert shown.returncode == 0, shown.stderr

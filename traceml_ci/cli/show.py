@@ -187,6 +187,7 @@ def _module_lines(mods: Any) -> list[Any]:
     from rich.text import Text
 
     from traceml_ci.gate.fmt import plain
+    from traceml_ci.summary.view import module_label
 
     if not isinstance(mods, dict):
         return []
@@ -197,7 +198,7 @@ def _module_lines(mods: Any) -> list[Any]:
         rows = mods.get(phase)
         if not isinstance(rows, list) or not rows:
             continue
-        top = ", ".join(f"{plain(m.get('name', '?'))} {_fmt(m.get('share_pct'), '%')}"
+        top = ", ".join(f"{plain(module_label(m))} {_fmt(m.get('share_pct'), '%')}"
                         for m in rows[:5] if isinstance(m, dict))
         lines.append(Text(f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): "
                           f"{top}", style="dim"))

@@ -22,7 +22,12 @@ from traceml_ci.gate.metrics import (
     Metric,
     good_labels,
 )
-from traceml_ci.gate.modules import MODULE_PHASES, describe_movers, module_movers
+from traceml_ci.gate.modules import (
+    MIN_MOVE_WITHIN_PP,
+    MODULE_PHASES,
+    describe_movers,
+    module_movers,
+)
 from traceml_ci.gate.rules import DEFAULT_RULES, Direction, Rule, Rules
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
 from traceml_ci.summary.view import SummaryView
@@ -661,10 +666,12 @@ def _name_modules(rows: list[Row], base: Mapping[str, Any], head: Mapping[str, A
             else:
                 # The phase held: did time move between its modules? (Shares of the phase: a
                 # phase that only lost share to another one moves none of its modules.)
-                inside = module_movers(base, head, phase, noise_factor, of_step=False)
+                inside = module_movers(base, head, phase, noise_factor, of_step=False,
+                                       least_pp=MIN_MOVE_WITHIN_PP)
                 if inside:
                     context.append(f"time moved within {phase} (sampled modules, for "
-                                   f"information): {describe_movers(inside)} of {phase}")
+                                   f"information): "
+                                   f"{describe_movers(inside, head=head, phase=phase)}")
         out.append(row)
     return out, context
 

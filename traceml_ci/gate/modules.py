@@ -15,12 +15,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.summary.keys import TOP_MODULES
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.view import SummaryView, module_label
 
 #: Phases whose shares are split by module.
 MODULE_PHASES = ("forward", "backward")
-#: A module is named only when its step share moved at least this much (pp).
+#: A module is named beside a phase that moved only when its step share moved at least this
+#: much (pp).
 MIN_MOVE_PP = 0.5
+#: Within a phase that held still, a module's share of the phase must move at least this much
+#: (pp, as a phase share's default tolerance) to be said: smaller moves are chatter.
+MIN_MOVE_WITHIN_PP = 5.0
 #: A parent is left out when a descendant moved by at least this fraction of its move.
 CHILD_EXPLAINS = 0.75
 #: Modules named beside a phase share that moved (the largest movers first).
@@ -57,8 +61,8 @@ def _listed(doc: Mapping[str, Any], phase: str, of_step: bool
 
 
 def module_movers(base: Mapping[str, Any], head: Mapping[str, Any], phase: str = "forward",
-                  noise_factor: float = 1.0, *, of_step: bool = True
-                  ) -> list[tuple[str, float]]:
+                  noise_factor: float = 1.0, *, of_step: bool = True,
+                  least_pp: float = MIN_MOVE_PP) -> list[tuple[str, float]]:
     """Sampled modules of ``phase`` whose share of the step (``of_step``; else of the phase)
     moved beyond their noise, in pp, the largest first; a parent whose move a descendant
     explains is left out."""
@@ -77,7 +81,7 @@ def module_movers(base: Mapping[str, Any], head: Mapping[str, Any], phase: str =
         if bs is None or hs is None:
             continue
         delta = hs - bs
-        if abs(delta) >= max(MIN_MOVE_PP, noise_factor * math.hypot(bn, hn)):
+        if abs(delta) >= max(least_pp, noise_factor * math.hypot(bn, hn)):
             moved[name] = delta
     kept = [(name, d) for name, d in moved.items() if not _explained_by_child(name, d, moved)]
     return sorted(kept, key=lambda kv: -abs(kv[1]))
@@ -94,9 +98,20 @@ def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED,
     """``encoder.layer.3 +7.6 pp (41 % of forward), embed -0.3 pp`` -- with ``head``, each
     module's share of the phase there (names are data: the renderers escape them)."""
     shares = _listed(head, phase, of_step=False)[0] if head is not None else {}
+    rows = _rows(head, phase) if head is not None else {}
     out = []
     for name, delta in movers[:limit]:
         share = shares.get(name)
         now = f" ({share[0]:.0f} % of {phase})" if share is not None else ""
-        out.append(f"{name} {delta:+.1f} pp{now}")
+        label = module_label(rows[name]) if name in rows else name
+        out.append(f"{label} {delta:+.1f} pp{now}")
     return ", ".join(out)
+
+
+def _rows(doc: Mapping[str, Any], phase: str) -> dict[str, Mapping[str, Any]]:
+    mods = doc.get("modules")
+    rows = mods.get(phase) if isinstance(mods, Mapping) else None
+    if not isinstance(rows, list):
+        return {}
+    return {m["name"]: m for m in rows
+            if isinstance(m, Mapping) and isinstance(m.get("name"), str)}

@@ -201,3 +201,13 @@ class SummaryView:
     def diagnoses(self) -> list[Mapping[str, Any]]:
         found = self.doc.get("diagnoses")
         return [d for d in found if isinstance(d, Mapping)] if isinstance(found, list) else []
+
+
+def module_label(row: Mapping[str, Any]) -> str:
+    """How a sampled module is named to a person: its path, and its class where the path ends
+    in an index (``4 (Linear)`` of a Sequential, ``encoder.layer.3 (BertLayer)``)."""
+    name = str(row.get("name", "?"))
+    kind = row.get("type")
+    if isinstance(kind, str) and kind and name.rsplit(".", 1)[-1].isdigit():
+        return f"{name} ({kind})"
+    return name

@@ -141,6 +141,8 @@ class ModuleSampler:
         self.clock: Any = HostClock()
         self.model: Any = None
         self.modules: list[tuple[str, Any]] = []
+        #: name -> class name (``4`` of a Sequential says little; ``4 (Linear)`` does).
+        self.types: dict[str, str] = {}
         self.handles: list[Any] = []
         self.next_ns = 0
         #: Why sampling is off for this run (None: it is not).
@@ -179,6 +181,7 @@ class ModuleSampler:
             self._off(OFF_COMPILED)
             return
         self.modules = select_modules(model)
+        self.types = {name: type(module).__name__[:MAX_NAME] for name, module in self.modules}
 
     def _off(self, reason: str) -> None:
         self.off_reason = reason
@@ -389,7 +392,7 @@ class ModuleSampler:
         rows = []
         for name, ms in top:
             shares = self.shares[direction].get(name) or []
-            rows.append({"name": name, "ms": round(ms / n, 4),
+            rows.append({"name": name, "type": self.types.get(name, ""), "ms": round(ms / n, 4),
                          "share_pct": round(100.0 * ms / root, 2),
                          # per-sample spread of the share: the gate's noise rule for modules
                          "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None})
