@@ -295,3 +295,17 @@ def test_the_summary_stays_small_with_modules_and_efficiency(fresh_tracer) -> No
     assert "efficiency" in doc
     size = path.stat().st_size
     assert size <= 8 * 1024, size
+
+
+def test_at_most_one_step_in_four_is_sampled(fresh_tracer) -> None:
+    """However short the period, sampled steps stay a minority: the phases' medians are those
+    of unsampled steps."""
+    from traceml_ci.tracer.modules import MIN_STEP_GAP
+
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.0001)
+    model = Net([1.0, 0.2, 0.2, 0.2])  # ~2 ms steps: a tick before every step
+    _train(model, 60)
+    doc = finish_and_load(tracer)
+    sampled = sum(model.sampled)
+    assert doc["modules"]["sampled_steps"] == sampled
+    assert 60 // (2 * MIN_STEP_GAP) <= sampled <= 60 // MIN_STEP_GAP + 1, sampled

@@ -295,8 +295,9 @@ class Tracer:
     def _housekeeping(self, now_ns: int) -> None:
         """Between steps, ~10 times a second (host clock): arm a module sample if one is due,
         once the warmup steps are over."""
-        if self.store.steps_total > self.store.warmup_steps:
-            self.module_sampler.tick(now_ns)
+        steps = self.store.steps_total
+        if steps > self.store.warmup_steps:
+            self.module_sampler.tick(now_ns, steps)
 
     # -- finish ------------------------------------------------------------------------------
     def finish(self, status: RunStatus | str | None = None) -> Path | None:
