@@ -38,7 +38,7 @@ TOP_MODULES = 12
 #: costs ~0.1-1 ms, so once per 0.5 s is a fixed ~0.1 % of a training run's wall time.
 DEFAULT_MODULE_SAMPLE_S = 0.5
 #: The same in tests the pytest plugin traces: a smoke test lasts a few hundred ms, and its
-#: noise estimate needs several samples (each step of 20 ms or more is then sampled).
+#: noise estimate needs several samples (at most one step in four is sampled, tracer/modules.py).
 SMOKE_TEST_MODULE_SAMPLE_S = 0.02
 #: The environment variable for it (``traceml-ci run --module-sample-s``; ``0``: off).
 ENV_MODULE_SAMPLE = "TRACEML_CI_MODULE_SAMPLE_S"
