@@ -309,3 +309,34 @@ def test_at_most_one_step_in_four_is_sampled(fresh_tracer) -> None:
     sampled = sum(model.sampled)
     assert doc["modules"]["sampled_steps"] == sampled
     assert 60 // (2 * MIN_STEP_GAP) <= sampled <= 60 // MIN_STEP_GAP + 1, sampled
+
+
+class Checkpointed(nn.Module):
+    """``block`` runs under activation checkpointing: its forward runs again inside backward."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 64)
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+        self.out = nn.Linear(64, 1)
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        x = checkpoint(self.block, self.inp(x), use_reentrant=self.reentrant)
+        return self.out(x)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_as_documented(fresh_tracer, reentrant: bool) -> None:
+    """Non-reentrant: the block's backward holds its recomputed forward (as the phases count
+    it). Reentrant: the block's outputs carry no gradient in the first forward, so it has no
+    backward time; the modules around it do. Training is untouched either way."""
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.001)
+    _train(Checkpointed(reentrant), 30, at_least_s=0.3)
+    mods = finish_and_load(tracer)["modules"]
+    backward = {m["name"] for m in mods["backward"]}
+    assert {"inp", "out"} <= backward
+    assert ("block" in backward) is not reentrant
+    assert "block" in {m["name"] for m in mods["forward"]}
