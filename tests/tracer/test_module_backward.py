@@ -340,3 +340,32 @@ def test_activation_checkpointing_as_documented(fresh_tracer, reentrant: bool) -
     assert {"inp", "out"} <= backward
     assert ("block" in backward) is not reentrant
     assert "block" in {m["name"] for m in mods["forward"]}
+
+
+class CallsItsParts(nn.Module):
+    """Like a LightningModule whose training step calls its submodules, never ``self(x)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 1)
+
+
+def test_a_model_whose_forward_never_runs_drops_its_hooks_and_says_why(fresh_tracer) -> None:
+    from traceml_ci.tracer.modules import OFF_NO_FORWARD
+
+    tracer = fresh_tracer(warmup_steps=1, module_sample_s=0.001)
+    model = CallsItsParts()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    end = time.perf_counter() + 0.4
+    while time.perf_counter() < end:
+        with traceml.trace_step(model):
+            opt.zero_grad()
+            ((model.head(model.encoder(x)) - y) ** 2).mean().backward()
+            opt.step()
+    assert tracer.module_sampler.off_reason == OFF_NO_FORWARD  # off while training went on
+    for module in model.modules():
+        assert not module._forward_hooks and not module._forward_pre_hooks
+    doc = finish_and_load(tracer)
+    assert doc["modules"] == {"sampled_steps": 0, "off": OFF_NO_FORWARD, "forward": []}

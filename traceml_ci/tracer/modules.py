@@ -49,6 +49,11 @@ MIN_TICK_NS = 1_000_000
 #: Samples whose device events are not done yet: older ones are waited for.
 MAX_PENDING = 4
 
+#: Armed steps in a row without the model's own forward before sampling stops.
+MAX_MISSED = 3
+#: ``modules.off`` when the traced model's forward is never called.
+OFF_NO_FORWARD = ("the traced model's own forward never ran in a sampled step (its submodules "
+                  "were called directly): pass trace_step the module whose forward runs")
 #: ``modules.off`` when torch.compile is in use.
 OFF_COMPILED = ("torch.compile in use: submodules run inside compiled graphs, and hooks on "
                 "them would recompile")
@@ -149,6 +154,10 @@ class ModuleSampler:
         self.handles: list[Any] = []
         self.next_ns = 0
         self.next_step = 0
+        #: The step count when the hooks were armed, and armed steps in a row whose model
+        #: forward never ran.
+        self.armed_step = 0
+        self.missed = 0
         #: Why sampling is off for this run (None: it is not).
         self.off_reason: str | None = None
         self._rng = random.Random(0)
@@ -198,9 +207,12 @@ class ModuleSampler:
         step in ``MIN_STEP_GAP`` is sampled, whatever the period."""
         if self._pending:
             self._resolve(wait=len(self._pending) > MAX_PENDING)
+        if self.handles and step is not None and step > self.armed_step + 1:
+            self._missed_root()
         if not self.enabled or self.handles or not self.modules or now_ns < self.next_ns:
             return
         if step is not None:
+            self.armed_step = step
             if step < self.next_step:
                 return
             self.next_step = step + MIN_STEP_GAP
@@ -214,6 +226,16 @@ class ModuleSampler:
             self._disarm()
             self.enabled = False
             self._warn(f"module sampling stopped ({exc!r})")
+
+    def _missed_root(self) -> None:
+        """The armed step ended and the model's own forward never ran (a LightningModule whose
+        training_step calls its submodules, say): drop the hooks; after a few such steps,
+        stop sampling and say why."""
+        self._disarm()
+        self._current = None
+        self.missed += 1
+        if self.missed >= MAX_MISSED:
+            self._off(OFF_NO_FORWARD)
 
     # -- one sampled step ----------------------------------------------------------------------
     def _arm(self) -> None:
@@ -287,6 +309,7 @@ class ModuleSampler:
             self._disarm()  # one step's forward: the hooks go as it returns
             if sample.root[0] is None:
                 return
+            self.missed = 0
             sample.root[1] = mark()
             hooked = False
             for t in _tensors(output):
