@@ -94,7 +94,10 @@ def test_a_rank_lost_mid_run_is_named_and_nothing_hangs(tmp_path: Path) -> None:
     assert code != 0, out
     assert time.monotonic() - started < 90
     doc = _merged(tmp_path / "out" / "final_summary.json")
-    assert doc["run"]["status"] == "crashed"
+    # Rank 0 ends one of two ways, a race a loaded machine can tip: its collective fails first
+    # (crashed), or torchrun's SIGTERM for the surviving ranks comes first (interrupted). Not
+    # completed, either way; the lost rank is what names the cause.
+    assert doc["run"]["status"] in ("crashed", "interrupted")
     assert doc["distributed"]["failed_ranks"] == [1]
     assert doc["distributed"]["ranks_reported"] == 1
     assert (tmp_path / "out" / "final_summary.rank0.json").is_file()
