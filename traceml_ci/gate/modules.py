@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.summary.keys import TOP_MODULES
-from traceml_ci.summary.view import SummaryView, module_label
+from traceml_ci.summary.view import SummaryView, finite, module_label
 
 #: Phases whose shares are split by module.
 MODULE_PHASES = ("forward", "backward")
@@ -31,32 +31,20 @@ CHILD_EXPLAINS = 0.75
 MODULES_NAMED = 2
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
 def _listed(doc: Mapping[str, Any], phase: str, of_step: bool
             ) -> tuple[dict[str, tuple[float, float]], bool]:
     """name -> (share, noise) in pp of the step (``of_step``) or of the phase, for one phase's
     listed modules; and whether the list may have been cut (more were timed than listed)."""
-    mods = doc.get("modules")
     share = SummaryView(doc).share(phase) if of_step else 100.0
-    if not isinstance(mods, Mapping) or share is None:
-        return {}, False
-    rows = mods.get(phase)
-    if not isinstance(rows, list):
+    rows = _rows(doc, phase)
+    if share is None or not rows:
         return {}, False
     out: dict[str, tuple[float, float]] = {}
-    for m in rows:
-        if not isinstance(m, Mapping) or not isinstance(m.get("name"), str):
-            continue
-        pct = _finite(m.get("share_pct"))
-        if pct is None:
-            continue
-        noise = _finite(m.get("noise_pp")) or 0.0
-        out[m["name"]] = (pct * share / 100.0, noise * share / 100.0)
+    for name, m in rows.items():
+        pct = finite(m.get("share_pct"))
+        if pct is not None:
+            noise = finite(m.get("noise_pp")) or 0.0
+            out[name] = (pct * share / 100.0, noise * share / 100.0)
     return out, len(rows) >= TOP_MODULES
 
 
@@ -109,6 +97,7 @@ def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED,
 
 
 def _rows(doc: Mapping[str, Any], phase: str) -> dict[str, Mapping[str, Any]]:
+    """name -> row of one phase's listed modules (the well-formed ones)."""
     mods = doc.get("modules")
     rows = mods.get(phase) if isinstance(mods, Mapping) else None
     if not isinstance(rows, list):
