@@ -19,6 +19,20 @@ METRIC_SECTIONS = ("step_time", "step_memory", "gpu", "contention")
 MAX_TEXT = 5000
 
 
+def tracker(module: str, name: str) -> Any:
+    """Import the tracker's package; MissingDependencyError saying what to install."""
+    import importlib
+
+    from traceml_ci.errors import MissingDependencyError
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"logging to {name} needs {module} ({exc.name or exc} is missing): "
+            f"pip install 'traceml-ci[{module}]'") from None
+
+
 def load(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
     """A validated summary from a file or a dict; InputError naming the problem otherwise."""
     from traceml_ci.summary.io import load_summary

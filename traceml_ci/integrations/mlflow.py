@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.errors import ApiError, MissingDependencyError
+from traceml_ci.errors import ApiError
 from traceml_ci.integrations import _records
 from traceml_ci.summary.view import SummaryView
 
@@ -37,12 +37,7 @@ def log_summary(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], run: A
     when MLflow refuses (an unreachable server, a bad tracking URI).
     """
     summary = _records.load(path_or_dict)
-    try:
-        import mlflow
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"logging to MLflow needs mlflow ({exc.name or exc} is missing): "
-            "pip install 'traceml-ci[mlflow]'") from None
+    mlflow = _records.tracker("mlflow", "MLflow")
 
     try:
         return _log(summary, path_or_dict, run, tracking_uri, experiment, run_name)

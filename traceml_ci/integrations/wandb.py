@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.errors import ApiError, MissingDependencyError
+from traceml_ci.errors import ApiError
 from traceml_ci.integrations import _records
 from traceml_ci.summary.view import SummaryView
 
@@ -38,12 +38,7 @@ def log_summary(path_or_dict: str | os.PathLike[str] | Mapping[str, Any], run: A
     when W&B refuses (e.g. no API key when online).
     """
     summary = _records.load(path_or_dict)
-    try:
-        import wandb
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"logging to W&B needs wandb ({exc.name or exc} is missing): "
-            "pip install 'traceml-ci[wandb]'") from None
+    wandb = _records.tracker("wandb", "W&B")
 
     own_run = False
     if run is None:
