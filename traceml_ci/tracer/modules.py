@@ -212,9 +212,9 @@ class ModuleSampler:
         if not self.enabled or self.handles or not self.modules or now_ns < self.next_ns:
             return
         if step is not None:
-            self.armed_step = step
             if step < self.next_step:
                 return
+            self.armed_step = step
             self.next_step = step + MIN_STEP_GAP
         self.next_ns = now_ns + self.every_ns
         if compile_in_use((), self.frames_before):  # compiled since: leave its graphs alone
