@@ -389,11 +389,28 @@ def test_a_later_init_out_dir_moves_the_snapshot(tmp_path: Path, torch_single_th
         new = snapshot_path(tmp_path / "b", 0)
         wait_for(new.exists, 10)
         assert not old.exists()
+        # The folders the first snapshot made are gone too: a run that moved away from
+        # $TRACEML_CI_OUT (say) leaves nothing there.
+        assert not (tmp_path / "a").exists()
         model = BusyModel(0.2, 0.2)
         train(busy_loader(10, 0.2), model, BusySGD(model.parameters(), 0.1),
               traceml.trace_step, 10)
         finish_and_load(tracer)
         assert read_snapshot(new)["status"] == "completed" and not old.exists()
+    finally:
+        api.stop()
+
+
+def test_a_moved_snapshot_leaves_a_folder_that_was_there_before(
+        tmp_path: Path, torch_single_thread, fast_snapshots) -> None:
+    (tmp_path / "a").mkdir()
+    tracer = api.start(TracerConfig(out_dir=tmp_path / "a"), at_exit=False)
+    try:
+        wait_for(snapshot_path(tmp_path / "a", 0).exists, 10)
+        api.init(out_dir=tmp_path / "b")
+        wait_for(snapshot_path(tmp_path / "b", 0).exists, 10)
+        assert (tmp_path / "a").is_dir() and not live_dir(tmp_path / "a").exists()
+        tracer.finish()
     finally:
         api.stop()
 

@@ -65,6 +65,9 @@ class LiveWriter:
         rank = _env_int("RANK", 0)
         # Absolute now: a script that changes its working folder keeps one snapshot file.
         self.path: Path = snapshot_path(Path(tracer.config.out_dir).absolute(), rank)
+        #: Folders that did not exist yet (the snapshot's writes make them): a retarget removes
+        #: them again if empty, so a folder the run moved away from is not left behind.
+        self._made = [d for d in (self.path.parent, self.path.parent.parent) if not d.exists()]
         self._stop = threading.Event()
         #: Held around each write: once closed, the thread writes nothing more (a late tick
         #: must never overwrite the final snapshot).
@@ -151,6 +154,12 @@ class LiveWriter:
                 old.unlink()
             except OSError:
                 pass
+            made, self._made = self._made, []
+            for folder in made:  # the live folder, then the output folder, if we made them
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty (something else lives there), or gone
+                    break
 
     def close(self, status: str, summary_path: str | None) -> None:
         """At finish (after the summary is written): stop the thread, write the last snapshot
