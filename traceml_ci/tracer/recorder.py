@@ -406,8 +406,9 @@ def wrap_forward(model: Any, rec: Recorder, fail: Fail) -> tuple[dict, str, bool
     shadows ``forward`` (or a compiled module's ``_compiled_call_impl``).
 
     Cheaper than module hooks (which force nn.Module's slow call path) and outside any
-    torch.compile'd region, so it causes no graph break. It lives for one step only, so a
-    ``copy.deepcopy(model)`` or ``torch.save(model)`` outside the step never sees it.
+    torch.compile'd region, so it causes no graph break. It lives for one step only, and a
+    ``copy.deepcopy(model)`` or ``torch.save(model)`` inside the step leaves it out
+    (``tracer/transparency.py``).
     """
     d = model.__dict__
     key = "_compiled_call_impl" if d.get("_compiled_call_impl") is not None else "forward"

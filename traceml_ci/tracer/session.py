@@ -28,6 +28,7 @@ from traceml_ci.tracer.patches import (
 )
 from traceml_ci.tracer.recorder import PHASE_INDEX, ForwardTimer, Recorder, StepGate, unwrap_forward
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
+from traceml_ci.tracer.transparency import Transparency
 
 
 def _warn(message: str) -> None:
@@ -73,6 +74,12 @@ class Tracer:
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec) if zero_change else None
+        #: Our hooks and forward shadows stay out of what the user pickles, copies or scripts.
+        self.transparency = Transparency(self.fail)
+        try:
+            self.transparency.install()
+        except Exception as exc:
+            _warn(f"module save/copy guard not installed ({exc!r})")
         if config.mode == "auto":
             self.patches.install()
             if self.roots is not None:
@@ -314,6 +321,7 @@ class Tracer:
         self.stop_live()  # its thread reads nothing while the store drains
         self.flop_count.end()  # a step left open by an error: close the counter
         self.module_sampler.stop()
+        self.transparency.uninstall()  # after the last hook of ours is off the user's modules
         if self.profile is not None:  # fewer steps than asked: write what was profiled
             self.profile.close(self.store.steps_total)
             self.profile = None
