@@ -69,6 +69,8 @@ def main() -> None:
     p.add_argument("--no-destroy", action="store_true",
                    help="leave the process group for interpreter exit to clean up")
     p.add_argument("--die-at", type=int, default=None, help="rank --slow-rank exits at this step")
+    p.add_argument("--finish-first", action="store_true",
+                   help="call traceml.finish() before destroy_process_group, as the README does")
     args = p.parse_args()
 
     torch.set_num_threads(1)
@@ -92,6 +94,8 @@ def main() -> None:
             loss = ((model(x) - y) ** 2).mean()
             loss.backward()
             opt.step()
+    if args.finish_first:
+        traceml.finish()
     if not args.no_destroy:
         dist.destroy_process_group()
 

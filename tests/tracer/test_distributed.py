@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,23 @@ def test_a_script_that_never_destroys_its_group_still_merges(tmp_path: Path) -> 
     done = torchrun(tmp_path, "--no-destroy", "--slow-rank", "1", "--slow", "data")
     assert done.returncode == 0, done.stdout
     assert merged(tmp_path)["distributed"]["straggler"]["rank"] == 1
+
+
+def test_finish_before_destroy_gathers_at_once(tmp_path: Path) -> None:
+    """The README's loop: ``traceml.finish()`` on every rank, then ``destroy_process_group``.
+    The output folder's claim was held across the gather, so one rank waited on the other's
+    lock while that one waited in the gather: a stall until the gather timed out, and no merged
+    summary. The gather's timeout is raised here, so a stall fails on time, not on a warning."""
+    start = time.monotonic()
+    done = torchrun(tmp_path, "--finish-first", "--slow-rank", "1", "--slow", "data",
+                    env={"TRACEML_CI_GATHER_TIMEOUT_S": "100"}, timeout=240)
+    took = time.monotonic() - start
+    assert done.returncode == 0, done.stdout
+    assert "failed" not in done.stdout and "warning" not in done.stdout, done.stdout
+    dist = merged(tmp_path)["distributed"]
+    assert (dist["world_size"], dist["ranks_reported"]) == (2, 2)
+    assert dist["straggler"]["rank"] == 1
+    assert took < 90, f"the finish stalled: {took:.0f} s"
 
 
 @pytest.fixture(autouse=True)

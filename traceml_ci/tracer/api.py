@@ -6,7 +6,6 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -210,17 +209,10 @@ def finish(status: RunStatus | str | None = None) -> Path | None:
 
 
 def _finish(tracer: Tracer, status: RunStatus | str | None) -> Path | None:
-    target = tracer.config.summary_path
-    diverted = False
-    try:
-        with lifecycle.claim(target, tracer.started_at.timestamp()) as (where, diverted):
-            if diverted:
-                tracer.config = replace(tracer.config, out_dir=where.parent)
-            path = tracer.finish(status)
-    except OSError:  # no lock to be had (read-only folder...): finish says what failed
-        path = tracer.finish(status)
-    if path is not None and (_announce or diverted):
-        if diverted:
+    path = tracer.finish(status)
+    target = tracer.diverted_from
+    if path is not None and (_announce or target is not None):
+        if target is not None:
             line = (
                 f"another process wrote {target} during this run; "
                 f"this one's summary went to {path}"

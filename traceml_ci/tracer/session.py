@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import replace
@@ -51,6 +52,9 @@ class Tracer:
         self.enabled = True
         self.status: RunStatus | None = None
         self.path: Path | None = None
+        #: Where the summary was meant to go, when another process's summary was written there
+        #: during this run (the summary then went to ``pid-<pid>/``).
+        self.diverted_from: Path | None = None
         self.summary: Summary | None = None
         self.device: Any = None
         self.batch_size = config.batch_size
@@ -333,7 +337,7 @@ class Tracer:
             if self.ranks.world_size() > 1:
                 self.path = self._write_distributed(self.summary)
             else:
-                self.path = write_summary(self.config.summary_path, self.summary)
+                self.path = self._write_claimed(self.config.summary_path, self.summary)
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
             return None
@@ -341,11 +345,31 @@ class Tracer:
             self._close_live()  # the last snapshot: how the run ended, where its summary is
         return self.path
 
+    def _write_claimed(self, target: Path, summary: Summary | dict[str, Any]) -> Path:
+        """Write ``target`` under the folder's claim (``lifecycle.claim``): when another
+        process finished a summary there during this run, this one goes to ``pid-<pid>/``
+        instead (``diverted_from`` says so). The claim is held for the write alone -- never
+        across the ranks' gather, where another rank of this job may be waiting for it."""
+        from traceml_ci.tracer import lifecycle
+
+        with contextlib.ExitStack() as held:
+            try:
+                where, diverted = held.enter_context(
+                    lifecycle.claim(target, self.started_at.timestamp())
+                )
+            except OSError:  # no lock to be had (read-only folder...): the write says why
+                where, diverted = target, False
+            if diverted:
+                self.diverted_from = target
+                self.config = replace(self.config, out_dir=where.parent)
+            return write_summary(where, summary)
+
     def _write_distributed(self, summary: Summary) -> Path:
         """Every rank writes its own ``final_summary.rank<N>.json``; the ranks' summaries are
         gathered once, and rank 0 writes the merged ``final_summary.json`` (summary/ranks.py).
-        A failed gather leaves rank 0's own summary there, with the ranks that reported."""
-        from traceml_ci.summary.keys import SUMMARY_FILENAME
+        A failed gather leaves rank 0's own summary there, with the ranks that reported.
+        The ranks of one job share the folder: only the merged file is claimed, after the
+        gather."""
         from traceml_ci.summary.ranks import merge_ranks
 
         doc = summary.to_dict()
@@ -364,7 +388,7 @@ class Tracer:
         got = docs or [doc]
         merged = merge_ranks(got, world_size=world, nodes=self.ranks.nodes(got),
                              backend=self.ranks.backend)
-        return write_summary(self.config.out_dir / SUMMARY_FILENAME, merged)
+        return self._write_claimed(self.config.summary_path, merged)
 
     def _record(self) -> RunRecord:
         from traceml_ci.tracer.env import fingerprint
