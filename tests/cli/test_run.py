@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,48 @@ def test_killed_child_still_leaves_a_crashed_summary(tmp_path) -> None:
     doc = _summary(out)
     assert doc["run"]["status"] == "crashed"
     assert doc["step_time"]["diagnosis"] == "INSUFFICIENT_DATA"
+
+
+def test_a_run_killed_mid_training_keeps_its_last_live_snapshot(tmp_path, capsys) -> None:
+    """SIGKILL (the OOM killer's way) leaves no summary of the process's own; the launcher's
+    used to say "0 steps analysed, run more steps". The last live snapshot (every 0.5 s) holds
+    the newest steps' statistics: they become the summary, marked as recovered."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*CLI, "run", "--out", str(out), str(write_script(tmp_path, "workers_forever.py"))],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("ready"), line + proc.stderr.read()
+        child = int(line.split()[1])
+        # The bootstrap shows the user's script on its command line (ps, pkill -f train.py).
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        assert b"--" in cmdline and cmdline[-2].endswith(b"workers_forever.py"), cmdline
+        snap = out / "live" / "rank0.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # a snapshot with analysed steps in it
+            if snap.exists() and json.loads(snap.read_text() or "{}").get("window", {}).get(
+                    "steps", 0) > 0:
+                break
+            time.sleep(0.1)
+        done_then = json.loads(snap.read_text())["steps_done"]
+        os.kill(child, signal.SIGKILL)
+        assert proc.wait(timeout=60) == 137
+        err = proc.stderr.read()
+    finally:
+        kill_group(proc)
+    assert "from its last live snapshot" in err, err
+    doc = _summary(out)
+    assert doc["run"]["status"] == "crashed"
+    assert doc["run"]["recovered_from"] == "live_snapshot"
+    assert doc["step_time"]["steps_total"] >= done_then > 5
+    assert doc["step_time"]["steps_analyzed"] > 0
+    assert doc["step_time"]["diagnosis"] != "INSUFFICIENT_DATA"
+    assert main(["show", str(out)]) == 0
+    shown = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the panel wraps
+    assert "from the live snapshot: killed before it wrote its summary" in shown
 
 
 def test_missing_script_is_a_usage_error(tmp_path, capsys) -> None:

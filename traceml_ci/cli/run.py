@@ -132,9 +132,11 @@ def run(args: argparse.Namespace) -> int:
     company = attachment(live=not args.no_live, progress_interval_s=interval)
     done = launch(spec, forward_signals=True, attach=company)
     if done.fallback:
+        source = ("from its last live snapshot "
+                  f"({done.recovered_steps} steps)" if done.recovered_steps else "with no steps")
         print(
             f"traceml-ci: the script ended without a summary (exit {done.code}); "
-            f"wrote {done.summary} with run.status set",
+            f"wrote {done.summary} {source}, with run.status set",
             file=sys.stderr,
         )
     return int(done.code or 0)

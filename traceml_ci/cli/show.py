@@ -52,7 +52,9 @@ def render(doc: dict[str, Any]) -> Any:
     head = Text.assemble(
         (plain(v.run_name), "bold"),
         f" · {plain(v.run_status)} · {v.steps_analyzed} steps analysed "
-        f"(+{v.warmup_steps} warmup) · {device} · clock {plain(v.clock)}",
+        + (f"(the last of {v.steps_total}, from the live snapshot: killed before it wrote "
+           "its summary) " if v.recovered else "")
+        + f"(+{v.warmup_steps} warmup) · {device} · clock {plain(v.clock)}",
     )
     times = Table(title="Step time", title_justify="left", show_edge=False, expand=False)
     times.add_column("phase")

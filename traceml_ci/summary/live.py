@@ -125,6 +125,9 @@ def snapshot_from_summary(
         "summary_path": summary_path,
         "max_steps": max_steps,
         "last_step_at": _num(last_step_at),
+        # The window's whole summary: what the launcher writes if the process is killed
+        # before it writes its own (``tracer/fallback.py``).
+        "window_summary": dict(window),
     }
 
 

@@ -152,6 +152,16 @@ class SummaryView:
         return n if isinstance(n, int) else None
 
     @property
+    def steps_total(self) -> int | None:
+        n = self.step_time.get("steps_total")
+        return n if isinstance(n, int) else None
+
+    @property
+    def recovered(self) -> bool:
+        """The launcher wrote this summary from the killed process's last live snapshot."""
+        return self.run.get("recovered_from") == "live_snapshot"
+
+    @property
     def warmup_steps(self) -> int | None:
         n = self.step_time.get("warmup_steps")
         return n if isinstance(n, int) else None

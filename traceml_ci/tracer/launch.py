@@ -101,6 +101,8 @@ class Launched:
     code: int | None
     summary: Path
     fallback: bool = False
+    #: With ``fallback``: the steps of the live snapshot the summary was recovered from.
+    recovered_steps: int | None = None
     output: str | None = None
 
     @property
@@ -172,10 +174,13 @@ def launch(
     if cwd is not None and not summary.is_absolute():
         summary = Path(cwd) / summary
     full_env[ENV_LAUNCH] = spec.to_json()
-    cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap"]
+    # The script and its arguments follow on the command line (the bootstrap reads the spec
+    # alone): `ps`, `pkill -f train.py` and process monitors still find the user's job.
+    shown = ["--", *(["-m"] if spec.module else []), spec.target, *spec.args]
+    cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap", *shown]
     if spec.torchrun:  # every rank runs the bootstrap; torchrun passes our environment on
         cmd = [sys.executable, "-m", "torch.distributed.run", *spec.torchrun, "-m",
-               "traceml_ci.tracer.bootstrap"]
+               "traceml_ci.tracer.bootstrap", *shown]
     attach = Attachment() if attach is None or capture else attach
     done: Launched | None = None
     try:
@@ -232,12 +237,14 @@ def _run(
     # Killed by a signal before it could write (SIGKILL, segfault, OOM killer): a child that
     # exits otherwise has written its summary, maybe where the script's init(out_dir=) said.
     from traceml_ci.summary.model import RunStatus
-    from traceml_ci.tracer.fallback import write_fallback_summary
+    from traceml_ci.tracer.fallback import last_snapshot, write_fallback_summary
 
     interrupted = code in (_SIGNAL_BASE + signal.SIGINT, _SIGNAL_BASE + signal.SIGTERM)
     status = RunStatus.INTERRUPTED if interrupted else RunStatus.CRASHED
-    write_fallback_summary(summary, spec.name, started, status)
-    return Launched(code, summary, fallback=True, output=output)
+    snap = None if spec.torchrun else last_snapshot(summary.parent, proc.pid, started)
+    write_fallback_summary(summary, spec.name, started, status, snapshot=snap)
+    return Launched(code, summary, fallback=True, output=output,
+                    recovered_steps=int(snap["steps_done"]) if snap is not None else None)
 
 
 #: Linux's si_code for a signal the kernel sent itself -- a terminal's Ctrl-C goes to the
