@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from tests.gate.summaries import DATA, TRACEML_AI, make, real, shift
 from traceml_ci.cli.main import main
 from traceml_ci.gate import write_baseline_set
 from traceml_ci.gate.render import MARKER
+from traceml_ci.summary.model import RunStatus
+from traceml_ci.tracer.fallback import write_fallback_summary
 
 A, B = DATA / "input_bound_a.json", DATA / "input_bound_b.json"
 
@@ -66,6 +69,19 @@ def test_incomparable_exits_3(tmp_path, capsys):
     code, out, _ = run(capsys, base, head, "--format", "json")
     assert code == 3
     assert json.loads(out)["verdict"] == "incomparable"
+
+
+@pytest.mark.parametrize("status", [RunStatus.CRASHED, RunStatus.COMPLETED])
+def test_a_head_that_traced_nothing_never_passes(tmp_path, capsys, status):
+    """A head killed before its first step, or that never imported torch, against a good base:
+    the gate used to say warn, exit 0 -- a pass for a run that measured nothing."""
+    head = write_fallback_summary(tmp_path / "head.json", "smoke", time.time(), status)
+    code, out, _ = run(capsys, A, head)
+    assert code == 3
+    assert out.startswith("traceml-ci incomparable: ")
+    assert f"head analysed no steps ({status.value}, 0 steps in all" in out
+    code, out, _ = run(capsys, head, A)  # nor a base that measured nothing
+    assert code == 3 and "base analysed no steps" in out
 
 
 def test_env_mismatch_is_skipped_unless_allowed(tmp_path, capsys):

@@ -456,6 +456,19 @@ def compare(
         return Comparison(verdict=Verdict.INCOMPARABLE, rows=[], reasons=reasons,
                           notes=list(reasons), base_run=_run_name(bv), head_run=_run_name(hv),
                           rules_source=rules.source, distributed=dist)
+    empty = [(side, v) for side, v in (("base", bv), ("head", hv)) if v.steps_analyzed == 0]
+    if empty:
+        # A run that measured nothing (killed before its first steps, torch never imported,
+        # fewer steps than its warmup) has no figure to pass or fail: never a silent pass.
+        for side, v in empty:
+            reasons.append(
+                f"{side} analysed no steps ({v.run_status or 'status unknown'}, "
+                f"{v.steps_total or 0} steps in all, {v.warmup_steps or 0} of them warmup): "
+                "it measured nothing to compare"
+            )
+        return Comparison(verdict=Verdict.INCOMPARABLE, rows=[], reasons=reasons,
+                          notes=list(reasons), base_run=_run_name(bv), head_run=_run_name(hv),
+                          rules_source=rules.source, distributed=dist)
     missing_noise = [s for s, v in (("base", bv), ("head", hv)) if not v.has_noise]
     if missing_noise and rules.noise_factor > 0:
         reasons.append(
