@@ -64,6 +64,19 @@ def test_show_gives_the_mean_the_share_comes_from_and_the_median_apart(tmp_path,
     assert "mean ms = share × mean step" in out
 
 
+def test_show_gives_flops_with_the_prefix_that_fits(tmp_path, capsys) -> None:
+    """A 647,168-FLOP step read ``0.00 GFLOP per step``: now ``647 kFLOP``, and its rate with
+    a prefix too."""
+    doc = summary_doc({"forward": 1.0, "backward": 2.0, "optimizer": 0.5},
+                      flops_per_step=647_168.0, flops_dtype="float32")
+    path = tmp_path / "final_summary.json"
+    path.write_text(json.dumps(doc))
+    assert main(["show", str(path), "--width", "160"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "compute:" in x)
+    # 647,168 FLOP over 3.5 ms of compute: 185 MFLOP/s.
+    assert "647 kFLOP per step (float32)" in line and "achieved 185 MFLOP/s" in line
+
+
 def test_show_bad_file_is_one_line_exit_2(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")

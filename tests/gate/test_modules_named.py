@@ -107,5 +107,5 @@ def test_a_changed_flop_count_is_said_as_context() -> None:
     assert not any("FLOPs per step" in r for r in same.reasons)
     grown = compare(counted(make(), 1.0e9), counted(make(), 1.25e9))
     assert grown.verdict.value == "pass"  # information, never a verdict
-    assert ("FLOPs per step changed 1 → 1.25 GFLOP (+25.0 %): the model or its input shapes "
+    assert ("FLOPs per step changed 1 GFLOP → 1.25 GFLOP (+25.0 %): the model or its input shapes "
             "changed, not only how fast it runs") in grown.reasons

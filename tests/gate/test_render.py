@@ -19,6 +19,7 @@ from tests.gate.summaries import GOLDEN, TRACEML_AI, make, real, shift
 from traceml_ci.gate import (
     compare,
     compare_sets,
+    fmt,
     load_input,
     render_json,
     render_markdown,
@@ -141,6 +142,40 @@ def test_text_of_a_set_names_each_key():
     text = render_text(_set(), width=120)
     assert "tests/test_train.py::test_step[large]: regression" in text
     assert "1 added (no baseline yet): tests/test_train.py::test_new" in text
+
+
+@pytest.mark.parametrize(("x", "per_s", "text"), [
+    (0, False, "0 FLOP"),
+    (512, False, "512 FLOP"),
+    (647_168, False, "647 kFLOP"),
+    (999_700, False, "1 MFLOP"),  # rounds up to the next prefix, never "1e+03 kFLOP"
+    (1.0e9, False, "1 GFLOP"),
+    (1.25e9, False, "1.25 GFLOP"),
+    (693_694_464, False, "694 MFLOP"),
+    (3.2e12, True, "3.2 TFLOP/s"),
+    (1.16e11, True, "116 GFLOP/s"),
+    (2.5e22, False, "25,000 EFLOP"),
+])
+def test_flops_take_the_si_prefix_that_fits(x, per_s, text):
+    assert fmt.flops(x, per_s=per_s) == text
+
+
+def test_the_gate_shows_flop_rows_with_si_prefixes():
+    """A 647,168-FLOP step: the diff's rows read kFLOP and MFLOP/s, and so does its context."""
+    def counted(doc, flops, tflops):
+        doc["efficiency"] = {"flops_per_step": flops, "achieved_tflops": tflops}
+        return doc
+
+    cmp = compare(counted(make(), 647_168.0, 1.2e-4), counted(make(), 810_000.0, 1.5e-4))
+    md = render_markdown(cmp)
+    row = next(x for x in md.splitlines() if "efficiency.flops_per_step" in x)
+    assert "| 647 kFLOP " in row and "| 810 kFLOP " in row
+    row = next(x for x in md.splitlines() if "efficiency.achieved_tflops" in x)
+    assert "| 120 MFLOP/s " in row and "| 150 MFLOP/s " in row
+    # The text report folds unchanged rows to their change; its context line says it.
+    text = render_text(cmp, width=160, colour=False)
+    for out in (text, md):
+        assert "FLOPs per step changed 647 kFLOP → 810 kFLOP (+25.2 %)" in out
 
 
 def test_json_is_the_comparison():

@@ -10,7 +10,9 @@ import torch
 from torch import nn
 
 import traceml_ci as traceml
+from tests.summary.builders import record
 from tests.tracer.conftest import finish_and_load
+from traceml_ci.summary.build import build_summary
 from traceml_ci.summary.schema import summary_problems
 from traceml_ci.tracer.flops import NOT_COUNTED_COMPILED, NOT_COUNTED_NO_WARMUP
 
@@ -29,7 +31,7 @@ def _no_compile_yet(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequ
     monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: False)
 
 
-def _train(steps: int) -> None:
+def _train(steps: int, autocast: torch.dtype | None = None) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(IN, HID), nn.ReLU(), nn.Linear(HID, OUT))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -37,7 +39,11 @@ def _train(steps: int) -> None:
     for _ in range(steps):
         with traceml.trace_step(model):
             opt.zero_grad(set_to_none=True)
-            ((model(x) - y) ** 2).mean().backward()
+            with torch.autocast(
+                "cpu", dtype=autocast or torch.float32, enabled=autocast is not None
+            ):
+                out = model(x)
+            ((out.float() - y) ** 2).mean().backward()
             opt.step()
 
 
@@ -65,6 +71,36 @@ def test_the_counted_step_is_the_analytic_count(fresh_tracer) -> None:
     assert st["steps_analyzed"] == 37  # the counted step is a warmup step
     assert summary_problems(doc) == []
     assert len(json.dumps(doc, indent=1).encode()) <= 8 * 1024  # still a small file
+
+
+def test_under_bf16_autocast_the_dtype_is_the_one_the_matmuls_ran_in(fresh_tracer) -> None:
+    """An fp32 model under ``torch.autocast("cpu", dtype=torch.bfloat16)``: its matmuls run in
+    bfloat16, forward and backward, so that is the dtype -- not the parameters' float32 -- and
+    MFU on a GPU divides by the bfloat16 peak."""
+    from traceml_ci.summary.build import _efficiency
+    from traceml_ci.summary.peaks import peak_tflops
+
+    tracer = fresh_tracer(warmup_steps=2)
+    _train(8, autocast=torch.bfloat16)
+    count = tracer.flop_count
+    doc = finish_and_load(tracer)
+    eff = doc["efficiency"]
+    assert eff["dtype"] == "bfloat16"
+    assert eff["flops_per_step"] == analytic_flops()  # the same matmuls, in another dtype
+    # The same counted step on an H100: the bfloat16 peak, not the float32 one.
+    on_gpu = record(
+        {"forward": 1.0, "backward": 2.0, "optimizer": 1.0},
+        env={"device_name": "NVIDIA H100 80GB HBM3"},
+        memory_device="cuda:0",
+        flops_per_step=float(count.flops),
+        flops_dtype=count.dtype,
+    )
+    gpu_eff = _efficiency(on_gpu, build_summary(on_gpu).step_time)
+    assert gpu_eff is not None
+    assert gpu_eff.peak_tflops == peak_tflops("NVIDIA H100", "bfloat16") == 989.0
+    expected = analytic_flops() / 4e-3 / 1e12
+    assert gpu_eff.mfu_pct is not None
+    assert abs(gpu_eff.mfu_pct - 100 * expected / 989.0) < 1e-9
 
 
 def test_no_warmup_no_count(fresh_tracer) -> None:

@@ -97,13 +97,13 @@ def render(doc: dict[str, Any]) -> Any:
         parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})",
                           style="dim"))
     elif eff:
-        flops, rate = eff.get("flops_per_step"), eff.get("achieved_tflops")
+        from traceml_ci.gate.fmt import value
+
         mfu = eff.get("mfu_pct")
         parts.append(Text(
-            f"compute: {_fmt(flops / 1e9 if flops else None, ' GFLOP', 2)} per step "
+            f"compute: {value(eff.get('flops_per_step'), 'FLOP')} per step "
             f"({plain(eff.get('dtype') or '?')}) · achieved "
-            + (f"{rate * 1000:.1f} GFLOP/s" if rate is not None and rate < 1 else
-               _fmt(rate, " TFLOP/s", 1))
+            f"{value(eff.get('achieved_tflops'), 'TFLOP/s')}"
             + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
             style="dim"))
     parts += _module_lines(doc.get("modules"))

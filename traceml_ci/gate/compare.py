@@ -705,7 +705,7 @@ def _flops_context(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str
     if abs(h - b) <= FLOPS_CHANGED * b:
         return []
     change = 100.0 * (h - b) / b
-    return [f"FLOPs per step changed {b / 1e9:.3g} → {h / 1e9:.3g} GFLOP ({change:+.1f} %): "
+    return [f"FLOPs per step changed {fmt.flops(b)} → {fmt.flops(h)} ({change:+.1f} %): "
             "the model or its input shapes changed, not only how fast it runs"]
 
 

@@ -99,12 +99,45 @@ def number(x: float) -> str:
     return f"{x:.3g}"
 
 
+#: SI prefixes for FLOP counts and rates, smallest first.
+SI_PREFIXES = (("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12), ("P", 1e15),
+               ("E", 1e18))
+#: Units a FLOP figure is stored in (gate/metrics.py, the summary's ``efficiency``) -> FLOP.
+FLOP_UNITS = {"FLOP": 1.0, "FLOP/s": 1.0, "TFLOP/s": 1e12}
+
+
+def flops(x: float, per_s: bool = False) -> str:
+    """A FLOP count (or, ``per_s``, a rate in FLOP/s) with the SI prefix that fits and three
+    significant figures: ``647 kFLOP``, ``1.25 GFLOP``, ``116 GFLOP/s``. The one formatter of
+    FLOPs: ``traceml-ci show``, the gate's rows and its context lines all use it."""
+    unit = "FLOP/s" if per_s else "FLOP"
+    if x != x:
+        return f"nan {unit}"
+    ax = abs(x)
+    prefix, scale = SI_PREFIXES[0]
+    for p, s in SI_PREFIXES:
+        if ax >= s:
+            prefix, scale = p, s
+    text = f"{x / scale:.3g}"
+    # 999.7 kFLOP rounds to 1000 kFLOP at three figures: 1 MFLOP.
+    if abs(float(text)) >= 1000 and prefix != SI_PREFIXES[-1][0]:
+        i = [p for p, _ in SI_PREFIXES].index(prefix) + 1
+        prefix, scale = SI_PREFIXES[i]
+        text = f"{x / scale:.3g}"
+    if "e" in text:  # beyond the largest prefix, or a rate below 0.001 FLOP/s
+        text = f"{x / scale:,.0f}" if ax >= 1 else f"{x:.3g}"
+    return f"{text} {prefix}{unit}"
+
+
 def value(x: Any, unit: str = "") -> str:
-    """A row's base or head value: a label as is, a number with its unit, None as 'n/a'."""
+    """A row's base or head value: a label as is, a number with its unit, None as 'n/a'.
+    FLOP counts and rates get the SI prefix that fits (``flops``)."""
     if x is None:
         return "n/a"
     if isinstance(x, str):
         return x
+    if unit in FLOP_UNITS:
+        return flops(float(x) * FLOP_UNITS[unit], per_s=unit.endswith("/s"))
     text = number(float(x))
     if not unit:
         return text

@@ -72,7 +72,7 @@ class RunRecord:
     alloc_retries: int | None = None
     ooms: int | None = None
     gpu: GpuUtil = field(default_factory=GpuUtil)
-    #: FLOPs of one counted step (None: not counted) and the model's parameter dtype.
+    #: FLOPs of one counted step (None: not counted) and the dtype its ops ran in.
     flops_per_step: float | None = None
     flops_dtype: str | None = None
     #: Why there is no FLOP count (tracer/flops.py), for a section of nulls that says so.
@@ -109,8 +109,8 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
 
 def _efficiency(record: RunRecord, st: StepTime) -> Efficiency | None:
     """FLOPs per step over the median compute time: achieved TFLOP/s, and MFU where the
-    device's peak for the model's dtype is known (summary/peaks.py). Not counted: nulls and
-    the reason; None for a run that never tried (an older tracer's record)."""
+    device's peak for the dtype the counted ops ran in is known (summary/peaks.py). Not
+    counted: nulls and the reason; None for a run that never tried (an older tracer's record)."""
     from traceml_ci.summary.peaks import peak_tflops
 
     flops = record.flops_per_step

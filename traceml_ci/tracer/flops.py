@@ -8,6 +8,11 @@ warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model i
 uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
 *function* first called inside the first traced step (docs/pinpoint.md). The rates and
 MFU are computed with the summary (summary/build.py, summary/peaks.py).
+
+``dtype`` is the dtype the counted ops ran in, as the counter sees them -- after autocast has
+cast their inputs -- weighted by their FLOPs: ``bfloat16`` for an fp32 model under
+``torch.autocast(dtype=torch.bfloat16)``, so that MFU divides by that dtype's peak. The
+parameters' dtype is the fallback when no counted op carried a floating-point tensor.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Any
+
+_COUNTER_CLASS: Any = None
 
 NOT_COUNTED_COMPILED = "torch.compile in use: counting could fail a compiled step"
 NOT_COUNTED_NO_OPS = "no op with a FLOP formula ran (matmul, convolution, attention)"
@@ -48,7 +55,8 @@ def compile_in_use(models: tuple[Any, ...] = (), frames_before: int = 0) -> bool
         try:
             for module in model.modules():
                 if (optimized and isinstance(module, optimized)) or getattr(
-                        module, "_compiled_call_impl", None) is not None:
+                    module, "_compiled_call_impl", None
+                ) is not None:
                     return True
         except Exception:
             return True  # cannot tell: do not count
@@ -90,10 +98,8 @@ class FlopCount:
             self.reason = NOT_COUNTED_COMPILED
             return False
         try:
-            from torch.utils.flop_counter import FlopCounterMode
-
             self.dtype = _param_dtype(models)
-            mode = FlopCounterMode(display=False)
+            mode = _counter_class()(display=False)
             mode.__enter__()
             self._mode = mode
             return True
@@ -110,6 +116,9 @@ class FlopCount:
             mode.__exit__(None, None, None)
             total = int(mode.get_total_flops())
             self.flops = total if total > 0 else None
+            ran_in = _main_dtype(getattr(mode, "traceml_flops_by_dtype", None))
+            if ran_in is not None:
+                self.dtype = ran_in
             if self.flops is None:
                 self.reason = NOT_COUNTED_NO_OPS
         except Exception as exc:
@@ -119,6 +128,57 @@ class FlopCount:
     @property
     def counting(self) -> bool:
         return self._mode is not None
+
+
+def _counter_class() -> Any:
+    """torch's FlopCounterMode, also adding up each counted op's FLOPs by the dtype of its
+    first floating-point input: the dtype it ran in, after autocast (which casts above the
+    dispatch mode the counter is). Built once, on first use (torch is imported then)."""
+    global _COUNTER_CLASS
+    if _COUNTER_CLASS is not None:
+        return _COUNTER_CLASS
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class DtypeFlopCounter(FlopCounterMode):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.traceml_flops_by_dtype: dict[str, int] = {}
+
+        def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+            try:
+                formula = self.flop_registry.get(func_packet)
+                if formula is not None:
+                    dtype = _first_float_dtype(args)
+                    if dtype is not None:
+                        n = int(formula(*args, **kwargs, out_val=out))
+                        by = self.traceml_flops_by_dtype
+                        by[dtype] = by.get(dtype, 0) + n
+            except Exception:  # never into the user's step: the dtype falls back
+                pass
+            return super()._count_flops(func_packet, out, args, kwargs)
+
+    _COUNTER_CLASS = DtypeFlopCounter
+    return _COUNTER_CLASS
+
+
+def _first_float_dtype(args: Any) -> str | None:
+    """The dtype of the first floating-point tensor among an op's arguments (one level of
+    lists/tuples, as convolution's)."""
+    import torch
+
+    for a in args:
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                return str(t.dtype).removeprefix("torch.")
+    return None
+
+
+def _main_dtype(by_dtype: dict[str, int] | None) -> str | None:
+    """The dtype that carried the most FLOPs (None: none counted)."""
+    if not by_dtype:
+        return None
+    dtype, n = max(by_dtype.items(), key=lambda kv: kv[1])
+    return dtype if n > 0 else None
 
 
 def _param_dtype(models: tuple[Any, ...]) -> str | None:

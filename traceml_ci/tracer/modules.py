@@ -17,13 +17,20 @@ layer) ends when the backward pass does. Where an input feeds other modules too,
 is ready only after theirs: that call's backward then includes them (docs/pinpoint.md).
 
 Times are inclusive (a module's time holds its children's); shares are of the model's own
-forward / backward in the same sampled steps.
+forward / backward in the same sampled steps. Each instant of a sampled step is given to one
+module and its ancestors only -- the timed call that began last among those running then
+(``attribute``) -- so a child never exceeds its parent and siblings never add up to more than
+their parent, even where backward intervals overlap (an input several modules read, hooks
+firing on one tensor in turn). On the host clock the hooks' own work is timed and left out,
+of the modules and of the model's own time alike: a sampled step is slower than the others
+by that work, and shares are of the step as it runs unsampled.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from traceml_ci.summary.keys import DEFAULT_MODULE_SAMPLE_S, TOP_MODULES
@@ -52,11 +59,14 @@ MAX_PENDING = 4
 #: Armed steps in a row without the model's own forward before sampling stops.
 MAX_MISSED = 3
 #: ``modules.off`` when the traced model's forward is never called.
-OFF_NO_FORWARD = ("the traced model's own forward never ran in a sampled step (its submodules "
-                  "were called directly): pass trace_step the module whose forward runs")
+OFF_NO_FORWARD = (
+    "the traced model's own forward never ran in a sampled step (its submodules "
+    "were called directly): pass trace_step the module whose forward runs"
+)
 #: ``modules.off`` when torch.compile is in use.
-OFF_COMPILED = ("torch.compile in use: submodules run inside compiled graphs, and hooks on "
-                "them would recompile")
+OFF_COMPILED = (
+    "torch.compile in use: submodules run inside compiled graphs, and hooks on them would recompile"
+)
 
 
 def select_modules(model: Any, limit: int = MAX_MODULES) -> list[tuple[str, Any]]:
@@ -83,8 +93,9 @@ def select_modules(model: Any, limit: int = MAX_MODULES) -> list[tuple[str, Any]
     return [(name[:MAX_NAME], module) for name, module in chosen]
 
 
-def _flatten_containers(parents: list[tuple[str, Any]], containers: tuple[type, ...],
-                        seen: set[int]) -> list[tuple[str, Any]]:
+def _flatten_containers(
+    parents: list[tuple[str, Any]], containers: tuple[type, ...], seen: set[int]
+) -> list[tuple[str, Any]]:
     """The children of ``parents``, in order, with containers replaced by their entries."""
     out: list[tuple[str, Any]] = []
 
@@ -111,6 +122,7 @@ def _tensors(obj: Any) -> Iterator[Any]:
         import torch
     except Exception:
         return
+
     def walk(o: Any, depth: int) -> Iterator[Any]:
         if isinstance(o, torch.Tensor):
             if o.requires_grad:
@@ -126,15 +138,76 @@ def _tensors(obj: Any) -> Iterator[Any]:
             return
 
 
-class _Sample:
-    """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass]``."""
+def attribute(
+    root_ms: float,
+    calls: Sequence[tuple[str, float, float]],
+    ancestors: Mapping[str, tuple[str, ...]],
+    gaps: Sequence[tuple[float, float]] = (),
+) -> tuple[float, dict[str, float]]:
+    """One sampled direction's time per module: ``calls`` are ``(name, start, end)`` in ms
+    from the model's own start, ``root_ms`` its own length, ``gaps`` the hooks' own work.
 
-    __slots__ = ("calls", "root", "backward_done")
+    Each instant in ``[0, root_ms]`` outside the gaps goes to the call that began last among
+    those running then, and to its module's timed ``ancestors`` -- to one chain of the module
+    tree. So, whatever the marks: a module's time is at most its parent's, siblings add up to
+    at most their parent's, and the top level to at most the model's. Properly nested calls
+    (every forward) keep their own lengths; overlapping backward intervals are split where
+    the later one begins. Returns the model's time less the gaps, and the modules' times."""
+    root_ms = max(root_ms, 0.0)
+    spans = sorted(
+        (max(s, 0.0), min(e, root_ms), i, name)
+        for i, (name, s, e) in enumerate(calls)
+        if min(e, root_ms) > max(s, 0.0)
+    )
+    holes: list[list[float]] = []  # the gaps, clipped, merged where they touch
+    for s, e in sorted((max(s, 0.0), min(e, root_ms)) for s, e in gaps):
+        if e <= s:
+            continue
+        if holes and s <= holes[-1][1]:
+            holes[-1][1] = max(holes[-1][1], e)
+        else:
+            holes.append([s, e])
+    points = sorted(
+        {0.0, root_ms, *(x for sp in spans for x in sp[:2]), *(x for h in holes for x in h)}
+    )
+    out: dict[str, float] = {}
+    # Running calls, the one that began last on top; of two that began together, the one that
+    # ends first (the inner one), then the deeper module.
+    active: list[tuple[float, float, int, int, str]] = []  # (-start, end, -depth, -order, name)
+    gap_ms = 0.0
+    nxt = hole = 0
+    for a, b in zip(points, points[1:], strict=False):
+        while nxt < len(spans) and spans[nxt][0] <= a:
+            s, e, i, name = spans[nxt]
+            heapq.heappush(active, (-s, e, -len(ancestors.get(name, ())), -i, name))
+            nxt += 1
+        while hole < len(holes) and holes[hole][1] <= a:
+            hole += 1
+        if hole < len(holes) and holes[hole][0] <= a:  # [a, b] lies in that gap
+            gap_ms += b - a
+            continue
+        while active and active[0][1] <= a:  # ended: not running any more
+            heapq.heappop(active)
+        if not active:
+            continue
+        name = active[0][4]
+        out[name] = out.get(name, 0.0) + (b - a)
+        for up in ancestors.get(name, ()):
+            out[up] = out.get(up, 0.0) + (b - a)
+    return root_ms - gap_ms, out
+
+
+class _Sample:
+    """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass]``;
+    ``gaps``: the forward hooks' own work, ``[from, to]`` marks (host clock only)."""
+
+    __slots__ = ("calls", "root", "backward_done", "gaps")
 
     def __init__(self) -> None:
         self.calls: list[list[Any]] = []
         self.root: list[Any] = [None, None, None, None]  # forward from/to, backward from/to
         self.backward_done = False
+        self.gaps: list[list[Any]] = []
 
 
 class ModuleSampler:
@@ -151,6 +224,8 @@ class ModuleSampler:
         self.modules: list[tuple[str, Any]] = []
         #: name -> class name (``4`` of a Sequential says little; ``4 (Linear)`` does).
         self.types: dict[str, str] = {}
+        #: name -> the timed modules it sits in (``encoder`` for ``encoder.layer.3``).
+        self.ancestors: dict[str, tuple[str, ...]] = {}
         self.handles: list[Any] = []
         self.next_ns = 0
         self.next_step = 0
@@ -195,6 +270,8 @@ class ModuleSampler:
             return
         self.modules = select_modules(model)
         self.types = {name: type(module).__name__[:MAX_NAME] for name, module in self.modules}
+        names = [name for name, _ in self.modules]
+        self.ancestors = {n: tuple(a for a in names if n.startswith(a + ".")) for n in names}
 
     def _off(self, reason: str) -> None:
         self.off_reason = reason
@@ -246,6 +323,9 @@ class ModuleSampler:
         sample = self._current = _Sample()
         mark = self.clock.mark
         calls = sample.calls
+        # The hooks' own work, left out of every time: host marks cost ~50 ns; device events
+        # would time the device, which the hooks do not occupy.
+        gaps = sample.gaps if self.clock.kind == "host" else None
         warn = self._warn
         failed: list[bool] = []
 
@@ -258,29 +338,39 @@ class ModuleSampler:
                         failed.append(True)
                         warn(f"module sampling stopped ({exc!r})")
                     self.enabled = False
+
             return run
 
         opened: dict[str, list[list[Any]]] = {}  # a module's calls not returned yet
 
         def pre(name: str) -> Callable[..., None]:
             def hook(module: Any, args: Any) -> None:
-                call = [name, mark(), None, None, None, True]
+                g0 = mark() if gaps is not None else None
+                call = [name, None, None, None, None, True]
                 calls.append(call)
                 for t in _tensors(args):
                     call[5] = False
                     t.register_hook(guarded(lambda grad, c=call: _set_end(c, mark())))
                 opened.setdefault(name, []).append(call)
+                call[1] = mark()  # the call starts as its hook's work ends
+                if gaps is not None:
+                    gaps.append([g0, call[1]])
+
             return guarded(hook)
 
         def post(name: str) -> Callable[..., None]:
             def hook(module: Any, args: Any, output: Any) -> None:
+                end = mark()  # the call ends as its hook's work begins
                 open_calls = opened.get(name)
                 if not open_calls:
                     return
                 call = open_calls.pop()
-                call[2] = mark()
+                call[2] = end
                 for t in _tensors(output):
                     t.register_hook(guarded(lambda grad, c=call: _set_start(c, mark)))
+                if gaps is not None:
+                    gaps.append([end, mark()])
+
             return guarded(hook)
 
         for name, module in self.modules:
@@ -363,24 +453,31 @@ class ModuleSampler:
         self._pending = keep
 
     def _add(self, sample: _Sample) -> None:
+        """One sample's times: its marks as ms from the model's own start, each instant given
+        to one chain of modules (``attribute``), the hooks' own work left out."""
         el = self.clock.elapsed_ms
         f0, f1, b0, b1 = sample.root
         if f0 is None or f1 is None:
             return
-        fwd: dict[str, float] = {}
-        bwd: dict[str, float] = {}
+        backward = sample.backward_done and b0 is not None and b1 is not None
+        fwd: list[tuple[str, float, float]] = []
+        bwd: list[tuple[str, float, float]] = []
         for name, c0, c1, d0, d1, ends_with_pass in sample.calls:
-            if c1 is not None:
-                fwd[name] = fwd.get(name, 0.0) + max(el(c0, c1), 0.0)
+            if c0 is not None and c1 is not None:
+                fwd.append((name, el(f0, c0), el(f0, c1)))
             end = b1 if ends_with_pass or d1 is None else d1
-            if d0 is not None and end is not None and sample.backward_done:
-                bwd[name] = bwd.get(name, 0.0) + max(el(d0, end), 0.0)
-        self._add_direction("forward", el(f0, f1), fwd)
-        if sample.backward_done and b0 is not None and b1 is not None:
-            self._add_direction("backward", el(b0, b1), bwd)
+            if backward and d0 is not None and end is not None:
+                bwd.append((name, el(b0, d0), el(b0, end)))
+        gaps = [
+            (el(f0, g0), el(f0, g1)) for g0, g1 in sample.gaps if g0 is not None and g1 is not None
+        ]
+        self._add_direction("forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps))
+        if backward:
+            self._add_direction("backward", *attribute(el(b0, b1), bwd, self.ancestors))
 
-    def _add_direction(self, direction: str, root_ms: float, per_module: dict[str, float]
-                       ) -> None:
+    def _add_direction(self, direction: str, root_ms: float, per_module: dict[str, float]) -> None:
+        """Add one sample: ``root_ms`` the model's own time, ``per_module`` the modules'
+        (``attribute``: each at most its parent's, siblings at most their parent's)."""
         if root_ms <= 0:
             return
         self.steps[direction] += 1
@@ -424,10 +521,16 @@ class ModuleSampler:
         rows = []
         for name, ms in top:
             shares = self.shares[direction].get(name) or []
-            rows.append({"name": name, "type": self.types.get(name, ""), "ms": round(ms / n, 4),
-                         "share_pct": round(100.0 * ms / root, 2),
-                         # per-sample spread of the share: the gate's noise rule for modules
-                         "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None})
+            rows.append(
+                {
+                    "name": name,
+                    "type": self.types.get(name, ""),
+                    "ms": round(ms / n, 4),
+                    "share_pct": round(100.0 * ms / root, 2),
+                    # per-sample spread of the share: the gate's noise rule for modules
+                    "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None,
+                }
+            )
         return rows
 
 
@@ -444,3 +547,5 @@ def _marks(sample: _Sample) -> Iterator[Any]:
     yield from sample.root
     for call in sample.calls:
         yield from call[1:5]
+    for gap in sample.gaps:
+        yield from gap

@@ -1,0 +1,236 @@
+"""Module shares never mislead: a child never exceeds its parent, siblings never add up to more
+than their parent (nor the top level to more than the model), whatever the marks -- the
+aggregation is checked with hypothesis, and a real traced model whose readers share an input
+(their backward intervals overlap) against stopwatches of the same steps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load
+from traceml_ci.tracer.clocks import HostClock
+from traceml_ci.tracer.modules import ModuleSampler, _Sample, attribute
+
+#: A small module tree: parent -> children (names as select_modules writes them).
+TREE = ["a", "b", "a.x", "a.y", "a.z", "b.x", "a.x.p", "a.x.q"]
+ANCESTORS = {n: tuple(a for a in TREE if n.startswith(a + ".")) for n in TREE}
+EPS = 1e-9
+
+
+def _parent(name: str) -> str | None:
+    return name.rsplit(".", 1)[0] if "." in name else None
+
+
+def _check_tree(root: float, times: dict[str, float], eps: float) -> None:
+    """The promise of docs/pinpoint.md, on one set of times (ms or shares)."""
+    assert all(v >= -eps for v in times.values()), times
+    for name, v in times.items():
+        parent = _parent(name)
+        assert v <= (times.get(parent, 0.0) if parent else root) + eps, (name, times)
+    for parent in [None, *TREE]:
+        kids = [v for n, v in times.items() if _parent(n) == parent]
+        cap = root if parent is None else times.get(parent, 0.0)
+        assert sum(kids) <= cap + eps * max(len(kids), 1), (parent, times)
+
+
+span = st.tuples(st.floats(-5, 105, allow_nan=False), st.floats(-5, 105, allow_nan=False))
+calls = st.lists(st.tuples(st.sampled_from(TREE), span), max_size=24)
+gaps = st.lists(span, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(root=st.floats(0, 100, allow_nan=False), calls=calls, gaps=gaps)
+def test_attribute_never_gives_a_child_or_siblings_more_than_their_parent(root, calls, gaps):
+    """Any marks at all -- overlapping, reversed, outside the model's own time, with gaps."""
+    own, times = attribute(root, [(n, s, e) for n, (s, e) in calls], ANCESTORS, gaps)
+    assert -EPS <= own <= root + EPS
+    _check_tree(own, times, EPS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_properly_nested_calls_keep_their_lengths(data) -> None:
+    """Forward calls nest like a stack: each module gets exactly the sum of its calls."""
+    expect: dict[str, float] = {}
+    out: list[tuple[str, float, float]] = []
+    t = 0.0
+
+    def call(name: str, depth: int) -> None:
+        nonlocal t
+        start = t
+        t += data.draw(st.floats(0.0, 2.0))
+        for child in [c for c in TREE if _parent(c) == name]:
+            if depth < 3 and data.draw(st.booleans()):
+                call(child, depth + 1)
+                t += data.draw(st.floats(0.0, 1.0))
+        out.append((name, start, t))
+        expect[name] = expect.get(name, 0.0) + (t - start)
+
+    for top in ("a", "b", "a"):  # "a" twice: its calls add up
+        call(top, 1)
+        t += 0.5
+    own, times = attribute(t, out, ANCESTORS)
+    assert own == t
+    assert {n: round(v, 6) for n, v in times.items() if v} == {
+        n: round(v, 6) for n, v in expect.items() if v
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(samples=st.lists(st.tuples(st.integers(1, 10_000), calls, calls), min_size=1, max_size=6))
+def test_the_sampler_s_shares_keep_the_promise(samples) -> None:
+    """Through ModuleSampler, from marks to the summary's rounded shares: forward and
+    backward, over several samples."""
+    sampler = ModuleSampler(lambda _: None)
+    sampler.clock = HostClock()
+    sampler.types = dict.fromkeys(TREE, "M")
+    sampler.ancestors = ANCESTORS
+    for length, fwd, bwd in samples:
+        s = _Sample()
+        s.root = [0, length * 1000, 10**7, 10**7 + length * 2000]
+        s.backward_done = True
+        for (name, (f0, f1)), (_, (b0, b1)) in zip(fwd, bwd, strict=False):
+            s.calls.append(
+                [
+                    name,
+                    int(f0 * length * 10),
+                    int(f1 * length * 10),
+                    10**7 + int(b0 * length * 20),
+                    10**7 + int(b1 * length * 20),
+                    False,
+                ]
+            )
+        sampler._add(s)
+    out = sampler.summary()
+    if out is None:
+        return
+    for direction in ("forward", "backward"):
+        shares = {m["name"]: m["share_pct"] for m in out.get(direction, [])}
+        _check_tree(100.0, shares, 0.01)  # the JSON's rounding to 0.01
+
+
+# -- a real traced model --------------------------------------------------------------------
+
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward spins ``ms`` and logs how long it took."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float, log: list[float]) -> torch.Tensor:
+        ctx.ms, ctx.log = ms, log
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
+        t0 = time.perf_counter_ns()
+        _spin(ctx.ms)
+        ctx.log.append((time.perf_counter_ns() - t0) / 1e6)
+        return grad, None, None
+
+
+class Reader(nn.Module):
+    """A head that reads the shared features; its backward spins ``ms``."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.ms = ms
+        self.log: list[float] = []
+        self.calls: list[bool] = []  # per call: sampled (the sampler's hooks are on it)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(bool(self._forward_hooks))
+        return _SlowBackward.apply(self.lin(x), self.ms, self.log)
+
+
+class Heads(nn.Module):
+    """Three readers of one input -- as q, k and v read a block's input. Their backward
+    intervals overlap: the input's gradient is ready only after all three."""
+
+    def __init__(self, costs: list[float]) -> None:
+        super().__init__()
+        self.reader = nn.ModuleList(Reader(ms) for ms in costs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(r(x) for r in self.reader)
+
+
+class Wrapped(nn.Module):
+    """A parent whose one child takes its input and gives its output: the child's tensor
+    hooks sit on the parent's own tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Reader(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+class Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.heads = Heads([0.5, 0.5, 3.0])
+        self.wrapped = Wrapped()
+        self.out = nn.Linear(16, 1)
+        self.backward_log: list[tuple[float, bool]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.wrapped(self.heads(torch.relu(self.embed(x)))))
+
+
+def test_readers_of_one_input_share_their_parent_and_the_slow_one_is_timed_right(
+    fresh_tracer,
+) -> None:
+    tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.03)
+    torch.manual_seed(0)
+    model = Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    end = time.perf_counter() + 1.5
+    steps = 0
+    while steps < 60 or time.perf_counter() < end:
+        steps += 1
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+    mods = finish_and_load(tracer)["modules"]
+    assert mods["backward_steps"] >= 3
+    for direction in ("forward", "backward"):
+        shares = {m["name"]: m["share_pct"] for m in mods[direction]}
+        assert shares
+        top = [v for n, v in shares.items() if "." not in n]
+        assert sum(top) <= 100.0 + 0.01 * len(top), shares
+        readers = [
+            v for n, v in shares.items() if n.startswith("heads.reader.") and n.count(".") == 2
+        ]
+        assert sum(readers) <= shares["heads"] + 0.01 * len(readers), shares
+        if "wrapped.inner" in shares:
+            assert shares["wrapped.inner"] <= shares["wrapped"], shares
+    # The slow reader, against its own stopwatch in the same sampled steps: its share of
+    # what the three readers' backward took (loose: a loaded 2-core machine).
+    bwd = {m["name"]: m["ms"] for m in mods["backward"]}
+    slow = model.heads.reader[2]
+    sampled = [i for i, s in enumerate(slow.calls) if s]
+    assert len(sampled) >= mods["backward_steps"]
+    truth_ms = [slow.log[i] for i in sampled]
+    readers_ms = [sum(r.log[i] for r in model.heads.reader) for i in sampled]
+    truth = 100.0 * sum(truth_ms) / sum(readers_ms)
+    got = 100.0 * bwd["heads.reader.2"] / sum(bwd[f"heads.reader.{i}"] for i in range(3))
+    assert abs(got - truth) < 10.0, (got, truth, bwd)
