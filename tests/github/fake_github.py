@@ -35,6 +35,7 @@ class Failure:
     status: int
     message: str
     headers: dict[str, str] = field(default_factory=dict)
+    echo: bool = False  # answer with a text body that echoes the request's headers back
 
 
 class FakeGitHub:
@@ -73,10 +74,19 @@ class FakeGitHub:
             return self._ids
 
     def fail_next(
-        self, method: str, status: int, message: str = "boom", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        status: int,
+        message: str = "boom",
+        headers: dict[str, str] | None = None,
+        *,
+        echo: bool = False,
     ) -> None:
-        """The next request with ``method`` gets this answer instead (queued, one each)."""
-        self.failures.append(Failure(method, status, message, dict(headers or {})))
+        """The next request with ``method`` gets this answer instead (queued, one each).
+
+        ``echo``: the body is one line of plain text echoing the request line and the
+        Authorization header (raw and percent-encoded), as some proxies and debug servers do."""
+        self.failures.append(Failure(method, status, message, dict(headers or {}), echo))
 
     def bodies(self, repo: str, number: int) -> list[str]:
         return [c["body"] for c in self.comments.get((repo, number), [])]
@@ -129,6 +139,11 @@ class FakeGitHub:
             failure = next((f for f in self.failures if f.method == method), None)
             if failure:
                 self.failures.remove(failure)
+        if failure and failure.echo:
+            auth = h.headers.get("Authorization") or ""
+            text = f"{failure.message}: {h.requestline} Authorization: {auth} "
+            text += f"auth={urllib.parse.quote(auth, safe='')}\n"
+            return self._send_raw(h, failure.status, text.encode(), "text/plain")
         if failure:
             return self._send(h, failure.status, {"message": failure.message}, failure.headers)
         if h.headers.get("Authorization") != f"Bearer {self.token}":
@@ -180,9 +195,18 @@ class FakeGitHub:
     def _send(
         self, h: BaseHTTPRequestHandler, status: int, data: Any, headers: dict | None = None
     ) -> None:
-        raw = json.dumps(data).encode()
+        self._send_raw(h, status, json.dumps(data).encode(), "application/json", headers)
+
+    def _send_raw(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        raw: bytes,
+        content_type: str,
+        headers: dict | None = None,
+    ) -> None:
         h.send_response(status)
-        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(raw)))
         for k, v in (headers or {}).items():
             h.send_header(k, v)

@@ -154,3 +154,44 @@ def test_a_marker_pasted_by_someone_else_is_neither_edited_nor_trusted(
     bodies = github.bodies(REPO, PR)
     assert f"{marker}\nfake pass" in bodies and f"{marker}\nreport 2" in bodies
     assert len(bodies) == 2 and theirs != first.comment.id
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "Bearer {t}",
+        "b'Bearer {t}\\n'",
+        '{{"authorization": "Bearer {t}"}}',
+        "auth=Bearer%20{q}",
+        "auth=Bearer+{p}",
+    ],
+)
+def test_redact_removes_every_form_a_token_is_echoed_in(echo: str) -> None:
+    import urllib.parse
+
+    from traceml_ci.github.client import redact
+
+    token = 'gh p/"x\\y+z=ok'  # characters that each escaping changes
+    text = echo.format(
+        t=token, q=urllib.parse.quote(token, safe=""), p=urllib.parse.quote_plus(token, safe="")
+    )
+    for form in (text, ascii(text), repr(text.encode())):
+        cleaned = redact(form, token)
+        assert "***" in cleaned and "x\\y" not in cleaned and "ok" not in cleaned.split("***")[-1]
+
+
+def test_an_error_answer_cut_short_leaves_no_piece_of_the_token(github, client) -> None:
+    github.fail_next("GET", 400, "x" * 92, echo=True)  # the cut at 200 falls inside the token
+    with pytest.raises(ApiError) as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert TOKEN[:8] not in str(exc.value)
+
+
+@pytest.mark.parametrize("bad", ["", "  \n", "a\nb", "tok\x1ben", "t\u00f6ken"])
+def test_an_unusable_token_is_refused_without_quoting_it(bad: str) -> None:
+    from traceml_ci.errors import ExitCode, UsageError
+
+    with pytest.raises(UsageError) as exc:
+        GitHubClient(token=bad, api_url="http://127.0.0.1:9")
+    assert exc.value.exit_code is ExitCode.BAD_INPUT
+    assert "GITHUB_TOKEN" in str(exc.value) and (not bad.strip() or bad not in str(exc.value))

@@ -300,3 +300,55 @@ def test_api_url_without_a_scheme_is_one_line_exit_5(gh_env, body, capsys, monke
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 5, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("padded", [f"{TOKEN}\n", f"  {TOKEN}\r\n", f"\t{TOKEN} \n\n"])
+def test_a_token_with_surrounding_whitespace_is_stripped_and_never_printed(
+    gh_env, body, monkeypatch, capsys, padded
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", padded)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0, err
+    assert "created on octo/widgets#7" in out
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in gh_env.requests)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"{TOKEN}\r\nX-Injected: 1",
+        f"{TOKEN[:12]}\n{TOKEN[12:]}",
+        f"{TOKEN}\x1b[2J",
+        f"{TOKEN} extra",
+    ],
+)
+def test_a_token_with_inner_control_characters_is_refused_without_printing_it(
+    gh_env, body, monkeypatch, capsys, bad
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", bad)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "GITHUB_TOKEN" in err
+    for piece in (TOKEN, TOKEN[:12], TOKEN[12:], "X-Injected"):
+        assert piece not in out + err
+    assert gh_env.requests == []  # nothing was sent with it
+
+
+def test_a_server_echoing_the_request_never_gets_the_token_printed(
+    gh_env, body, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", f"{TOKEN}\n")
+    gh_env.fail_next("GET", 400, "bad request", echo=True)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5, err
+    assert len(err.strip().splitlines()) == 1
+    assert "Authorization: Bearer ***" in err and "auth=Bearer%20***" in err
+
+
+def test_the_body_is_masked_with_the_stripped_token(gh_env, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GITHUB_TOKEN", f"{TOKEN}\n")
+    leaky = tmp_path / "leaky.md"
+    leaky.write_text(f"{REPORT}\nenv dump: GITHUB_TOKEN={TOKEN}\n")
+    assert comment(capsys, "--body", str(leaky), "--pr", str(PR))[0] == 0
+    [posted] = gh_env.bodies(REPO, PR)
+    assert TOKEN not in posted and "GITHUB_TOKEN=***" in posted

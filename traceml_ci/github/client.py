@@ -2,7 +2,10 @@
 
 It retries once on a 5xx answer and once on a secondary rate limit, follows ``Link: rel="next"``
 pagination (only on the API's own host), never follows redirects (urllib would carry the token
-to wherever they point) and never puts the token into an error message.
+to wherever they point) and never puts the token into an error message: the token is stripped of
+surrounding whitespace (a secret pasted with its line break), refused without being quoted if
+anything else in it is not visible ASCII, and every error the client raises passes through
+:func:`redact`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from traceml_ci._version import __version__
-from traceml_ci.errors import ApiError
+from traceml_ci.errors import ApiError, UsageError
 
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -32,11 +35,63 @@ SECONDARY_LIMIT_BACKOFF_S = 60.0
 MAX_BACKOFF_S = 120.0
 TIMEOUT_S = 30.0
 
+#: What a token may hold: visible ASCII (GitHub's tokens are letters, digits and ``_``).
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+#: Where a malformed secret would be cut into pieces that could each be echoed on their own.
+_TOKEN_BREAKS = re.compile(r"[\s\x00-\x1f\x7f]+")
+#: Forms shorter than this are not redacted (they would mangle ordinary words).
+_MIN_SECRET = 6
+REDACTED = "***"
+
 _NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 PERMISSION_HINT = (
     "the job needs `permissions: pull-requests: write` (a pull request from a fork gets a "
     "read-only token: post from a workflow_run job instead, see github-action/README.md)"
 )
+
+
+def normalise_token(token: str) -> str:
+    """``token`` without surrounding whitespace; a UsageError that never quotes it if it is blank
+    or anything inside it (a line break, a space, a control or non-ASCII character) cannot be
+    part of a token, which an HTTP header would otherwise carry or echo."""
+    core = token.strip()
+    if not core:
+        raise UsageError("GITHUB_TOKEN is blank: pass a token with pull-requests: write")
+    if not _TOKEN.fullmatch(core):
+        raise UsageError(
+            "GITHUB_TOKEN has a line break, space, control or non-ASCII character inside it "
+            "(not printed): set the secret to the token alone"
+        )
+    return core
+
+
+def _secret_forms(secret: str) -> set[str]:
+    """The ways ``secret`` can come back in a message: as is, stripped, cut at its line breaks,
+    escaped as Python or JSON print it, percent-encoded."""
+    pieces = {secret, secret.strip(), *_TOKEN_BREAKS.split(secret)}
+    forms: set[str] = set()
+    for piece in pieces:
+        forms |= {
+            piece,
+            ascii(piece)[1:-1],
+            repr(piece.encode("utf-8", "replace"))[2:-1],
+            json.dumps(piece)[1:-1],
+            urllib.parse.quote(piece, safe=""),
+            urllib.parse.quote_plus(piece, safe=""),
+        }
+    return {f for f in forms if len(f) >= _MIN_SECRET}
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with every form of each secret (see :func:`_secret_forms`) replaced by ``***``.
+    The one redaction: every error the client raises and every body it posts goes through it."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if secret:
+            forms |= _secret_forms(secret)
+    for form in sorted(forms, key=len, reverse=True):  # the longest first: "a\\n" before "a"
+        text = text.replace(form, REDACTED)
+    return text
 
 
 @dataclass(frozen=True)
@@ -90,6 +145,9 @@ class GitHubClient:
     timeout_s: float = TIMEOUT_S
 
     def __post_init__(self) -> None:
+        self._secrets = (self.token,)  # as given: redacted in every form, even before the check
+        self.token = normalise_token(self.token)
+        self._secrets = (self.token, *self._secrets)
         self.api_url = self.api_url.rstrip("/")
         self._origin = _origin(self.api_url)
         self._opener = urllib.request.build_opener(_NoRedirect)
@@ -116,7 +174,7 @@ class GitHubClient:
             resp = self._request("GET", url, what=what)
             if not isinstance(resp.data, list):
                 got = type(resp.data).__name__
-                raise ApiError(f"GitHub API: {what}: expected a list, got {got}")
+                self._fail(f"GitHub API: {what}: expected a list, got {got}")
             for item in resp.data:
                 yield IssueComment.from_json(item)
             url = self._next_page(resp.headers.get("link"), what)
@@ -141,7 +199,7 @@ class GitHubClient:
         try:
             return str(resp.data["head"]["sha"])
         except (KeyError, TypeError):
-            raise ApiError(f"GitHub API: {what}: the answer has no head.sha") from None
+            self._fail(f"GitHub API: {what}: the answer has no head.sha")
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -157,9 +215,7 @@ class GitHubClient:
         url = match.group(1)
         if _origin(url) != self._origin:
             # Following it would send the token to another host.
-            raise ApiError(
-                f"GitHub API: {what}: the next page points off {self._origin}; not followed"
-            )
+            self._fail(f"GitHub API: {what}: the next page points off {self._origin}; not followed")
         return url
 
     def _request(
@@ -169,15 +225,19 @@ class GitHubClient:
         while True:
             status, headers, raw, reason = self._send(method, url, payload, what)
             if 200 <= status < 300:
-                return Response(status, headers, _parse_json(raw) if raw else None)
-            message = _error_message(raw) or reason
+                try:
+                    return Response(status, headers, json.loads(raw.decode()) if raw else None)
+                except (UnicodeDecodeError, ValueError):
+                    self._fail(f"GitHub API: {what}: the answer is not JSON")
+            # Redacted before it is cut short: a cut could leave a piece of the token behind.
+            message = _error_message(self.scrub(raw.decode("utf-8", "replace"))) or reason
             wait = None if retried else _retry_wait(status, headers, message)
             if wait is not None and method == "POST" and status >= 500:
                 # GitHub can create the comment and still answer 5xx: a blind retry could post
                 # it twice. The caller looks for it before trying again.
-                raise CreateUncertain(self._scrub(_describe(status, headers, message, what)))
+                self._fail(_describe(status, headers, message, what), CreateUncertain)
             if wait is None:
-                raise ApiError(self._scrub(_describe(status, headers, message, what)))
+                self._fail(_describe(status, headers, message, what))
             retried = True
             self.sleep(wait)
 
@@ -188,7 +248,7 @@ class GitHubClient:
         try:
             req = urllib.request.Request(url, data=data, method=method)
         except ValueError as exc:  # e.g. a GITHUB_API_URL without a scheme
-            raise ApiError(self._scrub(f"GitHub API: {what}: bad API URL: {exc}")) from None
+            self._fail(f"GitHub API: {what}: bad API URL: {exc}")
         req.add_header("Accept", "application/vnd.github+json")
         req.add_header("X-GitHub-Api-Version", API_VERSION)
         req.add_header("User-Agent", f"traceml-ci/{__version__}")
@@ -207,12 +267,15 @@ class GitHubClient:
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             # ValueError: a GITHUB_API_URL without a scheme; HTTPException: a broken answer.
             reason = getattr(exc, "reason", exc)
-            raise ApiError(
-                self._scrub(f"GitHub API: {what}: cannot reach {self._origin}: {reason}")
-            ) from None
+            self._fail(f"GitHub API: {what}: cannot reach {self._origin}: {reason}")
 
-    def _scrub(self, text: str) -> str:
-        return text.replace(self.token, "***") if self.token else text
+    def _fail(self, message: str, kind: type[ApiError] = ApiError) -> NoReturn:
+        """Raise ``kind`` with ``message`` redacted: the one way the client reports an error."""
+        raise kind(self.scrub(message)) from None
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the token, in any form it could be echoed in, replaced by ``***``."""
+        return redact(text, *self._secrets)
 
 
 def _origin(url: str) -> str:
@@ -224,18 +287,11 @@ def _lower(headers: Any) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()} if headers is not None else {}
 
 
-def _parse_json(raw: bytes) -> Any:
+def _error_message(text: str) -> str:
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ApiError("GitHub API: the answer is not JSON") from None
-
-
-def _error_message(raw: bytes) -> str:
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return raw.decode("utf-8", "replace").strip().splitlines()[0][:200] if raw.strip() else ""
+        data = json.loads(text)
+    except ValueError:
+        return text.strip().splitlines()[0][:200] if text.strip() else ""
     if isinstance(data, dict):
         return str(data.get("message") or "")
     return ""
