@@ -1,7 +1,9 @@
 """A real HTTP server on 127.0.0.1 that answers the few GitHub REST endpoints traceml-ci calls.
 
 GET/POST ``/repos/O/R/issues/N/comments`` (list with ``Link`` pagination, create),
-PATCH ``/repos/O/R/issues/comments/ID`` (update) and GET ``/repos/O/R/pulls/N``. Failures are
+PATCH ``/repos/O/R/issues/comments/ID`` (update), GET ``/repos/O/R/pulls/N`` and GET ``/user``
+(403 "Resource not accessible by integration" as for an installation token, unless ``viewer``
+names the token's user, as for a personal token). Failures are
 scripted with :meth:`FakeGitHub.fail_next`; every request is recorded.
 """
 
@@ -49,6 +51,9 @@ class FakeGitHub:
         self.requests: list[Recorded] = []
         self.failures: list[Failure] = []
         self.next_link_host: str | None = None  # to test an off-host Link header
+        #: The token's user for a personal token; None: an installation token (the workflow's
+        #: GITHUB_TOKEN), whose comments are github-actions[bot]'s and which cannot GET /user.
+        self.viewer: str | None = None
         self._ids = 1000
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -148,6 +153,10 @@ class FakeGitHub:
             return self._send(h, failure.status, {"message": failure.message}, failure.headers)
         if h.headers.get("Authorization") != f"Bearer {self.token}":
             return self._send(h, 401, {"message": "Bad credentials"})
+        if parts.path == "/user" and method == "GET":
+            if self.viewer is None:
+                return self._send(h, 403, {"message": "Resource not accessible by integration"})
+            return self._send(h, 200, {"login": self.viewer, "type": "User"})
         if m := _LIST.match(parts.path):
             key = (m.group(1), int(m.group(2)))
             if key not in self.comments:
@@ -157,7 +166,8 @@ class FakeGitHub:
             if method == "POST":
                 with self._lock:
                     self._ids += 1
-                    item = self._comment(key[0], self._ids, body["body"], "github-actions[bot]")
+                    author = self.viewer or "github-actions[bot]"
+                    item = self._comment(key[0], self._ids, body["body"], author)
                     self.comments[key].append(item)
                 return self._send(h, 201, item)
         if (m := _EDIT.match(parts.path)) and method == "PATCH":

@@ -195,3 +195,48 @@ def test_an_unusable_token_is_refused_without_quoting_it(bad: str) -> None:
         GitHubClient(token=bad, api_url="http://127.0.0.1:9")
     assert exc.value.exit_code is ExitCode.BAD_INPUT
     assert "GITHUB_TOKEN" in str(exc.value) and (not bad.strip() or bad not in str(exc.value))
+
+
+MARK = "<!-- traceml-ci:report job=t -->"
+
+
+def test_another_bots_comment_starting_with_the_marker_is_left_alone(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    theirs = github.add_comment(REPO, PR, f"{MARK}\ncopied by another app", user="mirror[bot]")
+    first = upsert_comment(client, REPO, PR, f"{MARK}\nreport 1", MARK)
+    assert first.outcome is Outcome.CREATED and first.comment.id != theirs
+    second = upsert_comment(client, REPO, PR, f"{MARK}\nreport 2", MARK)
+    assert second.outcome is Outcome.UPDATED and second.comment.id == first.comment.id
+    assert github.bodies(REPO, PR) == [f"{MARK}\ncopied by another app", f"{MARK}\nreport 2"]
+
+
+def test_our_bots_comment_quoting_the_marker_later_in_the_body_is_not_ours(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    for quoted in (f"> {MARK}\n> quoted", f"  {MARK}\nindented", f"see below\n{MARK}\nx"):
+        github.add_comment(REPO, PR, quoted, user="github-actions[bot]")
+    assert upsert_comment(client, REPO, PR, f"{MARK}\nr", MARK).outcome is Outcome.CREATED
+    assert len(github.bodies(REPO, PR)) == 4
+
+
+def test_with_a_personal_token_only_the_tokens_users_comment_is_ours(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    github.viewer = "octocat"
+    bots = github.add_comment(REPO, PR, f"{MARK}\nthe workflow's", user="github-actions[bot]")
+    other = github.add_comment(REPO, PR, f"{MARK}\nsomeone's", user="hubot")
+    made = upsert_comment(client, REPO, PR, f"{MARK}\nmine", MARK)
+    assert made.outcome is Outcome.CREATED and made.comment.id not in (bots, other)
+    assert made.comment.user == "octocat"
+    again = upsert_comment(client, REPO, PR, f"{MARK}\nmine 2", MARK)
+    assert again.outcome is Outcome.UPDATED and again.comment.id == made.comment.id
+    assert sum(r.path == "/user" for r in github.requests) == 1  # asked once per client
+
+
+def test_an_installation_token_owns_github_actions_bots_comment(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    ours = github.add_comment(REPO, PR, f"{MARK}\nold", user="github-actions[bot]")
+    result = upsert_comment(client, REPO, PR, f"{MARK}\nnew", MARK)
+    assert result.outcome is Outcome.UPDATED and result.comment.id == ours

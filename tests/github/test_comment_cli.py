@@ -51,7 +51,11 @@ def test_creates_then_updates_in_place(gh_env: FakeGitHub, body: Path, capsys) -
     assert code == 0 and "updated" in out
     [only] = gh_env.bodies(REPO, PR)
     assert "regression" in only
-    assert [r.method for r in gh_env.requests] == ["GET", "POST", "GET", "PATCH"]
+    mine = gh_env.comments[(REPO, PR)][0]["id"]
+    # the second run asks who the token is (GET /user) once it sees a comment with its marker
+    calls = [(r.method, r.path.rsplit("/", 1)[-1]) for r in gh_env.requests]
+    assert calls == [("GET", "comments"), ("POST", "comments"), ("GET", "comments"),
+                     ("GET", "user"), ("PATCH", str(mine))]  # fmt: skip
     assert all(r.authorization == f"Bearer {TOKEN}" for r in gh_env.requests)
 
     code, out, _ = comment(capsys, "--body", str(body), "--pr", str(PR))
@@ -70,7 +74,7 @@ def test_finds_its_comment_past_the_first_page(gh_env: FakeGitHub, body: Path, c
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 0, err
     assert f"comment {mine} updated" in out
-    lists = [r for r in gh_env.requests if r.method == "GET"]
+    lists = [r for r in gh_env.requests if r.method == "GET" and r.path != "/user"]
     assert [r.query.get("page", ["1"])[0] for r in lists] == ["1", "2", "3", "4"]
     assert len(gh_env.bodies(REPO, PR)) == 8
 

@@ -27,6 +27,8 @@ from traceml_ci.errors import ApiError, UsageError
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
 PER_PAGE = 100
+#: Who writes a comment made with an installation token of GitHub Actions (the GITHUB_TOKEN).
+ACTIONS_BOT_LOGIN = "github-actions[bot]"
 #: Seconds to wait before the one retry after a 5xx answer (GitHub sends no retry-after then).
 SERVER_ERROR_BACKOFF_S = 2.0
 #: Without a retry-after header, GitHub says to wait at least a minute after a secondary limit.
@@ -109,6 +111,10 @@ class IssueComment:
     html_url: str | None = None
     user_type: str | None = None  # "Bot" for app tokens (the workflow's GITHUB_TOKEN)
 
+    def written_by(self, login: str) -> bool:
+        """Whether ``login`` wrote this comment (GitHub logins ignore case)."""
+        return self.user is not None and self.user.casefold() == login.casefold()
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> IssueComment:
         user = data.get("user") or {}
@@ -148,23 +154,26 @@ class GitHubClient:
         self._secrets = (self.token,)  # as given: redacted in every form, even before the check
         self.token = normalise_token(self.token)
         self._secrets = (self.token, *self._secrets)
+        self._author: str | None = None
         self.api_url = self.api_url.rstrip("/")
         self._origin = _origin(self.api_url)
         self._opener = urllib.request.build_opener(_NoRedirect)
 
     # -- endpoints ---------------------------------------------------------------------------
 
-    def viewer_login(self) -> str | None:
-        """The login the token acts as (``GET /user``); None where the token may not ask (the
-        workflow's GITHUB_TOKEN gets 403) or the call fails."""
-        if not hasattr(self, "_viewer"):
+    def author_login(self) -> str:
+        """The login the comments this client writes carry: the one a comment it created in this
+        process carries, else the token's user (``GET /user``, personal tokens), else
+        ``github-actions[bot]``: an installation token (the workflow's GITHUB_TOKEN) may not ask
+        ``GET /user`` (403) and writes as the Actions app's bot."""
+        if self._author is None:
             try:
                 data = self._request("GET", self._url("/user"), what="asking who the token is").data
                 login = data.get("login") if isinstance(data, dict) else None
             except ApiError:
                 login = None
-            self._viewer = login
-        return getattr(self, "_viewer", None)
+            self._author = login if isinstance(login, str) and login else ACTIONS_BOT_LOGIN
+        return self._author
 
     def iter_issue_comments(self, repo: str, number: int) -> Iterator[IssueComment]:
         """Every comment on issue or pull request ``number``, oldest first, page by page."""
@@ -184,7 +193,10 @@ class GitHubClient:
         resp = self._request(
             "POST", self._url(f"/repos/{repo}/issues/{number}/comments"), {"body": body}, what
         )
-        return IssueComment.from_json(resp.data)
+        made = IssueComment.from_json(resp.data)
+        if made.user:
+            self._author = made.user  # who we are, as GitHub says it, whatever GET /user said
+        return made
 
     def update_issue_comment(self, repo: str, comment_id: int, body: str) -> IssueComment:
         what = f"updating comment {comment_id} in {repo}"
