@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +55,13 @@ class FakeGitHub:
         #: The token's user for a personal token; None: an installation token (the workflow's
         #: GITHUB_TOKEN), whose comments are github-actions[bot]'s and which cannot GET /user.
         self.viewer: str | None = None
+        #: "forward": every list page links a next page, for ever; "same": each links itself
+        #: (a broken or hostile proxy).
+        self.endless_next: str | None = None
+        #: ("head" | "body", seconds): the next answers drip one byte every so many seconds, in
+        #: the status line and headers or in the body, as long as the client listens (at most
+        #: a minute), defeating a per-read socket timeout.
+        self.drip: tuple[str, float] | None = None
         self._ids = 1000
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -144,6 +152,8 @@ class FakeGitHub:
             failure = next((f for f in self.failures if f.method == method), None)
             if failure:
                 self.failures.remove(failure)
+        if self.drip is not None:
+            return self._drip(h, *self.drip)
         if failure and failure.echo:
             auth = h.headers.get("Authorization") or ""
             text = f"{failure.message}: {h.requestline} Authorization: {auth} "
@@ -185,13 +195,34 @@ class FakeGitHub:
             return self._send(h, 200, {"number": key[1], "head": {"sha": self.heads[key]}})
         return self._send(h, 404, {"message": "Not Found"})
 
+    def _drip(self, h: BaseHTTPRequestHandler, where: str, every_s: float) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n"
+        try:
+            if where == "body":
+                h.wfile.write(head + b"\r\n[")
+                head = b" " * 4096
+            deadline = time.monotonic() + 60
+            for byte in head:
+                if time.monotonic() > deadline:
+                    break
+                h.wfile.write(bytes([byte]))
+                h.wfile.flush()
+                time.sleep(every_s)
+        except OSError:
+            pass  # the client hung up: what the test wants
+        h.close_connection = True
+
     def _list(self, h: BaseHTTPRequestHandler, key: tuple[str, int], query: dict) -> None:
         per_page = min(int(query.get("per_page", ["30"])[0]), self.page_size)
         page = int(query.get("page", ["1"])[0])
         items = self.comments[key]
         chunk = items[(page - 1) * per_page : page * per_page]
         headers = {}
-        if page * per_page < len(items):
+        if self.endless_next:
+            step = 1 if self.endless_next == "forward" else 0
+            nxt = f"{self.url}/repos/{key[0]}/issues/{key[1]}/comments?page={page + step}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        elif page * per_page < len(items):
             host = self.next_link_host or self.url
             path = f"/repos/{key[0]}/issues/{key[1]}/comments"
             nxt = f"{host}{path}?per_page={per_page}&page={page + 1}"

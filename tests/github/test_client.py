@@ -240,3 +240,64 @@ def test_an_installation_token_owns_github_actions_bots_comment(github, client) 
     ours = github.add_comment(REPO, PR, f"{MARK}\nold", user="github-actions[bot]")
     result = upsert_comment(client, REPO, PR, f"{MARK}\nnew", MARK)
     assert result.outcome is Outcome.UPDATED and result.comment.id == ours
+
+
+def test_endless_next_links_stop_at_the_page_cap(github, client) -> None:
+    from traceml_ci.github.client import MAX_PAGES
+
+    github.endless_next = "forward"
+    with pytest.raises(ApiError, match=f"more than {MAX_PAGES} pages") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert len(github.requests) == MAX_PAGES
+    assert "\n" not in str(exc.value)
+
+
+def test_a_next_link_back_to_a_page_already_read_is_refused(github, client) -> None:
+    github.endless_next = "same"
+    with pytest.raises(ApiError, match="links back to a page already read"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert len(github.requests) == 2  # ?per_page=100, then ?page=1 twice: refused
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_dripping_answer_is_cut_off_at_the_request_deadline(github, slept, where) -> None:
+    import time
+
+    github.drip = (where, 0.3)  # a byte every 0.3 s: never idle for the 1 s socket timeout
+    client = GitHubClient(
+        token=TOKEN, api_url=github.url, sleep=slept.append, timeout_s=1.0, request_timeout_s=1.5
+    )
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"no complete answer within 1\.5 s") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert time.monotonic() - start < 15  # 1.5 s and the load of a busy machine
+    assert "\n" not in str(exc.value) and slept == []
+
+
+def test_no_retry_sleeps_past_the_commands_deadline(github, slept) -> None:
+    import time
+
+    client = GitHubClient(token=TOKEN, api_url=github.url, sleep=slept.append, deadline_s=5)
+    github.fail_next("GET", 403, "slow down", {"Retry-After": "30"})  # would sleep past it
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"a retry would wait 30 s, past the 5 s deadline"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert slept == [] and time.monotonic() - start < 10
+
+
+def test_the_whole_commands_api_work_has_one_deadline(github, slept) -> None:
+    import time
+
+    client = GitHubClient(
+        token=TOKEN, api_url=github.url, sleep=slept.append, timeout_s=1.0, deadline_s=2.0
+    )
+    list(client.iter_issue_comments(REPO, PR))  # fine while there is time
+    github.drip = ("body", 0.3)
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"no complete answer before the 2 s deadline"):
+        client.create_issue_comment(REPO, PR, "x")
+    assert time.monotonic() - start < 15
+    github.drip = None
+    time.sleep(max(0.0, 2.1 - (time.monotonic() - start)))
+    with pytest.raises(ApiError, match=r"the 2 s deadline for this command's GitHub API work "):
+        client.update_issue_comment(REPO, 1, "y")

@@ -356,3 +356,24 @@ def test_the_body_is_masked_with_the_stripped_token(gh_env, tmp_path, monkeypatc
     assert comment(capsys, "--body", str(leaky), "--pr", str(PR))[0] == 0
     [posted] = gh_env.bodies(REPO, PR)
     assert TOKEN not in posted and "GITHUB_TOKEN=***" in posted
+
+
+def test_endless_pages_and_a_dripping_server_are_exit_5_in_seconds(
+    gh_env, body, monkeypatch, capsys
+) -> None:
+    import time
+
+    from traceml_ci.github.client import MAX_PAGES
+
+    gh_env.endless_next = "forward"
+    code, _, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5 and f"more than {MAX_PAGES} pages" in err
+    assert len(err.strip().splitlines()) == 1 and len(gh_env.requests) == MAX_PAGES
+
+    gh_env.endless_next = None
+    gh_env.drip = ("body", 0.3)
+    monkeypatch.setattr("traceml_ci.github.client.DEADLINE_S", 1.5)  # read when the client is made
+    start = time.monotonic()
+    code, _, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5 and "no complete answer before the 1.5 s deadline" in err, err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - start < 15

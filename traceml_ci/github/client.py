@@ -1,7 +1,9 @@
 """A minimal GitHub REST client (standard library only) to list, create and edit PR comments.
 
 It retries once on a 5xx answer and once on a secondary rate limit, follows ``Link: rel="next"``
-pagination (only on the API's own host), never follows redirects (urllib would carry the token
+pagination (only on the API's own host, at most ``MAX_PAGES`` pages), gives up past its time
+(``REQUEST_TIMEOUT_S`` a request, however slowly the answer drips; ``DEADLINE_S`` all of a
+command's work), never follows redirects (urllib would carry the token
 to wherever they point) and never puts the token into an error message: the token is stripped of
 surrounding whitespace (a secret pasted with its line break), refused without being quoted if
 anything else in it is not visible ASCII, and every error the client raises passes through
@@ -10,9 +12,12 @@ anything else in it is not visible ASCII, and every error the client raises pass
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import re
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -35,7 +40,16 @@ SERVER_ERROR_BACKOFF_S = 2.0
 SECONDARY_LIMIT_BACKOFF_S = 60.0
 #: Never sleep longer than this on a retry-after header, whatever it says.
 MAX_BACKOFF_S = 120.0
+#: Seconds a socket may stay silent (connect, or between two reads).
 TIMEOUT_S = 30.0
+#: Seconds one request may take in all, headers and body: a server that drips its answer a byte
+#: at a time never trips the socket timeout, but it trips this.
+REQUEST_TIMEOUT_S = 60.0
+#: Seconds all of one command's API work may take, retries and their waits included.
+DEADLINE_S = 300.0
+#: Pages of a listing followed at most (5,000 comments at PER_PAGE); a next link past them is an
+#: error, never an endless walk.
+MAX_PAGES = 50
 
 #: What a token may hold: visible ASCII (GitHub's tokens are letters, digits and ``_``).
 _TOKEN = re.compile(r"[\x21-\x7e]+")
@@ -133,6 +147,79 @@ class CreateUncertain(ApiError):
     """A create answered 5xx: the comment may or may not exist now."""
 
 
+class TimedOut(ApiError):
+    """A request, or the command's API work as a whole, ran past its time."""
+
+
+class _Watch:
+    """Shuts a request's socket when its time is up, whatever the server is sending."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0.0), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def attach(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.expired:
+                self._shut()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            try:  # the plain socket's shutdown, also under TLS: the reader sees end of stream
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _watched(base: type[http.client.HTTPConnection]) -> type[http.client.HTTPConnection]:
+    class Watched(base):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, watch: _Watch, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._watch = watch
+
+        def connect(self) -> None:
+            super().connect()
+            self._watch.attach(self.sock)
+
+    return Watched
+
+
+_HTTPConnection = _watched(http.client.HTTPConnection)
+_HTTPSConnection = _watched(http.client.HTTPSConnection)
+
+
+class _WatchedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def http_open(self, req):  # type: ignore[no-untyped-def]
+        return self.do_open(functools.partial(_HTTPConnection, watch=self._watch), req)
+
+
+class _WatchedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, watch: _Watch) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def https_open(self, req):  # type: ignore[no-untyped-def]
+        conn = functools.partial(_HTTPSConnection, watch=self._watch)
+        return self.do_open(conn, req, context=self._context)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
         return None  # the 3xx surfaces as an HTTPError, handled like any other status
@@ -142,22 +229,30 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 class GitHubClient:
     """Talks to one GitHub (or GitHub Enterprise) API with one token.
 
-    ``sleep`` is injectable so tests need not wait for real back-offs.
+    ``sleep`` is injectable so tests need not wait for real back-offs. The limits default to
+    the module's ``TIMEOUT_S``, ``REQUEST_TIMEOUT_S`` and ``DEADLINE_S`` when the client is made;
+    the deadline counts from then: one client per command.
     """
 
     token: str = field(repr=False)
     api_url: str = DEFAULT_API_URL
     sleep: Callable[[float], None] = field(default=lambda s: time.sleep(s), repr=False)
-    timeout_s: float = TIMEOUT_S
+    timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         self._secrets = (self.token,)  # as given: redacted in every form, even before the check
         self.token = normalise_token(self.token)
         self._secrets = (self.token, *self._secrets)
         self._author: str | None = None
+        self.timeout_s = TIMEOUT_S if self.timeout_s is None else self.timeout_s
+        if self.request_timeout_s is None:
+            self.request_timeout_s = REQUEST_TIMEOUT_S
+        self.deadline_s = DEADLINE_S if self.deadline_s is None else self.deadline_s
+        self._ends = time.monotonic() + self.deadline_s
         self.api_url = self.api_url.rstrip("/")
         self._origin = _origin(self.api_url)
-        self._opener = urllib.request.build_opener(_NoRedirect)
 
     # -- endpoints ---------------------------------------------------------------------------
 
@@ -170,6 +265,8 @@ class GitHubClient:
             try:
                 data = self._request("GET", self._url("/user"), what="asking who the token is").data
                 login = data.get("login") if isinstance(data, dict) else None
+            except TimedOut:
+                raise
             except ApiError:
                 login = None
             self._author = login if isinstance(login, str) and login else ACTIONS_BOT_LOGIN
@@ -179,7 +276,14 @@ class GitHubClient:
         """Every comment on issue or pull request ``number``, oldest first, page by page."""
         url: str | None = self._url(f"/repos/{repo}/issues/{number}/comments?per_page={PER_PAGE}")
         what = f"listing the comments of {repo}#{number}"
+        seen: set[str] = set()
         while url:
+            if len(seen) == MAX_PAGES:
+                self._fail(
+                    f"GitHub API: {what}: more than {MAX_PAGES} pages ({MAX_PAGES * PER_PAGE:,} "
+                    "comments) or a next link without end; stopped"
+                )
+            seen.add(url)
             resp = self._request("GET", url, what=what)
             if not isinstance(resp.data, list):
                 got = type(resp.data).__name__
@@ -187,6 +291,8 @@ class GitHubClient:
             for item in resp.data:
                 yield IssueComment.from_json(item)
             url = self._next_page(resp.headers.get("link"), what)
+            if url in seen:
+                self._fail(f"GitHub API: {what}: the next link links back to a page already read")
 
     def create_issue_comment(self, repo: str, number: int, body: str) -> IssueComment:
         what = f"creating a comment on {repo}#{number}"
@@ -250,6 +356,13 @@ class GitHubClient:
                 self._fail(_describe(status, headers, message, what), CreateUncertain)
             if wait is None:
                 self._fail(_describe(status, headers, message, what))
+            if wait >= self._left():
+                self._fail(
+                    f"GitHub API: {what}: a retry would wait {wait:g} s, past the "
+                    f"{self.deadline_s:g} s deadline for this command's GitHub API work "
+                    f"({_describe(status, headers, message, what)})",
+                    TimedOut,
+                )
             retried = True
             self.sleep(wait)
 
@@ -267,19 +380,54 @@ class GitHubClient:
         req.add_header("Authorization", f"Bearer {self.token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        left = self._left()
+        if left <= 0:
+            self._fail(
+                f"GitHub API: {what}: the {self.deadline_s:g} s deadline for this command's "
+                "GitHub API work has passed; stopped",
+                TimedOut,
+            )
+        limit = min(self.request_timeout_s, left)  # type: ignore[type-var]
+        watch = _Watch(limit)
+        opener = urllib.request.build_opener(_NoRedirect, _WatchedHTTP(watch), _WatchedHTTPS(watch))
         try:
-            with self._opener.open(req, timeout=self.timeout_s) as resp:
-                return resp.status, _lower(resp.headers), resp.read(), resp.reason or ""
-        except urllib.error.HTTPError as exc:
             try:
-                raw = exc.read()
-            except OSError:
-                raw = b""
-            return exc.code, _lower(exc.headers), raw, str(exc.reason or "")
+                with opener.open(req, timeout=min(self.timeout_s, limit)) as resp:  # type: ignore[type-var]
+                    answer = resp.status, _lower(resp.headers), resp.read(), resp.reason or ""
+            except urllib.error.HTTPError as exc:
+                try:
+                    raw = exc.read()
+                except (OSError, http.client.HTTPException):
+                    raw = b""
+                answer = exc.code, _lower(exc.headers), raw, str(exc.reason or "")
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             # ValueError: a GITHUB_API_URL without a scheme; HTTPException: a broken answer.
+            if watch.expired:
+                self._timed_out(what, limit)
             reason = getattr(exc, "reason", exc)
             self._fail(f"GitHub API: {what}: cannot reach {self._origin}: {reason}")
+        finally:
+            watch.cancel()
+        if watch.expired:  # an answer read until the connection closed: cut short
+            self._timed_out(what, limit)
+        return answer
+
+    def _left(self) -> float:
+        """Seconds left of the command's deadline."""
+        return self._ends - time.monotonic()
+
+    def _timed_out(self, what: str, limit: float) -> NoReturn:
+        if limit < self.request_timeout_s:  # type: ignore[operator]
+            self._fail(
+                f"GitHub API: {what}: no complete answer before the {self.deadline_s:g} s "
+                "deadline for this command's GitHub API work; stopped",
+                TimedOut,
+            )
+        self._fail(
+            f"GitHub API: {what}: no complete answer within {limit:g} s (a stalled or dripping "
+            "connection); stopped",
+            TimedOut,
+        )
 
     def _fail(self, message: str, kind: type[ApiError] = ApiError) -> NoReturn:
         """Raise ``kind`` with ``message`` redacted: the one way the client reports an error."""
