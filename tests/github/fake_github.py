@@ -1,7 +1,9 @@
 """A real HTTP server on 127.0.0.1 that answers the few GitHub REST endpoints traceml-ci calls.
 
 GET/POST ``/repos/O/R/issues/N/comments`` (list with ``Link`` pagination, create),
-PATCH ``/repos/O/R/issues/comments/ID`` (update) and GET ``/repos/O/R/pulls/N``. Failures are
+PATCH ``/repos/O/R/issues/comments/ID`` (update), GET ``/repos/O/R/pulls/N`` and GET ``/user``
+(403 "Resource not accessible by integration" as for an installation token, unless ``viewer``
+names the token's user, as for a personal token). Failures are
 scripted with :meth:`FakeGitHub.fail_next`; every request is recorded.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +38,7 @@ class Failure:
     status: int
     message: str
     headers: dict[str, str] = field(default_factory=dict)
+    echo: bool = False  # answer with a text body that echoes the request's headers back
 
 
 class FakeGitHub:
@@ -48,6 +52,16 @@ class FakeGitHub:
         self.requests: list[Recorded] = []
         self.failures: list[Failure] = []
         self.next_link_host: str | None = None  # to test an off-host Link header
+        #: The token's user for a personal token; None: an installation token (the workflow's
+        #: GITHUB_TOKEN), whose comments are github-actions[bot]'s and which cannot GET /user.
+        self.viewer: str | None = None
+        #: "forward": every list page links a next page, for ever; "same": each links itself
+        #: (a broken or hostile proxy).
+        self.endless_next: str | None = None
+        #: ("head" | "body", seconds): the next answers drip one byte every so many seconds, in
+        #: the status line and headers or in the body, as long as the client listens (at most
+        #: a minute), defeating a per-read socket timeout.
+        self.drip: tuple[str, float] | None = None
         self._ids = 1000
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -73,10 +87,19 @@ class FakeGitHub:
             return self._ids
 
     def fail_next(
-        self, method: str, status: int, message: str = "boom", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        status: int,
+        message: str = "boom",
+        headers: dict[str, str] | None = None,
+        *,
+        echo: bool = False,
     ) -> None:
-        """The next request with ``method`` gets this answer instead (queued, one each)."""
-        self.failures.append(Failure(method, status, message, dict(headers or {})))
+        """The next request with ``method`` gets this answer instead (queued, one each).
+
+        ``echo``: the body is one line of plain text echoing the request line and the
+        Authorization header (raw and percent-encoded), as some proxies and debug servers do."""
+        self.failures.append(Failure(method, status, message, dict(headers or {}), echo))
 
     def bodies(self, repo: str, number: int) -> list[str]:
         return [c["body"] for c in self.comments.get((repo, number), [])]
@@ -129,10 +152,21 @@ class FakeGitHub:
             failure = next((f for f in self.failures if f.method == method), None)
             if failure:
                 self.failures.remove(failure)
+        if self.drip is not None:
+            return self._drip(h, *self.drip)
+        if failure and failure.echo:
+            auth = h.headers.get("Authorization") or ""
+            text = f"{failure.message}: {h.requestline} Authorization: {auth} "
+            text += f"auth={urllib.parse.quote(auth, safe='')}\n"
+            return self._send_raw(h, failure.status, text.encode(), "text/plain")
         if failure:
             return self._send(h, failure.status, {"message": failure.message}, failure.headers)
         if h.headers.get("Authorization") != f"Bearer {self.token}":
             return self._send(h, 401, {"message": "Bad credentials"})
+        if parts.path == "/user" and method == "GET":
+            if self.viewer is None:
+                return self._send(h, 403, {"message": "Resource not accessible by integration"})
+            return self._send(h, 200, {"login": self.viewer, "type": "User"})
         if m := _LIST.match(parts.path):
             key = (m.group(1), int(m.group(2)))
             if key not in self.comments:
@@ -142,7 +176,8 @@ class FakeGitHub:
             if method == "POST":
                 with self._lock:
                     self._ids += 1
-                    item = self._comment(key[0], self._ids, body["body"], "github-actions[bot]")
+                    author = self.viewer or "github-actions[bot]"
+                    item = self._comment(key[0], self._ids, body["body"], author)
                     self.comments[key].append(item)
                 return self._send(h, 201, item)
         if (m := _EDIT.match(parts.path)) and method == "PATCH":
@@ -160,13 +195,34 @@ class FakeGitHub:
             return self._send(h, 200, {"number": key[1], "head": {"sha": self.heads[key]}})
         return self._send(h, 404, {"message": "Not Found"})
 
+    def _drip(self, h: BaseHTTPRequestHandler, where: str, every_s: float) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n"
+        try:
+            if where == "body":
+                h.wfile.write(head + b"\r\n[")
+                head = b" " * 4096
+            deadline = time.monotonic() + 60
+            for byte in head:
+                if time.monotonic() > deadline:
+                    break
+                h.wfile.write(bytes([byte]))
+                h.wfile.flush()
+                time.sleep(every_s)
+        except OSError:
+            pass  # the client hung up: what the test wants
+        h.close_connection = True
+
     def _list(self, h: BaseHTTPRequestHandler, key: tuple[str, int], query: dict) -> None:
         per_page = min(int(query.get("per_page", ["30"])[0]), self.page_size)
         page = int(query.get("page", ["1"])[0])
         items = self.comments[key]
         chunk = items[(page - 1) * per_page : page * per_page]
         headers = {}
-        if page * per_page < len(items):
+        if self.endless_next:
+            step = 1 if self.endless_next == "forward" else 0
+            nxt = f"{self.url}/repos/{key[0]}/issues/{key[1]}/comments?page={page + step}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        elif page * per_page < len(items):
             host = self.next_link_host or self.url
             path = f"/repos/{key[0]}/issues/{key[1]}/comments"
             nxt = f"{host}{path}?per_page={per_page}&page={page + 1}"
@@ -180,9 +236,18 @@ class FakeGitHub:
     def _send(
         self, h: BaseHTTPRequestHandler, status: int, data: Any, headers: dict | None = None
     ) -> None:
-        raw = json.dumps(data).encode()
+        self._send_raw(h, status, json.dumps(data).encode(), "application/json", headers)
+
+    def _send_raw(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        raw: bytes,
+        content_type: str,
+        headers: dict | None = None,
+    ) -> None:
         h.send_response(status)
-        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Type", content_type)
         h.send_header("Content-Length", str(len(raw)))
         for k, v in (headers or {}).items():
             h.send_header(k, v)

@@ -34,10 +34,40 @@ def run(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def test_there_are_the_three_examples() -> None:
+def test_there_are_the_examples() -> None:
     names = {p.name for p in EXAMPLES}
-    assert {"gpu-pull-request.yml", "fork-safe-tests.yml", "fork-safe-comment.yml",
-            "refresh-baseline.yml"} <= names  # fmt: skip
+    assert {"gpu-pull-request.yml", "cpu-pull-request.yml", "fork-safe-tests.yml",
+            "fork-safe-comment.yml", "refresh-baseline.yml"} <= names  # fmt: skip
+
+
+def _steps(name: str) -> list[dict]:
+    doc = yaml.safe_load((ROOT / "github-action" / "examples" / name).read_text())
+    return [s for job in doc["jobs"].values() for s in job.get("steps", [])]
+
+
+def test_the_refresh_example_records_the_baseline_the_documented_way() -> None:
+    """Three runs per test combined, merged by the plugin (docs/pytest-plugin.md), never one
+    head run copied over the baseline."""
+    steps = _steps("refresh-baseline.yml")
+    [gate] = [s for s in steps if s.get("uses") == "./github-action"]
+    args = gate["with"]["pytest-args"].split()
+    assert "--traceml-update-baseline" in args
+    assert not any(a.startswith(("--traceml-baseline-runs=1", "--traceml-repeats")) for a in args)
+    for step in steps:
+        assert "summary-path" not in str(step.get("env", {})), step.get("name")
+        assert not re.search(r"\b(cp|mv)\b[^\n]*baseline", step.get("run", "")), step.get("name")
+    assert "--traceml-update-baseline" in (ROOT / "docs" / "pytest-plugin.md").read_text()
+
+
+def test_the_cpu_example_installs_the_cpu_torch_wheel_before_the_action() -> None:
+    steps = _steps("cpu-pull-request.yml")
+    runs = [i for i, s in enumerate(steps) if "download.pytorch.org/whl/cpu" in s.get("run", "")]
+    [gate] = [i for i, s in enumerate(steps) if s.get("uses") == "./github-action"]
+    assert runs and runs[0] < gate
+    assert (
+        "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+        in (ROOT / "github-action" / "README.md").read_text()
+    )
 
 
 def test_examples_pass_actionlint() -> None:

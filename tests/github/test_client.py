@@ -154,3 +154,150 @@ def test_a_marker_pasted_by_someone_else_is_neither_edited_nor_trusted(
     bodies = github.bodies(REPO, PR)
     assert f"{marker}\nfake pass" in bodies and f"{marker}\nreport 2" in bodies
     assert len(bodies) == 2 and theirs != first.comment.id
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "Bearer {t}",
+        "b'Bearer {t}\\n'",
+        '{{"authorization": "Bearer {t}"}}',
+        "auth=Bearer%20{q}",
+        "auth=Bearer+{p}",
+    ],
+)
+def test_redact_removes_every_form_a_token_is_echoed_in(echo: str) -> None:
+    import urllib.parse
+
+    from traceml_ci.github.client import redact
+
+    token = 'gh p/"x\\y+z=ok'  # characters that each escaping changes
+    text = echo.format(
+        t=token, q=urllib.parse.quote(token, safe=""), p=urllib.parse.quote_plus(token, safe="")
+    )
+    for form in (text, ascii(text), repr(text.encode())):
+        cleaned = redact(form, token)
+        assert "***" in cleaned and "x\\y" not in cleaned and "ok" not in cleaned.split("***")[-1]
+
+
+def test_an_error_answer_cut_short_leaves_no_piece_of_the_token(github, client) -> None:
+    github.fail_next("GET", 400, "x" * 92, echo=True)  # the cut at 200 falls inside the token
+    with pytest.raises(ApiError) as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert TOKEN[:8] not in str(exc.value)
+
+
+@pytest.mark.parametrize("bad", ["", "  \n", "a\nb", "tok\x1ben", "t\u00f6ken"])
+def test_an_unusable_token_is_refused_without_quoting_it(bad: str) -> None:
+    from traceml_ci.errors import ExitCode, UsageError
+
+    with pytest.raises(UsageError) as exc:
+        GitHubClient(token=bad, api_url="http://127.0.0.1:9")
+    assert exc.value.exit_code is ExitCode.BAD_INPUT
+    assert "GITHUB_TOKEN" in str(exc.value) and (not bad.strip() or bad not in str(exc.value))
+
+
+MARK = "<!-- traceml-ci:report job=t -->"
+
+
+def test_another_bots_comment_starting_with_the_marker_is_left_alone(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    theirs = github.add_comment(REPO, PR, f"{MARK}\ncopied by another app", user="mirror[bot]")
+    first = upsert_comment(client, REPO, PR, f"{MARK}\nreport 1", MARK)
+    assert first.outcome is Outcome.CREATED and first.comment.id != theirs
+    second = upsert_comment(client, REPO, PR, f"{MARK}\nreport 2", MARK)
+    assert second.outcome is Outcome.UPDATED and second.comment.id == first.comment.id
+    assert github.bodies(REPO, PR) == [f"{MARK}\ncopied by another app", f"{MARK}\nreport 2"]
+
+
+def test_our_bots_comment_quoting_the_marker_later_in_the_body_is_not_ours(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    for quoted in (f"> {MARK}\n> quoted", f"  {MARK}\nindented", f"see below\n{MARK}\nx"):
+        github.add_comment(REPO, PR, quoted, user="github-actions[bot]")
+    assert upsert_comment(client, REPO, PR, f"{MARK}\nr", MARK).outcome is Outcome.CREATED
+    assert len(github.bodies(REPO, PR)) == 4
+
+
+def test_with_a_personal_token_only_the_tokens_users_comment_is_ours(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    github.viewer = "octocat"
+    bots = github.add_comment(REPO, PR, f"{MARK}\nthe workflow's", user="github-actions[bot]")
+    other = github.add_comment(REPO, PR, f"{MARK}\nsomeone's", user="hubot")
+    made = upsert_comment(client, REPO, PR, f"{MARK}\nmine", MARK)
+    assert made.outcome is Outcome.CREATED and made.comment.id not in (bots, other)
+    assert made.comment.user == "octocat"
+    again = upsert_comment(client, REPO, PR, f"{MARK}\nmine 2", MARK)
+    assert again.outcome is Outcome.UPDATED and again.comment.id == made.comment.id
+    assert sum(r.path == "/user" for r in github.requests) == 1  # asked once per client
+
+
+def test_an_installation_token_owns_github_actions_bots_comment(github, client) -> None:
+    from traceml_ci.github.sticky import Outcome, upsert_comment
+
+    ours = github.add_comment(REPO, PR, f"{MARK}\nold", user="github-actions[bot]")
+    result = upsert_comment(client, REPO, PR, f"{MARK}\nnew", MARK)
+    assert result.outcome is Outcome.UPDATED and result.comment.id == ours
+
+
+def test_endless_next_links_stop_at_the_page_cap(github, client) -> None:
+    from traceml_ci.github.client import MAX_PAGES
+
+    github.endless_next = "forward"
+    with pytest.raises(ApiError, match=f"more than {MAX_PAGES} pages") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert len(github.requests) == MAX_PAGES
+    assert "\n" not in str(exc.value)
+
+
+def test_a_next_link_back_to_a_page_already_read_is_refused(github, client) -> None:
+    github.endless_next = "same"
+    with pytest.raises(ApiError, match="links back to a page already read"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert len(github.requests) == 2  # ?per_page=100, then ?page=1 twice: refused
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_dripping_answer_is_cut_off_at_the_request_deadline(github, slept, where) -> None:
+    import time
+
+    github.drip = (where, 0.3)  # a byte every 0.3 s: never idle for the 1 s socket timeout
+    client = GitHubClient(
+        token=TOKEN, api_url=github.url, sleep=slept.append, timeout_s=1.0, request_timeout_s=1.5
+    )
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"no complete answer within 1\.5 s") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert time.monotonic() - start < 15  # 1.5 s and the load of a busy machine
+    assert "\n" not in str(exc.value) and slept == []
+
+
+def test_no_retry_sleeps_past_the_commands_deadline(github, slept) -> None:
+    import time
+
+    client = GitHubClient(token=TOKEN, api_url=github.url, sleep=slept.append, deadline_s=5)
+    github.fail_next("GET", 403, "slow down", {"Retry-After": "30"})  # would sleep past it
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"a retry would wait 30 s, past the 5 s deadline"):
+        list(client.iter_issue_comments(REPO, PR))
+    assert slept == [] and time.monotonic() - start < 10
+
+
+def test_the_whole_commands_api_work_has_one_deadline(github, slept) -> None:
+    import time
+
+    client = GitHubClient(
+        token=TOKEN, api_url=github.url, sleep=slept.append, timeout_s=1.0, deadline_s=2.0
+    )
+    list(client.iter_issue_comments(REPO, PR))  # fine while there is time
+    github.drip = ("body", 0.3)
+    start = time.monotonic()
+    with pytest.raises(ApiError, match=r"no complete answer before the 2 s deadline"):
+        client.create_issue_comment(REPO, PR, "x")
+    assert time.monotonic() - start < 15
+    github.drip = None
+    time.sleep(max(0.0, 2.1 - (time.monotonic() - start)))
+    with pytest.raises(ApiError, match=r"the 2 s deadline for this command's GitHub API work "):
+        client.update_issue_comment(REPO, 1, "y")

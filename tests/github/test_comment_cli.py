@@ -51,7 +51,11 @@ def test_creates_then_updates_in_place(gh_env: FakeGitHub, body: Path, capsys) -
     assert code == 0 and "updated" in out
     [only] = gh_env.bodies(REPO, PR)
     assert "regression" in only
-    assert [r.method for r in gh_env.requests] == ["GET", "POST", "GET", "PATCH"]
+    mine = gh_env.comments[(REPO, PR)][0]["id"]
+    # the second run asks who the token is (GET /user) once it sees a comment with its marker
+    calls = [(r.method, r.path.rsplit("/", 1)[-1]) for r in gh_env.requests]
+    assert calls == [("GET", "comments"), ("POST", "comments"), ("GET", "comments"),
+                     ("GET", "user"), ("PATCH", str(mine))]  # fmt: skip
     assert all(r.authorization == f"Bearer {TOKEN}" for r in gh_env.requests)
 
     code, out, _ = comment(capsys, "--body", str(body), "--pr", str(PR))
@@ -70,7 +74,7 @@ def test_finds_its_comment_past_the_first_page(gh_env: FakeGitHub, body: Path, c
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 0, err
     assert f"comment {mine} updated" in out
-    lists = [r for r in gh_env.requests if r.method == "GET"]
+    lists = [r for r in gh_env.requests if r.method == "GET" and r.path != "/user"]
     assert [r.query.get("page", ["1"])[0] for r in lists] == ["1", "2", "3", "4"]
     assert len(gh_env.bodies(REPO, PR)) == 8
 
@@ -300,3 +304,76 @@ def test_api_url_without_a_scheme_is_one_line_exit_5(gh_env, body, capsys, monke
     code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
     assert code == 5, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("padded", [f"{TOKEN}\n", f"  {TOKEN}\r\n", f"\t{TOKEN} \n\n"])
+def test_a_token_with_surrounding_whitespace_is_stripped_and_never_printed(
+    gh_env, body, monkeypatch, capsys, padded
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", padded)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 0, err
+    assert "created on octo/widgets#7" in out
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in gh_env.requests)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        f"{TOKEN}\r\nX-Injected: 1",
+        f"{TOKEN[:12]}\n{TOKEN[12:]}",
+        f"{TOKEN}\x1b[2J",
+        f"{TOKEN} extra",
+    ],
+)
+def test_a_token_with_inner_control_characters_is_refused_without_printing_it(
+    gh_env, body, monkeypatch, capsys, bad
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", bad)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "GITHUB_TOKEN" in err
+    for piece in (TOKEN, TOKEN[:12], TOKEN[12:], "X-Injected"):
+        assert piece not in out + err
+    assert gh_env.requests == []  # nothing was sent with it
+
+
+def test_a_server_echoing_the_request_never_gets_the_token_printed(
+    gh_env, body, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", f"{TOKEN}\n")
+    gh_env.fail_next("GET", 400, "bad request", echo=True)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5, err
+    assert len(err.strip().splitlines()) == 1
+    assert "Authorization: Bearer ***" in err and "auth=Bearer%20***" in err
+
+
+def test_the_body_is_masked_with_the_stripped_token(gh_env, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GITHUB_TOKEN", f"{TOKEN}\n")
+    leaky = tmp_path / "leaky.md"
+    leaky.write_text(f"{REPORT}\nenv dump: GITHUB_TOKEN={TOKEN}\n")
+    assert comment(capsys, "--body", str(leaky), "--pr", str(PR))[0] == 0
+    [posted] = gh_env.bodies(REPO, PR)
+    assert TOKEN not in posted and "GITHUB_TOKEN=***" in posted
+
+
+def test_endless_pages_and_a_dripping_server_are_exit_5_in_seconds(
+    gh_env, body, monkeypatch, capsys
+) -> None:
+    import time
+
+    from traceml_ci.github.client import MAX_PAGES
+
+    gh_env.endless_next = "forward"
+    code, _, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5 and f"more than {MAX_PAGES} pages" in err
+    assert len(err.strip().splitlines()) == 1 and len(gh_env.requests) == MAX_PAGES
+
+    gh_env.endless_next = None
+    gh_env.drip = ("body", 0.3)
+    monkeypatch.setattr("traceml_ci.github.client.DEADLINE_S", 1.5)  # read when the client is made
+    start = time.monotonic()
+    code, _, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert code == 5 and "no complete answer before the 1.5 s deadline" in err, err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - start < 15

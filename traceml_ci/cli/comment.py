@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{str(expect)[:12]} (a newer push, or a PR number that does not match the run)"
             )
             return 0
-    body = compose_body(_without_report_marker(report.replace(ctx.token, "***")), marker)
+    body = compose_body(_without_report_marker(client.scrub(report)), marker)
     result = upsert_comment(client, repo, number, body, marker,
                             create=mode is CommentMode.UPSERT)
     where = result.comment.html_url if result.comment and result.comment.html_url else ""

@@ -80,19 +80,21 @@ def _closing(kept: str) -> str:
     return closing + "\n</details>" * max(opened, 0)
 
 
-def find_comment(client: GitHubClient, repo: str, number: int, marker: str) -> IssueComment | None:
-    """The oldest comment whose first line is ``marker`` and that we wrote, following pagination.
+def starts_with_marker(body: str, marker: str) -> bool:
+    """Whether ``body``'s first line is ``marker`` itself: not indented, quoted or further down."""
+    return body.lstrip("\ufeff").split("\n", 1)[0].rstrip("\r") == marker
 
-    "We" is a bot (the workflow token's author) or the token's own user: anyone can paste the
-    marker into a comment of theirs, and we must neither edit nor trust theirs.
+
+def find_comment(client: GitHubClient, repo: str, number: int, marker: str) -> IssueComment | None:
+    """The oldest comment that starts with ``marker`` and that this tool wrote, following
+    pagination.
+
+    "Wrote" means its author is :meth:`GitHubClient.author_login`: the token's user, or for the
+    workflow's token ``github-actions[bot]``. Anyone, another bot included, can copy the marker
+    into a comment of theirs: it is neither edited nor trusted.
     """
     for comment in client.iter_issue_comments(repo, number):
-        first = comment.body.lstrip("\ufeff").split("\n", 1)[0].strip()
-        if first != marker:
-            continue
-        if comment.user_type == "Bot" or (
-            comment.user is not None and comment.user == client.viewer_login()
-        ):
+        if starts_with_marker(comment.body, marker) and comment.written_by(client.author_login()):
             return comment
     return None
 
