@@ -4,6 +4,8 @@ and finding the project's pyproject.toml."""
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,6 +45,78 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             pass
         raise
     return target
+
+
+#: Names of this process's own descriptors (``-o /dev/stdout``): written through that
+#: descriptor, after what was already printed to it -- whatever it is, even a regular file the
+#: shell opened (``> out.txt``, ``>> log.txt``), which replacing would cut loose from the
+#: redirection.
+_STD_NAMES = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _own_descriptor(absolute: str) -> int | None:
+    if absolute in _STD_NAMES:
+        return _STD_NAMES[absolute]
+    for folder in ("/dev/fd/", "/proc/self/fd/", f"/proc/{os.getpid()}/fd/"):
+        rest = absolute.removeprefix(folder)
+        if rest != absolute and rest.isdigit():
+            return int(rest)
+    return None
+
+
+def write_output(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a command's output file (``-o/--output``), replacing only what is a regular file.
+
+    - a missing path or an existing regular file: written atomically (temp file + rename);
+    - a symbolic link: its final target is written atomically in its own folder, and the link
+      stays a link (``report.html -> site/report.html``);
+    - ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``: written to that descriptor, as printing
+      would (a closed one is an error);
+    - an existing non-regular file (``/dev/null``, a terminal, a named pipe, or a link to one):
+      opened and written *through*, never replaced (a named pipe waits for its reader, as with a
+      shell's ``>``);
+    - a directory, or a path that cannot be written: InputError (one line, exit 2).
+
+    Returns the path written (the link's target for a link)."""
+    from traceml_ci.errors import InputError  # light; imported here, where it is needed
+
+    given = str(path)
+    try:
+        fd = _own_descriptor(os.path.abspath(given))
+        if fd is not None:
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None and not stream.closed:
+                    stream.flush()  # what was printed before comes first
+            _write_all(fd, text)
+            return Path(given)
+        target = Path(os.path.realpath(given))  # a link's final target (a dangling one too)
+        try:
+            info: os.stat_result | None = os.stat(target)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise InputError(given, "cannot write: it is a directory (give a file name)")
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            fd = os.open(target, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))  # never O_TRUNC
+            try:
+                _write_all(fd, text)
+            finally:
+                os.close(fd)
+            return target
+        if info is not None and not os.access(target, os.W_OK):
+            raise InputError(given, "cannot write: the file is read-only")
+        return atomic_write_text(target, text)
+    except BrokenPipeError:
+        raise  # the reader went away: the CLI's broken-pipe ending, not bad input
+    except OSError as exc:
+        raise InputError(given, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _write_all(fd: int, text: str) -> None:
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:

@@ -11,6 +11,7 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from traceml_ci.errors import ExitCode, InputError, MissingDependencyError
 from traceml_ci.summary.keys import SUMMARY_FILENAME
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401 -- the one optional dependency, checked up front
     except ImportError:
         raise MissingDependencyError(MATPLOTLIB_MISSING) from None
-    from traceml_ci.fsutil import atomic_write_text
+    from traceml_ci.fsutil import write_output
     from traceml_ci.gate.html_report import Run, build_html
 
     loaded = [_load(x) for x in args.inputs]
@@ -99,9 +100,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         runs = [Run(key, path, doc) for path, sums in loaded for key, doc in sums.items()]
         page = build_html(runs, title=args.title)
-    try:
-        atomic_write_text(args.output, page)
-    except OSError as exc:
-        raise InputError(args.output, f"cannot write the report: {exc.strerror or exc}") from None
-    print(f"wrote {args.output} ({len(page.encode()) / 1024:,.0f} KB)")
+    write_output(args.output, page)
+    # On stderr, as diff and combine say theirs: -o /dev/stdout is the page alone.
+    print(f"wrote {args.output} ({len(page.encode()) / 1024:,.0f} KB)", file=sys.stderr)
     return ExitCode.OK
