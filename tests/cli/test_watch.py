@@ -116,6 +116,22 @@ def test_once_prints_one_plain_line_beside_garbage_files(tmp_path, capsys) -> No
     assert err == ""
 
 
+def test_a_fifo_among_the_snapshots_is_skipped_not_waited_on(tmp_path) -> None:
+    """rank1.json a named pipe that a writer holds open (reading it would block for ever): the
+    other rank's line comes at once, in a real process with a deadline."""
+    write(tmp_path, snapshot(heartbeat=time.time()))
+    fifo = snapshot_path(tmp_path, 1)
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        done = subprocess.run([*CLI, str(tmp_path), "--once"], capture_output=True, text=True,
+                              env=_env(), timeout=60)
+    finally:
+        os.close(writer)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stdout.startswith("traceml-ci: step 1200 ·") and done.stderr == ""
+
+
 def test_once_on_an_ended_job_says_where_the_summary_is(tmp_path, capsys) -> None:
     write(tmp_path, snapshot(status="completed", summary_path=str(tmp_path / "s.json")))
     assert main(["watch", str(tmp_path), "--once"]) == ExitCode.OK
