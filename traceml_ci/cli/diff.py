@@ -11,6 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from traceml_ci.cli.options import MIN_WIDTH, width
 from traceml_ci.errors import ExitCode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,10 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
+        type=width(),
         default=None,
         metavar="N",
-        help="text width in columns (default: terminal width, else 120)",
+        help=f"text width in columns, at least {MIN_WIDTH} (default: terminal width, else 120)",
     )
     p.set_defaults(func=run)
 
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     to_tty = args.output is None and sys.stdout.isatty()
     colour = to_tty and "NO_COLOR" not in os.environ
     width = args.width or (os.get_terminal_size().columns if to_tty else 120)
-    report = render(result, args.format, width=max(width, 40), colour=colour)
+    report = render(result, args.format, width=max(width, MIN_WIDTH), colour=colour)
     if args.output:
         from traceml_ci.fsutil import write_output
 

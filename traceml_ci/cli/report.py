@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from traceml_ci.cli.options import whole
 from traceml_ci.errors import ExitCode, InputError, MissingDependencyError
 from traceml_ci.summary.keys import SUMMARY_FILENAME
 
@@ -39,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "record), oldest first, after the inputs: their trend")
     p.add_argument("--name", help="with --db: only this series (run name or baseline key)")
     p.add_argument("--branch", help="with --db: only runs recorded on this branch")
-    p.add_argument("--last", type=int, metavar="N", help="with --db: the newest N runs")
+    p.add_argument("--last", type=whole("--last", least=1), metavar="N",
+                   help="with --db: the newest N runs")
     p.add_argument("-o", "--output", metavar="FILE", default="report.html",
                    help="the HTML file to write, atomically (default: report.html)")
     p.add_argument("--title", default="traceml-ci report", help="the page's title")
