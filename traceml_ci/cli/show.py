@@ -172,15 +172,14 @@ def _ranks(block: Any) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
+    from traceml_ci.cli.output import stdout_console
     from traceml_ci.summary.io import load_summary
 
     path = Path(args.file)
     if path.is_dir():
         path = path / SUMMARY_FILENAME
     doc = load_summary(path)
-    Console(width=args.width).print(render(doc))
+    stdout_console(width=args.width).print(render(doc))
     return 0
 
 

@@ -75,12 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from traceml_ci.cli.output import stdout_console
     from traceml_ci.errors import ExitCode
 
     out_dir = Path(args.dir or os.environ.get(ENV_OUT) or DEFAULT_OUT_DIR)
-    console = Console()
+    console = stdout_console()
     try:
         return follow(out_dir, console=console,
                       live=console.is_interactive and not args.plain,
