@@ -86,8 +86,12 @@ def test_run_m_of_a_missing_module_is_one_line_exit_2_like_a_missing_script(
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("raise SystemExit('must not be imported')\n")
     done = subprocess.run(
-        [sys.executable, "-m", "traceml_ci", "run", "--no-live", "-m", module], cwd=tmp_path,
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-m", "traceml_ci", "run", "--no-live", "-m", module],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [f"traceml-ci: error: -m {module}: {problem}"]
@@ -101,8 +105,12 @@ def test_run_m_finds_modules_in_the_working_folder_as_python_m_does(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEML_CI_OUT": str(tmp_path / "out")}
     for argv, said in ((["-m", "mypkg.job", "a"], "job ran ['a']"), (["-m", "top"], "top ran")):
         done = subprocess.run(
-            [sys.executable, "-m", "traceml_ci", "run", "--no-live", *argv], cwd=tmp_path,
-            capture_output=True, text=True, timeout=120, env=env,
+            [sys.executable, "-m", "traceml_ci", "run", "--no-live", *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         assert done.returncode == 0, done.stderr
         assert said in done.stdout

@@ -30,8 +30,15 @@ COMMANDS = {
 
 def _cli(*argv, stdout=subprocess.PIPE, cwd=None, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "traceml_ci", *argv], stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "traceml_ci", *argv],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
@@ -100,7 +107,9 @@ def test_a_character_device_is_written_through_and_stays_a_device(tmp_path, caps
     capsys.readouterr()
     after = os.stat(device)
     assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (
-        before.st_ino, before.st_rdev)
+        before.st_ino,
+        before.st_rdev,
+    )
     assert link.is_symlink()
 
 
@@ -151,7 +160,10 @@ def test_dev_stdout_when_stdout_is_closed_is_a_lost_output_141(tmp_path):
     argv = " ".join(COMMANDS["diff"][0])
     done = subprocess.run(
         ["sh", "-c", f'"{sys.executable}" -m traceml_ci {argv} -o /dev/stdout >&-'],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         cwd=tmp_path,
     )
     assert done.returncode == 141, done.stderr
