@@ -172,3 +172,63 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
     # they wrote at the same time: in id order, the writers take turns (at least at halfway)
     order = [r.name for r in sorted(rows, key=lambda r: r.id)]
     assert sum(a != b for a, b in zip(order[:-1], order[1:], strict=True)) > 1
+
+
+def _files_state(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file in ``folder``: its bytes and modification time (ns)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def _one_error_line(capsys, *expected: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in err, err
+
+
+def test_a_foreign_sqlite_file_is_refused_byte_for_byte_unchanged(tmp_path, capsys):
+    """Another application's database (rollback journal, as SQLite makes them): record and
+    history --db refuse it before any pragma -- it used to be switched to WAL first."""
+    import sqlite3
+
+    summary = _runs(tmp_path / "runs", 1, 0)[0]
+    app = tmp_path / "app"
+    app.mkdir()
+    foreign = app / "notes.db"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+    conn.executemany("INSERT INTO notes (text) VALUES (?)", [(f"note {i}",) for i in range(200)])
+    conn.commit()
+    conn.close()
+    before = _files_state(app)
+    time.sleep(0.05)  # a write would move the modification time
+    assert main(["record", str(summary), "--db", str(foreign)]) == 2
+    _one_error_line(capsys, str(foreign), "not a traceml-ci history")
+    assert main(["history", "--db", str(foreign)]) == 2
+    _one_error_line(capsys, str(foreign), "not a traceml-ci history")
+    assert _files_state(app) == before  # the file unchanged, and no -wal/-shm beside it
+    assert sqlite3.connect(foreign).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_a_damaged_history_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """Pages in the middle of our own database overwritten: record refuses it (quick_check
+    before writing) rather than appending to it and exiting 0; history --db refuses it too."""
+    files = _runs(tmp_path / "runs", 40, 0)
+    db_dir = tmp_path / "db"
+    db = db_dir / "h.sqlite"
+    assert main(["record", *map(str, files), "--db", str(db)]) == 0
+    capsys.readouterr()
+    size = db.stat().st_size
+    page = 4096
+    assert size >= 8 * page and not (db_dir / "h.sqlite-wal").exists()
+    with open(db, "r+b") as fh:  # two pages in the middle: old rows, which an append never reads
+        fh.seek(size // page // 2 * page)
+        fh.write(b"\xa5" * 2 * page)
+    before = _files_state(db_dir)["h.sqlite"]
+    time.sleep(0.05)
+    assert main(["record", str(files[0]), "--db", str(db)]) == 2
+    _one_error_line(capsys, str(db), "the history database is damaged", "nothing was written")
+    assert main(["history", "--db", str(db)]) == 2
+    _one_error_line(capsys, str(db), "damaged")
+    # The database itself as it was (a WAL database read read-only keeps SQLite's -shm beside).
+    assert _files_state(db_dir)["h.sqlite"] == before

@@ -63,7 +63,7 @@ def report(tmp_path, capsys, *inputs, out="report.html"):
 
 def test_one_run_gets_its_split_step_times_memory_and_diagnoses(tmp_path, capsys):
     code, target, out, err = report(tmp_path, capsys, A)
-    assert code == 0 and err == "" and out.startswith(f"wrote {target}")
+    assert code == 0 and out == "" and err.startswith(f"wrote {target}")
     page = _Page(target.read_text(encoding="utf-8"))
     assert page.count("svg") == 3  # split, step time, memory
     assert page.count("script") == 0 and page.count("img") == 0

@@ -256,4 +256,5 @@ def test_module_sampling_from_the_command_line(tmp_path) -> None:
     bad = _run(["--module-sample-s", "-1", script], tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "traceml-ci: error: --module-sample-s must be >= 0 (0: no module sampling)"]
+        "traceml-ci: error: --module-sample-s '-1': must be a finite number of seconds >= 0 "
+        "(0: no module sampling)"]

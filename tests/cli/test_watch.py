@@ -79,9 +79,8 @@ def test_the_default_folder_is_traceml_ci_out_else_traceml_out(tmp_path, monkeyp
     write(tmp_path / "elsewhere", snapshot(heartbeat=time.time()))
     assert main(["watch", "--once"]) == ExitCode.OK
     assert capsys.readouterr().out.startswith("traceml-ci: step 1200 ")
-    with pytest.raises(SystemExit) as usage:  # argparse's own usage error
-        main(["watch", "--once", "--interval", "0"])
-    assert usage.value.code == ExitCode.BAD_INPUT
+    assert main(["watch", "--once", "--interval", "0"]) == ExitCode.BAD_INPUT
+    assert "--interval '0': must be a finite number of seconds > 0" in capsys.readouterr().err
 
 
 def test_wait_gives_a_starting_job_time_to_write_its_first_snapshot(tmp_path) -> None:
@@ -114,6 +113,22 @@ def test_once_prints_one_plain_line_beside_garbage_files(tmp_path, capsys) -> No
     assert out.splitlines() == [
         "traceml-ci: step 1200 · 14.2 steps/s · dl 47% fwd 31% bwd 18% opt 4% · INPUT_BOUND"]
     assert err == ""
+
+
+def test_a_fifo_among_the_snapshots_is_skipped_not_waited_on(tmp_path) -> None:
+    """rank1.json a named pipe that a writer holds open (reading it would block for ever): the
+    other rank's line comes at once, in a real process with a deadline."""
+    write(tmp_path, snapshot(heartbeat=time.time()))
+    fifo = snapshot_path(tmp_path, 1)
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        done = subprocess.run([*CLI, str(tmp_path), "--once"], capture_output=True, text=True,
+                              env=_env(), timeout=60)
+    finally:
+        os.close(writer)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stdout.startswith("traceml-ci: step 1200 ·") and done.stderr == ""
 
 
 def test_once_on_an_ended_job_says_where_the_summary_is(tmp_path, capsys) -> None:

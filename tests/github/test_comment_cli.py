@@ -226,7 +226,7 @@ def test_body_token_is_masked(gh_env: FakeGitHub, tmp_path: Path, capsys) -> Non
     ("meta", "problem"),
     [
         ('{"kind": "other"}', "not a traceml-ci/comment-meta file"),
-        ("[1", "not JSON"),
+        ("[1", "not valid JSON"),
         ('{"kind": "traceml-ci/comment-meta", "pr": -3, "marker": "x", "mode": "upsert"}', "pr -3"),
         ('{"kind": "traceml-ci/comment-meta", "pr": 7, "marker": "x", "mode": "post"}', "mode"),
     ],
@@ -283,7 +283,97 @@ def test_unreadable_event_file_is_exit_2(gh_env, body, tmp_path, monkeypatch, ca
     monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
     monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
     code, _, err = comment(capsys, "--body", str(body))
-    assert code == 2 and "event file is not JSON" in err
+    assert code == 2 and f"{event} (GITHUB_EVENT_PATH): not valid JSON" in err
+
+
+def _cli(*args: str, stdin=subprocess.DEVNULL, env: dict[str, str] | None = None):
+    """The CLI in a real process, with a deadline: a read that blocks fails the test, not the
+    suite (subprocess.run kills the child on the timeout)."""
+    code = "import sys; from traceml_ci.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, "comment", *args], stdin=stdin,
+                          capture_output=True, text=True, env=env or dict(os.environ), timeout=60)
+
+
+def _one_line_exit_2(proc, *expected: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for text in expected:
+        assert text in proc.stderr
+
+
+@pytest.fixture
+def fifo(tmp_path: Path):
+    """A named pipe a writer holds open and never writes to: reading it would wait forever."""
+    path = tmp_path / "stream"
+    os.mkfifo(path)
+    writer = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    yield path
+    os.close(writer)
+
+
+@pytest.mark.parametrize("option", ["--body", "--meta"])
+def test_a_device_or_a_fifo_as_body_or_meta_is_refused_at_once(gh_env, body, fifo, option):
+    args = ["--pr", str(PR)] if option == "--body" else ["--body", str(body)]
+    for path, kind in (("/dev/zero", "character device"), (str(fifo), "named pipe")):
+        proc = _cli(option, path, *args)
+        _one_line_exit_2(proc, f"{path}: is a {kind}")
+    assert gh_env.requests == []
+
+
+def test_a_100_mb_body_is_refused_without_reading_it(gh_env, tmp_path) -> None:
+    from traceml_ci.summary.io import MAX_COMMENT_BODY_BYTES
+
+    huge = tmp_path / "huge.md"
+    with open(huge, "wb") as fh:  # sparse: 100 MB that costs no disk
+        fh.write(REPORT.encode())
+        fh.truncate(100 * 1024 * 1024)
+    proc = _cli("--body", str(huge), "--pr", str(PR))
+    _one_line_exit_2(proc, str(huge), f"over the {MAX_COMMENT_BODY_BYTES / 1e6:.0f} MB limit")
+    assert gh_env.requests == []
+
+
+def test_an_endless_stdin_body_is_cut_off_at_the_limit(gh_env) -> None:
+    with open("/dev/zero", "rb") as zero:
+        proc = _cli("--body", "-", "--pr", str(PR), stdin=zero)
+    _one_line_exit_2(proc, "--body - (stdin)", "over the limit")
+    assert gh_env.requests == []
+
+
+def test_a_body_from_stdin_is_posted(gh_env) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "traceml_ci", "comment", "--body", "-", "--pr", str(PR)],
+        input=REPORT, capture_output=True, text=True, env=dict(os.environ), timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [posted] = gh_env.bodies(REPO, PR)
+    assert "**traceml-ci: pass**" in posted
+
+
+def test_a_deeply_nested_meta_is_one_line_exit_2(gh_env, body, tmp_path) -> None:
+    meta = tmp_path / "comment.json"
+    meta.write_text("[" * 20_000 + "]" * 20_000)  # 40 KB: under the size limit
+    proc = _cli("--body", str(body), "--meta", str(meta))
+    _one_line_exit_2(proc, str(meta), "nested too deeply")
+
+
+def test_a_fifo_or_device_as_the_event_file_is_refused_at_once(gh_env, body, fifo) -> None:
+    for path, kind in (("/dev/zero", "character device"), (str(fifo), "named pipe")):
+        env = {**os.environ, "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": path}
+        proc = _cli("--body", str(body), env=env)
+        _one_line_exit_2(proc, f"{path} (GITHUB_EVENT_PATH): is a {kind}")
+    assert gh_env.requests == []
+
+
+def test_an_event_file_with_a_long_pr_body_is_read(gh_env, body, tmp_path, monkeypatch, capsys):
+    """Event payloads are read bounded, but their strings (a PR's description) are not limited
+    like a summary's."""
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": PR, "body": "x" * 200_000}}))
+    monkeypatch.setenv("GITHUB_EVENT_NAME", "pull_request")
+    monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
+    code, out, err = comment(capsys, "--body", str(body))
+    assert code == 0, err
+    assert len(gh_env.bodies(REPO, PR)) == 1
 
 
 def test_real_process_prints_no_traceback_and_no_token(gh_env: FakeGitHub, body: Path) -> None:

@@ -174,7 +174,7 @@ def test_a_file_longer_than_its_stat_size_is_bounded_while_reading() -> None:
     from traceml_ci.summary.io import read_text
 
     assert os.stat("/proc/self/status").st_size == 0
-    with pytest.raises(InputError, match="over the 0 MB limit"):
+    with pytest.raises(InputError, match="over the 16 bytes limit"):
         read_text("/proc/self/status", max_bytes=16)
 
 

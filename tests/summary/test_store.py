@@ -108,7 +108,7 @@ def test_refuses_files_that_are_not_a_history(tmp_path):
 
     text = tmp_path / "notes.txt"
     text.write_text("hello, this is not a database at all\n" * 100)
-    with pytest.raises(InputError, match="not a usable history database"):
+    with pytest.raises(InputError, match="is not an SQLite database"):
         HistoryStore(text)
     assert text.read_text().startswith("hello")
 

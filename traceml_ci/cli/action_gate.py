@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from traceml_ci.cli.comment import META_KIND, CommentMode
 from traceml_ci.errors import UsageError
+from traceml_ci.fsutil import write_output
 from traceml_ci.gate.compare import Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -233,7 +234,7 @@ def _judge(files: _Files, baseline: Path | None, pytest_exit: int) -> Outcome:
     else:
         outcome = _comparison_verdict(files.comparison)
     if not files.report.is_file():
-        files.report.write_text(_fallback_report(outcome, baseline, pytest_exit), encoding="utf-8")
+        write_output(files.report, _fallback_report(outcome, baseline, pytest_exit))
     return outcome
 
 
@@ -254,7 +255,7 @@ def _write_meta(
     """comment.json: what `traceml-ci comment --meta` needs, here or in a workflow_run job."""
     meta = {"kind": META_KIND, "pr": pr, "marker": job_id, "mode": mode,
             "head_sha": ctx.pull_request_head_sha(), "verdict": verdict.value}  # fmt: skip
-    path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    write_output(path, json.dumps(meta, indent=2) + "\n")
 
 
 def _append_summary(

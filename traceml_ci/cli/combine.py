@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from traceml_ci.errors import InputError
-    from traceml_ci.fsutil import atomic_write_text
+    from traceml_ci.fsutil import write_output
     from traceml_ci.gate.inputs import InputKind, read_input
     from traceml_ci.summary.repeats import combine_repeats, runs_of
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             )
     text = json.dumps(combine_repeats(docs), indent=1) + "\n"
     if args.output:
-        atomic_write_text(args.output, text)
+        write_output(args.output, text)
         print(f"combined {count} runs into {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -72,15 +71,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read_body(path: str) -> str:
-    try:
-        if path == "-":
-            return sys.stdin.read()
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise InputError(path, f"cannot read the comment body: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "the comment body is not UTF-8 text") from None
+    """The markdown, bounded: a regular file (a FIFO or device is refused, not waited on) or
+    stdin, at most MAX_COMMENT_BODY_BYTES (GitHub keeps 65,536 characters of it; compose_body
+    cuts a longer one with a note)."""
+    from traceml_ci.fsutil import read_stream_text
+    from traceml_ci.summary.io import MAX_COMMENT_BODY_BYTES, read_text
+
+    if path == "-":
+        return read_stream_text(sys.stdin.buffer, "--body - (stdin)", MAX_COMMENT_BODY_BYTES)
+    return read_text(path, MAX_COMMENT_BODY_BYTES)
 
 
 def _without_report_marker(report: str) -> str:
@@ -95,15 +94,11 @@ def _without_report_marker(report: str) -> str:
 
 def _read_meta(path: str) -> dict[str, Any]:
     """The gate step's metadata; it may come from an untrusted run's artifact, so check it."""
+    from traceml_ci.summary.io import MAX_META_BYTES, read_json
+
     if os.path.islink(path):
         raise InputError(path, "is a symbolic link; refusing it")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InputError(path, f"not JSON: {exc}") from None
+    data = read_json(path, MAX_META_BYTES)  # bounded: no stream, no endless nesting
     if not isinstance(data, dict) or data.get("kind") != META_KIND:
         raise InputError(path, f"not a {META_KIND} file")
     pr, marker, mode = data.get("pr"), data.get("marker"), data.get("mode")

@@ -11,7 +11,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from traceml_ci.errors import ExitCode, InputError
+from traceml_ci.cli.options import MIN_WIDTH, width
+from traceml_ci.errors import ExitCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
@@ -60,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--format", choices=FORMATS, default="text", help="report format (default: text)"
     )
     p.add_argument(
-        "--output", metavar="FILE", help="write the report to FILE (atomically) instead of stdout"
+        "-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout"
     )
     p.add_argument(
         "--allow-env-mismatch",
@@ -70,10 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
+        type=width(),
         default=None,
         metavar="N",
-        help="text width in columns (default: terminal width, else 120)",
+        help=f"text width in columns, at least {MIN_WIDTH} (default: terminal width, else 120)",
     )
     p.set_defaults(func=run)
 
@@ -112,14 +113,11 @@ def run(args: argparse.Namespace) -> int:
     to_tty = args.output is None and sys.stdout.isatty()
     colour = to_tty and "NO_COLOR" not in os.environ
     width = args.width or (os.get_terminal_size().columns if to_tty else 120)
-    report = render(result, args.format, width=max(width, 40), colour=colour)
+    report = render(result, args.format, width=max(width, MIN_WIDTH), colour=colour)
     if args.output:
-        from traceml_ci.fsutil import atomic_write_text
+        from traceml_ci.fsutil import write_output
 
-        try:
-            atomic_write_text(args.output, report)
-        except OSError as exc:
-            raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+        write_output(args.output, report)
         print(f"traceml-ci: {result.verdict.value} (report in {args.output})", file=sys.stderr)
     else:
         sys.stdout.write(report)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from traceml_ci.cli.options import whole
 from traceml_ci.errors import UsageError
 
 
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", metavar="NAME", help="only the series with this run name / key")
     p.add_argument("--branch", metavar="NAME",
                    help="with --db: only runs recorded with this --branch")
-    p.add_argument("--last", metavar="N", type=int,
+    p.add_argument("--last", metavar="N", type=whole("--last", least=1),
                    help="with --db: only the newest N recorded runs (after --name/--branch)")
     p.add_argument("--format", choices=("markdown", "csv"), default="markdown",
                    help="markdown: trend per metric; csv: one row per run (default: markdown)")
@@ -37,8 +38,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("history: give summary files or folders, or --db FILE")
     if args.db is None and (args.branch is not None or args.last is not None):
         raise UsageError("history: --branch and --last read a database: add --db FILE")
-    if args.last is not None and args.last < 1:
-        raise UsageError("history: --last must be at least 1")
 
     from traceml_ci.gate.history import collect, collect_db, render_history, sort_points
     from traceml_ci.gate.rules import resolve_rules

@@ -17,6 +17,7 @@ the end); the script's output and exit code go through whatever happens.
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import select
@@ -81,7 +82,7 @@ def progress_interval(flag: float | None, environ: dict[str, str] | None = None)
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value >= 0:
+    if not 0 <= value < math.inf:  # NaN and inf too: a thread would wait on them
         raise ValueError(f"${ENV_PROGRESS_INTERVAL}={raw!r} is not a number of seconds >= 0")
     return value
 

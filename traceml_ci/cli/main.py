@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -148,10 +149,42 @@ def _command_module(argv: Sequence[str]) -> str | None:
     return name if name in SUBCOMMANDS else None
 
 
+def _guard_closed_stdout(argv: Sequence[str]) -> None:
+    """A process started with stdout closed (``traceml-ci show x.json >&-``; Python leaves
+    ``sys.stdout`` None) gets, on fd 1, the write end of a pipe nobody reads: what a command
+    prints then fails as on a closed pipe, BrokenPipeError, exit 141 (not a crash on
+    ``None.isatty()``, nor a silent 0), ``-o /dev/stdout`` included; a command that prints
+    nothing to stdout (``diff -o FILE``) keeps its own code. And no file opened later can land on
+    fd 1 and receive what was meant for stdout. ``run`` gets /dev/null there instead: the
+    script's output was going nowhere, and a closed pipe would kill it on its first print."""
+    if sys.stdout is not None:
+        return
+    try:
+        os.fstat(1)
+        return  # fd 1 is open after all (Python found it unusable): leave it
+    except OSError:
+        pass
+    try:
+        if _command_module(argv) in PASSTHROUGH:
+            hold = os.open(os.devnull, os.O_WRONLY)
+        else:
+            read_end, hold = os.pipe()
+            os.close(read_end)
+        if hold != 1:
+            os.dup2(hold, 1)
+            os.close(hold)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", write_through=True)
+    except OSError:
+        pass
+
+
 def entry() -> None:
     """The console script (and ``python -m traceml_ci``): ``sys.exit(main())``, with output
     that cannot crash on what it prints: a character the stream cannot encode (a lone surrogate
-    from an undecodable file name) is written as its escape, ``\\udcff``, like ``one_line``."""
+    from an undecodable file name) is written as its escape, ``\\udcff``, like ``one_line``;
+    a closed stdout is a lost output, exit 141 (:func:`_guard_closed_stdout`)."""
+    _guard_closed_stdout(sys.argv[1:])
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]

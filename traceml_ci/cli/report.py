@@ -11,7 +11,9 @@ command runs.
 from __future__ import annotations
 
 import argparse
+import sys
 
+from traceml_ci.cli.options import whole
 from traceml_ci.errors import ExitCode, InputError, MissingDependencyError
 from traceml_ci.summary.keys import SUMMARY_FILENAME
 
@@ -38,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "record), oldest first, after the inputs: their trend")
     p.add_argument("--name", help="with --db: only this series (run name or baseline key)")
     p.add_argument("--branch", help="with --db: only runs recorded on this branch")
-    p.add_argument("--last", type=int, metavar="N", help="with --db: the newest N runs")
+    p.add_argument("--last", type=whole("--last", least=1), metavar="N",
+                   help="with --db: the newest N runs")
     p.add_argument("-o", "--output", metavar="FILE", default="report.html",
                    help="the HTML file to write, atomically (default: report.html)")
     p.add_argument("--title", default="traceml-ci report", help="the page's title")
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib  # noqa: F401 -- the one optional dependency, checked up front
     except ImportError:
         raise MissingDependencyError(MATPLOTLIB_MISSING) from None
-    from traceml_ci.fsutil import atomic_write_text
+    from traceml_ci.fsutil import write_output
     from traceml_ci.gate.html_report import Run, build_html
 
     loaded = [_load(x) for x in args.inputs]
@@ -99,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         runs = [Run(key, path, doc) for path, sums in loaded for key, doc in sums.items()]
         page = build_html(runs, title=args.title)
-    try:
-        atomic_write_text(args.output, page)
-    except OSError as exc:
-        raise InputError(args.output, f"cannot write the report: {exc.strerror or exc}") from None
-    print(f"wrote {args.output} ({len(page.encode()) / 1024:,.0f} KB)")
+    write_output(args.output, page)
+    # On stderr, as diff and combine say theirs: -o /dev/stdout is the page alone.
+    print(f"wrote {args.output} ({len(page.encode()) / 1024:,.0f} KB)", file=sys.stderr)
     return ExitCode.OK

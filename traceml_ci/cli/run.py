@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from traceml_ci.cli.options import seconds, whole
 from traceml_ci.errors import UsageError
 
 #: torchrun options `traceml-ci run` takes itself (its own spelling), passed on unchanged.
@@ -20,6 +21,42 @@ TORCHRUN_OPTIONS: tuple[tuple[str, str], ...] = (
     ("--master-addr", "HOST"),
     ("--master-port", "PORT"),
 )
+
+
+#: torchrun's own words for --nproc-per-node (one process per device of that kind).
+NPROC_WORDS = ("auto", "cpu", "gpu", "cuda", "xpu")
+
+
+def _nproc(text: str) -> str:
+    if text not in NPROC_WORDS and not (text.isdigit() and int(text) >= 1):
+        raise UsageError(f"--nproc-per-node {text!r}: must be a whole number of at least 1, "
+                         f"or one of {', '.join(NPROC_WORDS)}")
+    return text
+
+
+def _nnodes(text: str) -> str:
+    """N, or MIN:MAX for elastic runs: whole numbers, MIN <= MAX."""
+    low, _, high = text.partition(":")
+    least = whole("--nnodes", least=1)
+    if least(low) > (least(high) if high else least(low)):
+        raise UsageError(f"--nnodes {text!r}: MIN:MAX needs MIN <= MAX")
+    return text
+
+
+def _port(text: str) -> int:
+    port = whole("--master-port", least=1)(text)
+    if port > 65535:
+        raise UsageError(f"--master-port {text!r}: a TCP port is at most 65535")
+    return port
+
+
+#: The torchrun options checked here (the rest torchrun checks itself).
+_TORCHRUN_CHECKS = {
+    "--nproc-per-node": _nproc,
+    "--nnodes": _nnodes,
+    "--node-rank": whole("--node-rank"),
+    "--master-port": _port,
+}
 
 
 def _dest(flag: str) -> str:
@@ -55,10 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--run-name", metavar="NAME", help="run name (default: the script's name)")
     p.add_argument(
-        "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
+        "--warmup-steps", metavar="N", type=whole("--warmup-steps"),
+        help="steps left out of the statistics (default 5)",
     )
     p.add_argument(
-        "--module-sample-s", metavar="S", type=float,
+        "--module-sample-s", metavar="S",
+        type=seconds("--module-sample-s", zero="no module sampling"),
         help="seconds of training between two steps timed per submodule (default 0.5; 0: off; "
         "trace_step runs only, docs/pinpoint.md)",
     )
@@ -68,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "lines go to stderr as in a log",
     )
     p.add_argument(
-        "--progress-interval", metavar="S", type=float,
+        "--progress-interval", metavar="S", type=seconds("--progress-interval", zero="none"),
         help="seconds between plain progress lines when not showing the live view (default "
         "$TRACEML_CI_PROGRESS_INTERVAL or 10; 0: none)",
     )
@@ -76,7 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "distributed", "launch every rank through torchrun (torch.distributed.run), each traced; "
         "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)")
     for flag, meta in TORCHRUN_OPTIONS:
-        dist.add_argument(flag, metavar=meta, dest=_dest(flag),
+        dist.add_argument(flag, metavar=meta, dest=_dest(flag), type=_TORCHRUN_CHECKS.get(flag),
                           help=f"torchrun's {flag}")
     dist.add_argument("--torchrun-arg", metavar="ARG", action="append", default=[],
                       help="any other torchrun option, passed through unchanged (repeatable: "
@@ -91,6 +130,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def module_problem(name: str) -> str | None:
+    """Why ``python -m NAME`` could not start, as a script's "no such script" is said before
+    anything runs; None when it can (or when it cannot be told without importing a package:
+    finding a submodule only reads folders). Searched as the child will: the working folder
+    first, as ``python -m`` does."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return "not a module name"
+    saved = sys.path[:]
+    sys.path[:1] = [os.getcwd()]
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None  # a finder that cannot say: let python -m say it
+    finally:
+        sys.path[:] = saved
+    for depth, part in enumerate(parts[1:], start=1):
+        if spec is None:
+            break
+        where = spec.submodule_search_locations
+        if where is None:
+            return f"{'.'.join(parts[:depth])} is not a package"
+        spec = importlib.machinery.PathFinder.find_spec(part, list(where))
+    if spec is None:
+        return f"no module named {name!r}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.cli.live_run import attachment, progress_interval
     from traceml_ci.tracer.launch import LaunchSpec, launch
@@ -103,18 +174,15 @@ def run(args: argparse.Namespace) -> int:
         target, *margs = args.module
         rest = [*margs, "--", *rest] if rest else margs
         module = True
+        problem = module_problem(target)
+        if problem:
+            raise UsageError(f"-m {target}: {problem}")
     elif rest:
         target, module = rest.pop(0), False
         if not Path(target).is_file():
             raise UsageError(f"{target}: no such script")
     else:
         raise UsageError("give a SCRIPT, or -m MODULE")
-    if args.warmup_steps is not None and args.warmup_steps < 0:
-        raise UsageError("--warmup-steps must be >= 0")
-    if args.module_sample_s is not None and not args.module_sample_s >= 0:
-        raise UsageError("--module-sample-s must be >= 0 (0: no module sampling)")
-    if args.progress_interval is not None and not args.progress_interval >= 0:
-        raise UsageError("--progress-interval must be >= 0")
     try:
         interval = progress_interval(args.progress_interval)
     except ValueError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from traceml_ci.cli.options import MIN_WIDTH, width
 from traceml_ci.summary.keys import PHASES, SUMMARY_FILENAME
 
 BAR_WIDTH = 30
@@ -24,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", metavar="FILE_OR_DIR",
                    help=f"a summary, or a folder holding {SUMMARY_FILENAME}")
-    p.add_argument("--width", type=int, default=None, help="terminal width (default: detected)")
+    p.add_argument("--width", type=width(), default=None, metavar="N",
+                   help=f"terminal width, at least {MIN_WIDTH} (default: detected)")
     p.set_defaults(func=run)
 
 
@@ -172,15 +174,14 @@ def _ranks(block: Any) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
+    from traceml_ci.cli.output import stdout_console
     from traceml_ci.summary.io import load_summary
 
     path = Path(args.file)
     if path.is_dir():
         path = path / SUMMARY_FILENAME
     doc = load_summary(path)
-    Console(width=args.width).print(render(doc))
+    stdout_console(width=args.width).print(render(doc))
     return 0
 
 

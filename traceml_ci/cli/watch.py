@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.cli.options import seconds
 from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT
 from traceml_ci.summary.live import ENDED, SNAPSHOT_INTERVAL_S, STALE_AFTER_S
 
@@ -55,14 +56,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dir", nargs="?", metavar="DIR", default=None,
                    help=f"the job's output folder (default: ${ENV_OUT}, else ./{DEFAULT_OUT_DIR})")
-    p.add_argument("--interval", type=_positive, default=DEFAULT_INTERVAL_S, metavar="S",
+    p.add_argument("--interval", type=seconds("--interval"), default=DEFAULT_INTERVAL_S,
+                   metavar="S",
                    help="seconds between plain progress lines when stdout is not a terminal "
                    f"(default {DEFAULT_INTERVAL_S:g})")
-    p.add_argument("--give-up", type=_positive, default=DEFAULT_GIVE_UP_S, metavar="S",
+    p.add_argument("--give-up", type=seconds("--give-up"), default=DEFAULT_GIVE_UP_S, metavar="S",
                    dest="give_up",
                    help="exit (code 2) once every running rank has been stale this many seconds "
                    f"(default {DEFAULT_GIVE_UP_S:g})")
-    p.add_argument("--wait", type=_non_negative, default=0.0, metavar="S",
+    p.add_argument("--wait", type=seconds("--wait", zero="do not wait"), default=0.0, metavar="S",
                    help="wait up to this many seconds for a job to start writing there "
                    "(default 0: say at once that none is)")
     p.add_argument("--once", action="store_true",
@@ -72,33 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive number of seconds: {text!r}")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
+    from traceml_ci.cli.output import stdout_console
     from traceml_ci.errors import ExitCode
 
     out_dir = Path(args.dir or os.environ.get(ENV_OUT) or DEFAULT_OUT_DIR)
-    console = Console()
+    console = stdout_console()
     try:
         return follow(out_dir, console=console,
                       live=console.is_interactive and not args.plain,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from traceml_ci.errors import InputError
@@ -61,13 +59,12 @@ class GitHubContext:
         """The event payload; ``{}`` outside Actions. Raises InputError if the file is unusable."""
         if not self.event_path:
             return {}
-        try:
-            data = json.loads(Path(self.event_path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            problem = f"cannot read the event file: {exc.strerror}"
-            raise InputError(self.event_path, problem) from None
-        except ValueError as exc:
-            raise InputError(self.event_path, f"the event file is not JSON: {exc}") from None
+        from traceml_ci.summary.io import MAX_EVENT_BYTES, read_json
+
+        try:  # bounded: a regular file only, no endless nesting; a PR body's length is its own
+            data = read_json(self.event_path, MAX_EVENT_BYTES, max_string_chars=None)
+        except InputError as exc:
+            raise InputError(f"{self.event_path} (GITHUB_EVENT_PATH)", exc.problem) from None
         if not isinstance(data, dict):
             raise InputError(self.event_path, "the event file is not a JSON object")
         return data

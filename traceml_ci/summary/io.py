@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traceml_ci.errors import InputError
-from traceml_ci.fsutil import atomic_write_text
+from traceml_ci.fsutil import atomic_write_text, read_text  # read_text: re-exported
 from traceml_ci.summary.schema import json_path, summary_problems
 
 if TYPE_CHECKING:  # the model's dataclasses cost ~20 ms to import; readers don't need them
@@ -23,6 +22,15 @@ MAX_SUMMARY_BYTES = 10 * 1024 * 1024
 #: Longest string (or key) anywhere in a summary: run names, test ids and sentences are far
 #: shorter; traceml-ai's longest, its rendered text, is ~5k.
 MAX_STRING_CHARS = 64 * 1024
+
+#: The other inputs' limits, each far above what a real one holds (and all read through
+#: ``read_text``: regular files only, size checked before and while reading).
+#: A comment body (markdown): GitHub keeps 65,536 characters; a longer one is cut with a note.
+MAX_COMMENT_BODY_BYTES = 10 * 1024 * 1024
+#: ``comment --meta``'s comment.json: five short fields.
+MAX_META_BYTES = 64 * 1024
+#: A GitHub event payload (GITHUB_EVENT_PATH): GitHub caps webhook payloads at 25 MB.
+MAX_EVENT_BYTES = 25 * 1024 * 1024
 
 #: Numbers a summary can hold: finite, and within float range (1e400 would parse to inf).
 _MAX_ABS = 1e308
@@ -45,65 +53,6 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-#: File types that are not regular files, as a message names them.
-_NOT_REGULAR = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def read_text(path: str | os.PathLike[str], max_bytes: int) -> str:
-    """A UTF-8 regular file of at most ``max_bytes``; InputError(path, problem) when it is
-    missing, a directory, a stream or device (never read: ``/dev/zero`` would never end), too big
-    (checked before reading, and again while reading), unreadable or not UTF-8."""
-    p = Path(path)
-    try:
-        # Non-blocking, so opening a FIFO without a writer returns at once; the type check on
-        # the open descriptor (not the name) leaves no window for a swap.
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except IsADirectoryError:
-        raise InputError(str(p), "is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise InputError(str(p), "is a directory, not a file")
-        for is_kind, kind in _NOT_REGULAR:
-            if is_kind(info.st_mode):
-                raise InputError(str(p), f"is {kind}, not a regular file; save it to a file first")
-        size = info.st_size
-        if size <= max_bytes:
-            raw = _read_at_most(fd, max_bytes + 1)  # +1: a file that grew (or /proc's size 0)
-            size = max(size, len(raw))
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > max_bytes:
-        raise InputError(
-            str(p), f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.0f} MB limit"
-        )
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(str(p), "not UTF-8 text") from None
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def long_string_problem(doc: Any, limit: int) -> str | None:
     """Where ``doc`` holds a string (or key) over ``limit`` characters, as a one-line problem;
     None when there is none. A summary's strings are names and sentences: megabytes of one are
@@ -123,8 +72,14 @@ def long_string_problem(doc: Any, limit: int) -> str | None:
     return None
 
 
-def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) -> Any:
-    """Parse a JSON file, raising InputError(path, problem) for every way it can be unusable."""
+def read_json(
+    path: str | os.PathLike[str],
+    max_bytes: int = MAX_SUMMARY_BYTES,
+    *,
+    max_string_chars: int | None = MAX_STRING_CHARS,
+) -> Any:
+    """Parse a JSON file, raising InputError(path, problem) for every way it can be unusable
+    (``max_string_chars=None``: strings of any length, e.g. an event payload's PR body)."""
     p = Path(path)
     text = read_text(p, max_bytes)
     if not text.strip():
@@ -142,10 +97,10 @@ def read_json(path: str | os.PathLike[str], max_bytes: int = MAX_SUMMARY_BYTES) 
     except ValueError as exc:
         raise InputError(str(p), str(exc)) from None
     # A file shorter than the limit cannot hold a longer string: summaries skip the walk.
-    if len(text) > MAX_STRING_CHARS:
-        problem = long_string_problem(doc, MAX_STRING_CHARS)
+    if max_string_chars is not None and len(text) > max_string_chars:
+        problem = long_string_problem(doc, max_string_chars)
         if problem:
-            raise InputError(str(p), f"{problem}, over the {MAX_STRING_CHARS:,}-character limit")
+            raise InputError(str(p), f"{problem}, over the {max_string_chars:,}-character limit")
     return doc
 
 

@@ -134,16 +134,12 @@ def snapshot_from_summary(
 def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """One snapshot, or None when the file is missing, torn, too big, not JSON, or of another
     major version: a reader never fails on what a writer left half-done."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SNAPSHOT_BYTES + 1)
-    except OSError:
-        return None
-    if len(raw) > MAX_SNAPSHOT_BYTES:
-        return None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+    from traceml_ci.errors import InputError
+    from traceml_ci.fsutil import read_text
+
+    try:  # a regular file only: a FIFO or device in the folder is skipped, never waited on
+        doc = json.loads(read_text(path, MAX_SNAPSHOT_BYTES))
+    except (InputError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict):
         return None

@@ -12,7 +12,9 @@ import json
 import os
 import random
 import sqlite3
+import stat
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +29,13 @@ T = TypeVar("T")
 #: Version of the tables below, kept in SQLite's ``PRAGMA user_version``; bumped (with a
 #: migration in :func:`_migrate`) when they change. A database from a newer traceml-ci is refused.
 SCHEMA_VERSION = 1
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: What a damaged history is called (nothing is written to it; a backup is the way back).
+CORRUPT = ("the history database is damaged (nothing was written; restore it from a backup or "
+           "start a new one)")
 
 #: How long a writer waits for another writer's lock before giving up (seconds).
 DEFAULT_TIMEOUT_S = 60.0
@@ -103,6 +112,7 @@ class HistoryStore:
             raise InputError(self.path, "no such history database")
         if create:
             p.parent.mkdir(parents=True, exist_ok=True)
+        self._inspect(p)  # before anything that could change the file: ours, and whole?
         try:
             # isolation_level=None: no implicit transactions; record() opens its own.
             self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
@@ -113,6 +123,59 @@ class HistoryStore:
         except BaseException:
             self._conn.close()
             raise
+
+    def _inspect(self, p: Path) -> None:
+        """Refuse, before any write or pragma that changes a file, one that is not ours to
+        change: not a regular file, not SQLite, another application's SQLite database (its
+        journal mode is left alone), a newer history, or a damaged one (``PRAGMA quick_check``:
+        a write would only spread the damage). Read through a read-only connection, which
+        changes nothing in the file; a missing or empty file is a new history."""
+        try:
+            info = p.stat()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise InputError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(self.path, "is not a regular file, so not a history database")
+        if info.st_size == 0:
+            return
+        try:
+            with open(p, "rb") as fh:
+                magic = fh.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise InputError(self.path, f"cannot read: {exc.strerror or exc}") from None
+        if magic != SQLITE_MAGIC:
+            raise InputError(self.path, "is not an SQLite database, so not a traceml-ci history "
+                                        "(left as it is)")
+        uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise InputError(self.path, f"cannot open the history database: {exc}") from None
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            ours = version >= 1 and "runs" in tables
+            if not ours and (version or tables):  # someone else's: not even its journal mode
+                raise InputError(self.path, "is an SQLite database, but not a traceml-ci "
+                                            "history (left as it is)")
+            if version > SCHEMA_VERSION:
+                raise InputError(self.path, f"history database version {version} is newer "
+                                 f"than this traceml-ci reads ({SCHEMA_VERSION}); upgrade "
+                                 "traceml-ci")
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+        except sqlite3.OperationalError as exc:
+            if _busy(exc):
+                raise InputError(self.path, f"{exc} (waited {self.timeout_s:g} s)") from None
+            raise InputError(self.path, f"{CORRUPT}: {exc}") from None
+        except sqlite3.DatabaseError as exc:  # "database disk image is malformed"
+            raise InputError(self.path, f"{CORRUPT}: {exc}") from None
+        finally:
+            conn.close()
+        if problems != ["ok"]:
+            raise InputError(self.path, f"{CORRUPT}: {'; '.join(map(str, problems))[:300]}")
 
     def _setup(self, timeout_s: float) -> None:
         try:
