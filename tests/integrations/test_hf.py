@@ -182,18 +182,28 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
     monkeypatch.setenv("TRACEML_CI_MODULE_SAMPLE_S", "0.001")
     model = tiny_bert(Stopwatch())
     args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=2, max_steps=24, use_cpu=True, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        dataloader_num_workers=0, seed=0,
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=2,
+        max_steps=24,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
     )
     out = tmp_path / "out"
     api.stop()
     try:
-        Trainer(model=model, args=args, train_dataset=SpinDataset(24 * 2 * BATCH, 0.0, item,
-                                                                  Stopwatch()),
-                data_collator=default_data_collator,
-                callbacks=[TraceMLCallback(out_dir=out, warmup_steps=2)]).train()
+        Trainer(
+            model=model,
+            args=args,
+            train_dataset=SpinDataset(24 * 2 * BATCH, 0.0, item, Stopwatch()),
+            data_collator=default_data_collator,
+            callbacks=[TraceMLCallback(out_dir=out, warmup_steps=2)],
+        ).train()
         doc = load_summary(out)
     finally:
         api.stop()
@@ -202,8 +212,9 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
     for phase in ("forward", "backward"):
         names = {m["name"] for m in mods[phase]}
         assert "bert" in names and "bert.encoder.layer.0" in names, (phase, names)
-        layers = [m for m in mods[phase] if m["name"] in ("bert.encoder.layer.0",
-                                                           "bert.encoder.layer.1")]
+        layers = [
+            m for m in mods[phase] if m["name"] in ("bert.encoder.layer.0", "bert.encoder.layer.1")
+        ]
         assert all(m["type"] == "BertLayer" for m in layers)
         bert = next(m for m in mods[phase] if m["name"] == "bert")
         assert 0 < sum(m["share_pct"] for m in layers) <= bert["share_pct"] + 0.5

@@ -122,9 +122,11 @@ class Tracer:
             cfg = self.config
             self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
             if self.zero_change:  # steps end at optimizer steps until trace_step is called
-                self.profile.follow_optimizer(lambda: self.store.steps_total,
-                                              lambda: self.device,
-                                              lambda: self._explicit_steps)
+                self.profile.follow_optimizer(
+                    lambda: self.store.steps_total,
+                    lambda: self.device,
+                    lambda: self._explicit_steps,
+                )
         except Exception as exc:
             self.profile = None
             _warn(f"profiling off ({exc!r}); training goes on")
@@ -354,8 +356,9 @@ class Tracer:
             return own
         world = self.ranks.world_size()
         got = docs or [doc]
-        merged = merge_ranks(got, world_size=world, nodes=self.ranks.nodes(got),
-                             backend=self.ranks.backend)
+        merged = merge_ranks(
+            got, world_size=world, nodes=self.ranks.nodes(got), backend=self.ranks.backend
+        )
         return write_summary(self.config.out_dir / SUMMARY_FILENAME, merged)
 
     def _record(self) -> RunRecord:
@@ -423,8 +426,9 @@ class Tracer:
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
-            flops_not_counted=not_counted(self.flop_count, self._explicit_steps,
-                                          self.config.warmup_steps),
+            flops_not_counted=not_counted(
+                self.flop_count, self._explicit_steps, self.config.warmup_steps
+            ),
         )
 
     def _samples_per_step(self) -> float | None:
@@ -471,9 +475,12 @@ class StepScope(StepGate):
             if not rec.in_step and self.timers:
                 timer = self.timer
                 self.saved = timer.wrap() if timer else [t.wrap() for t in self.timers]
-            counting = (not tr.flop_count.done and not rec.in_step
-                        and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
-                        and tr.flop_count.begin(self.models))
+            counting = (
+                not tr.flop_count.done
+                and not rec.in_step
+                and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
+                and tr.flop_count.begin(self.models)
+            )
             if tr.profile is not None and not rec.in_step:
                 tr.profile.boundary(tr.store.steps_total, tr.device)
             rec.step_begin()
@@ -492,8 +499,11 @@ class StepScope(StepGate):
                 tr.flop_count.end()
                 self.primed = len(self.timers) <= 1 and tr.profile is None
             profile = tr.profile
-            if (profile is not None and not tr.rec.in_step
-                    and profile.boundary(tr.store.steps_total, tr.device)):
+            if (
+                profile is not None
+                and not tr.rec.in_step
+                and profile.boundary(tr.store.steps_total, tr.device)
+            ):
                 tr.profile = None  # written (or given up): the short path may run again
                 self.primed = len(self.timers) <= 1 and not tr.flop_count.counting
             saved = self.saved
