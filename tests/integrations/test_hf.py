@@ -218,3 +218,39 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
         assert all(m["type"] == "BertLayer" for m in layers)
         bert = next(m for m in mods[phase] if m["name"] == "bert")
         assert 0 < sum(m["share_pct"] for m in layers) <= bert["share_pct"] + 0.5
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_samples_per_step_is_batch_times_accumulation_exactly(tmp_path: Path, accum: int) -> None:
+    """The Trainer's loader (accelerate's DataLoaderShard) fetches one batch ahead: each epoch's
+    last step fetches nothing and its first one an extra batch. Two whole epochs, so the run
+    ends on such a step: every step still trains on batch x accumulation samples (issue 20:
+    7.855 for 8 -- the last step's batch, fetched the step before, was counted nowhere)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    steps_per_epoch = 6
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=accum,
+        num_train_epochs=2,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    Trainer(
+        model=tiny_bert(Stopwatch()),
+        args=args,
+        train_dataset=SpinDataset(steps_per_epoch * accum * BATCH, 0.0, item, Stopwatch()),
+        data_collator=default_data_collator,
+        callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=2)],
+    ).train()
+    st = load_summary(tmp_path / "out")["step_time"]
+    assert st["steps_total"] == 2 * steps_per_epoch
+    assert st["throughput"]["samples_per_step"] == BATCH * accum

@@ -206,3 +206,52 @@ def test_auto_mode_with_steps_is_not_warned(fresh_tracer, capfd) -> None:
         pass
     assert finish_and_load(tracer)["run"]["mode"] == "auto"
     assert "recorded no steps" not in capfd.readouterr().err
+
+
+def _one_ahead(loader):
+    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
+    it = iter(loader)
+    current = next(it)
+    while True:
+        try:
+            following = next(it)
+        except StopIteration:
+            yield current
+            return
+        yield current
+        current = following
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+@pytest.mark.parametrize("epochs,extra", [(2, 0), (1, 3)])
+def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
+    fresh_tracer, micro: int, epochs: int, extra: int
+) -> None:
+    """Issue 20: with a one-ahead loader, each epoch's last step fetches one batch less (its
+    batch came the step before) and the first one more. Ending on an epoch's end (extra=0) or
+    not (extra batches left), with an evaluation loop between steps, samples per step is
+    exactly micro x batch."""
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(0.0, 0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = 6
+    train = busy_loader(steps * micro + extra, 0.0, batch_size=BATCH)
+    val = busy_loader(3, 0.0, batch_size=5)
+    done = 0
+    for _ in range(epochs):
+        batches = _one_ahead(train)
+        for _ in range(steps):
+            group = [next(batches) for _ in range(micro)]  # the Trainer's get_batch_samples
+            with traceml.trace_step(model):
+                for x, y in group:
+                    ((model(x) - y) ** 2).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            done += 1
+            if done % 4 == 0:
+                with torch.no_grad():
+                    for vx, _ in _one_ahead(val):
+                        model(vx)
+    st = finish_and_load(tracer)["step_time"]
+    assert st["steps_total"] == epochs * steps
+    assert st["throughput"]["samples_per_step"] == micro * BATCH

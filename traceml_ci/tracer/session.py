@@ -433,14 +433,17 @@ class Tracer:
 
     def _samples_per_step(self) -> float | None:
         """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
-        samples fetched per analysed step, on average (None when none was counted)."""
+        samples fetched per analysed step, on average (None when none was counted). A loader
+        that fetches one batch ahead (accelerate's: the HF Trainer's) counts each batch a step
+        early; a run that ends as it runs out gets that one batch back (``Recorder.ahead``)."""
         if self.config.batch_size is not None:
             return float(self.config.batch_size)
         store = self.store
         analysed = store.resolved - store.warmup_steps
         if analysed <= 0 or not store.samples_analyzed:
             return None
-        return store.samples_analyzed / analysed
+        # The run ended on a batch fetched ahead, counted to a warmup or earlier step.
+        return (store.samples_analyzed + self.rec.ahead) / analysed
 
     def _dataloader_settings(self) -> DataLoaderSettings | None:
         if self.dataloader is None:
