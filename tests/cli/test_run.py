@@ -90,15 +90,17 @@ def test_without_out_the_scripts_init_out_dir_is_used(tmp_path, monkeypatch) -> 
 
 def test_user_set_traceml_ci_out_is_where_the_summary_goes(tmp_path) -> None:
     env = {**os.environ, "TRACEML_CI_OUT": str(tmp_path / "env")}
-    proc = run_group([*CLI, "run", str(write_script(tmp_path, "plain_exit3.py"))], tmp_path,
-                     env=env)
+    proc = run_group(
+        [*CLI, "run", str(write_script(tmp_path, "plain_exit3.py"))], tmp_path, env=env
+    )
     assert proc.returncode == 3, proc.stderr
     assert _summary(tmp_path / "env")["run"]["name"] == "plain_exit3"
 
 
 def test_exit_code_and_crash_status(tmp_path) -> None:
-    proc = _run(["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"],
-                tmp_path)
+    proc = _run(
+        ["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"], tmp_path
+    )
     assert proc.returncode == 3
     assert proc.stdout == "hello ['x'] False\n"  # the child imported no torch either
     doc = _summary(tmp_path / "a")
@@ -128,7 +130,10 @@ def test_dash_m_runs_a_module_like_python(tmp_path) -> None:
 def _start(tmp_path: Path, out: Path, name: str, **popen: object) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
         [*CLI, "run", "--out", str(out), str(write_script(tmp_path, name))],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # no terminal: our signals are the only ones; killpg cleans up
         **popen,  # type: ignore[arg-type]
     )
@@ -200,17 +205,22 @@ def test_module_sampling_from_the_command_line(tmp_path) -> None:
     """--module-sample-s: a step timed per submodule that often (forward and backward), 0: none;
     a negative value is one line and exit 2, before anything runs."""
     script = str(EXAMPLES / "compute_bound.py")
-    on = _run(["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script,
-               "--steps", "40"], tmp_path)
+    on = _run(
+        ["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script, "--steps", "40"],
+        tmp_path,
+    )
     assert on.returncode == 0, on.stderr
     mods = _summary(tmp_path / "on")["modules"]
     assert mods["sampled_steps"] >= 2 and mods["every_s"] == 0.05
     assert mods["forward"] and mods["backward"]
-    off = _run(["--out", str(tmp_path / "off"), "--module-sample-s", "0", script,
-                "--steps", "20"], tmp_path)
+    off = _run(
+        ["--out", str(tmp_path / "off"), "--module-sample-s", "0", script, "--steps", "20"],
+        tmp_path,
+    )
     assert off.returncode == 0, off.stderr
     assert "modules" not in _summary(tmp_path / "off")
     bad = _run(["--module-sample-s", "-1", script], tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "traceml-ci: error: --module-sample-s must be >= 0 (0: no module sampling)"]
+        "traceml-ci: error: --module-sample-s must be >= 0 (0: no module sampling)"
+    ]

@@ -58,36 +58,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
     )
     p.add_argument(
-        "--module-sample-s", metavar="S", type=float,
+        "--module-sample-s",
+        metavar="S",
+        type=float,
         help="seconds of training between two steps timed per submodule (default 0.5; 0: off; "
         "trace_step runs only, docs/pinpoint.md)",
     )
     p.add_argument(
-        "--no-live", action="store_true",
+        "--no-live",
+        action="store_true",
         help="no live view on a terminal: the script keeps our terminal, and plain progress "
         "lines go to stderr as in a log",
     )
     p.add_argument(
-        "--progress-interval", metavar="S", type=float,
+        "--progress-interval",
+        metavar="S",
+        type=float,
         help="seconds between plain progress lines when not showing the live view (default "
         "$TRACEML_CI_PROGRESS_INTERVAL or 10; 0: none)",
     )
     dist = p.add_argument_group(
-        "distributed", "launch every rank through torchrun (torch.distributed.run), each traced; "
-        "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)")
+        "distributed",
+        "launch every rank through torchrun (torch.distributed.run), each traced; "
+        "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)",
+    )
     for flag, meta in TORCHRUN_OPTIONS:
-        dist.add_argument(flag, metavar=meta, dest=_dest(flag),
-                          help=f"torchrun's {flag}")
-    dist.add_argument("--torchrun-arg", metavar="ARG", action="append", default=[],
-                      help="any other torchrun option, passed through unchanged (repeatable: "
-                      "--torchrun-arg=--max-restarts=1)")
+        dist.add_argument(flag, metavar=meta, dest=_dest(flag), help=f"torchrun's {flag}")
+    dist.add_argument(
+        "--torchrun-arg",
+        metavar="ARG",
+        action="append",
+        default=[],
+        help="any other torchrun option, passed through unchanged (repeatable: "
+        "--torchrun-arg=--max-restarts=1)",
+    )
     # Like python's -m: everything after MODULE is the module's, not ours.
     p.add_argument(
-        "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE [ARGS]",
         help="run library module MODULE as a script (like python -m)",
     )
-    p.add_argument("args", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
-                   help="the training script and its arguments (or, with -m, the module's)")
+    p.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        metavar="SCRIPT [ARGS]",
+        help="the training script and its arguments (or, with -m, the module's)",
+    )
     p.set_defaults(func=run)
 
 

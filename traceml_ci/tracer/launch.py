@@ -174,13 +174,18 @@ def launch(
     full_env[ENV_LAUNCH] = spec.to_json()
     cmd = [sys.executable, "-m", "traceml_ci.tracer.bootstrap"]
     if spec.torchrun:  # every rank runs the bootstrap; torchrun passes our environment on
-        cmd = [sys.executable, "-m", "torch.distributed.run", *spec.torchrun, "-m",
-               "traceml_ci.tracer.bootstrap"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *spec.torchrun,
+            "-m",
+            "traceml_ci.tracer.bootstrap",
+        ]
     attach = Attachment() if attach is None or capture else attach
     done: Launched | None = None
     try:
-        done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals,
-                    attach)
+        done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals, attach)
         if spec.torchrun:
             from traceml_ci.tracer.ranks_on_node import complete_merged_summary
 
@@ -204,7 +209,9 @@ def _run(
     started = time.time()
     pipe = subprocess.PIPE if capture else None
     popen_kwargs: dict[str, Any] = {
-        "stdout": pipe, "stderr": subprocess.STDOUT if capture else None, "text": capture,
+        "stdout": pipe,
+        "stderr": subprocess.STDOUT if capture else None,
+        "text": capture,
         **attach.popen_kwargs(summary.parent),
     }
     proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, **popen_kwargs)
@@ -294,9 +301,7 @@ def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) ->
             signal.signal(s, handler)
 
 
-def _wait_reading_siginfo(
-    proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]
-) -> int:
+def _wait_reading_siginfo(proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]) -> int:
     """Linux: the signals stay blocked and are read with their origin, so a terminal's Ctrl-C
     (sent by the kernel to the group) is told from a ``kill -INT`` of the launcher alone."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
