@@ -224,3 +224,54 @@ def test_module_sampling_from_the_command_line(tmp_path) -> None:
     assert bad.stderr.strip().splitlines() == [
         "traceml-ci: error: --module-sample-s must be >= 0 (0: no module sampling)"
     ]
+
+
+#: nanoGPT's shape: batches cut from a tensor by get_batch(), no DataLoader to count from.
+GET_BATCH = """
+import torch
+from torch import nn
+torch.set_num_threads(1)
+data = torch.randn(4096, 8)
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def get_batch(i):
+    x = data[(i * 12) % 4000:(i * 12) % 4000 + 12]
+    return x, x.sum(1, keepdim=True)
+for i in range(40):
+    x, y = get_batch(i)
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_batch_size_gives_samples_per_s_to_a_loop_without_a_dataloader(tmp_path) -> None:
+    """Issue 20: no DataLoader, no samples/s; --batch-size N is samples per step, like
+    init(batch_size=N), carried to the child through the launch spec."""
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH)
+    bare = _run(["--out", str(tmp_path / "bare"), str(script)], tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    tput = _summary(tmp_path / "bare")["step_time"]["throughput"]
+    assert tput["samples_per_s"] is None and tput["samples_per_step"] is None
+    given = _run(["--out", str(tmp_path / "given"), "--batch-size", "12", str(script)], tmp_path)
+    assert given.returncode == 0, given.stderr
+    st = _summary(tmp_path / "given")["step_time"]
+    assert st["steps_total"] == 40
+    tput = st["throughput"]
+    assert tput["samples_per_step"] == 12
+    assert tput["samples_per_s"] == pytest.approx(12 * tput["steps_per_s"], rel=1e-3)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1.5", "eight", "9\x1b[2J"])
+def test_a_bad_batch_size_is_one_line_and_exit_2(tmp_path, value) -> None:
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH)
+    bad = _run(["--out", str(tmp_path / "o"), "--batch-size", value, str(script)], tmp_path)
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "traceml-ci: error: --batch-size must be a whole number of samples per step above 0"
+    ), bad.stderr
+    assert "\x1b" not in bad.stderr
+    assert not (tmp_path / "o").exists()  # nothing ran

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_ci.errors import UsageError
+from traceml_ci.errors import UsageError, one_line
 
 #: torchrun options `traceml-ci run` takes itself (its own spelling), passed on unchanged.
 TORCHRUN_OPTIONS: tuple[tuple[str, str], ...] = (
@@ -39,6 +39,21 @@ def torchrun_args(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _positive_int(flag: str, text: str | None) -> int | None:
+    """``text`` as a whole number above 0 (None: not given); else one line, exit 2."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(
+            f"{flag} must be a whole number of samples per step above 0, not '{one_line(text)}'"
+        )
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
@@ -56,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-name", metavar="NAME", help="run name (default: the script's name)")
     p.add_argument(
         "--warmup-steps", metavar="N", type=int, help="steps left out of the statistics (default 5)"
+    )
+    p.add_argument(
+        "--batch-size",
+        metavar="N",
+        help="samples per step, for a loop without a DataLoader to count them from (nanoGPT's "
+        "get_batch): gives samples/s; like init(batch_size=N)",
     )
     p.add_argument(
         "--module-sample-s",
@@ -129,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give a SCRIPT, or -m MODULE")
     if args.warmup_steps is not None and args.warmup_steps < 0:
         raise UsageError("--warmup-steps must be >= 0")
+    batch_size = _positive_int("--batch-size", args.batch_size)
     if args.module_sample_s is not None and not args.module_sample_s >= 0:
         raise UsageError("--module-sample-s must be >= 0 (0: no module sampling)")
     if args.progress_interval is not None and not args.progress_interval >= 0:
@@ -144,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_name=args.run_name,
         warmup_steps=args.warmup_steps,
+        batch_size=batch_size,
         module_sample_s=args.module_sample_s,
         torchrun=torchrun_args(args),
     )

@@ -82,6 +82,8 @@ def _config(spec: LaunchSpec) -> TracerConfig:
         options["warmup_steps"] = spec.warmup_steps
     if spec.max_steps is not None:
         options["max_steps"] = spec.max_steps
+    if spec.batch_size is not None:
+        options["batch_size"] = spec.batch_size
     if spec.module_sample_s is not None:
         options["module_sample_s"] = spec.module_sample_s
     return TracerConfig(**options)

@@ -46,6 +46,8 @@ class LaunchSpec:
     run_name: str | None = None
     warmup_steps: int | None = None
     max_steps: int | None = None
+    #: Samples per step (``init(batch_size=)``): for loops without a DataLoader to count from.
+    batch_size: int | None = None
     #: Seconds between module samples (0: off); None leaves it to init() / the environment.
     module_sample_s: float | None = None
     #: Distributed: torchrun's own options (``--nproc-per-node 2``, ``--nnodes``, ...); the job
@@ -78,6 +80,7 @@ class LaunchSpec:
             "run_name": self.run_name,
             "warmup_steps": self.warmup_steps,
             "max_steps": self.max_steps,
+            "batch_size": self.batch_size,
             "module_sample_s": self.module_sample_s,
         }
         return frozenset(k for k, v in given.items() if v is not None)
