@@ -275,3 +275,55 @@ def test_a_bad_batch_size_is_one_line_and_exit_2(tmp_path, value) -> None:
     ), bad.stderr
     assert "\x1b" not in bad.stderr
     assert not (tmp_path / "o").exists()  # nothing ran
+
+
+#: A hand-written SGD update: backward passes, never an optimizer.step().
+HAND_SGD = """
+import torch
+from torch import nn
+torch.set_num_threads(1)
+model = nn.Linear(8, 1)
+for i in range(30):
+    x = torch.randn(16, 8)
+    loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+"""
+
+
+def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path) -> None:
+    """Issue 20: zero-change steps end at optimizer.step(); a hand-written update gave 0 steps
+    and no word why. The summary's hint, the stderr line and `show` now say it."""
+    script = tmp_path / "hand_sgd.py"
+    script.write_text(HAND_SGD)
+    out = tmp_path / "out"
+    proc = _run(["--out", str(out), str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = _summary(out)
+    assert doc["run"]["mode"] == "zero-change" and doc["step_time"]["steps_total"] == 0
+    diag = doc["diagnoses"][0]
+    assert diag["kind"] == "INSUFFICIENT_DATA"
+    assert "30 backward passes" in diag["message"] and "optimizer.step()" in diag["message"]
+    assert "trace_step" in diag["next_step"]
+    assert "no steps: 30 backward passes but no optimizer.step()" in proc.stderr
+    shown = run_group([*CLI, "show", str(out / "final_summary.json")], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "optimizer.step()" in shown.stdout and "trace_step" in shown.stdout
+
+
+def test_a_run_with_optimizer_steps_gets_no_such_note(tmp_path) -> None:
+    script = tmp_path / "few.py"
+    script.write_text(
+        HAND_SGD.replace("range(30)", "range(3)").replace(
+            "p -= 0.01 * p.grad",
+            "p -= 0.01 * p.grad\n    torch.optim.SGD(model.parameters()).step()",
+        )
+    )
+    proc = _run(["--out", str(tmp_path / "out"), str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    diag = _summary(tmp_path / "out")["diagnoses"][0]
+    assert diag["kind"] == "INSUFFICIENT_DATA" and "backward passes" not in diag["message"]
+    assert "optimizer.step()" not in proc.stderr

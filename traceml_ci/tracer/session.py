@@ -26,7 +26,14 @@ from traceml_ci.tracer.patches import (
     infer_batch_size,
     loader_settings,
 )
-from traceml_ci.tracer.recorder import PHASE_INDEX, ForwardTimer, Recorder, StepGate, unwrap_forward
+from traceml_ci.tracer.recorder import (
+    BWD,
+    PHASE_INDEX,
+    ForwardTimer,
+    Recorder,
+    StepGate,
+    unwrap_forward,
+)
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
 
 
@@ -323,6 +330,12 @@ class Tracer:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
                 _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+            if record.backward_without_steps:
+                _warn(
+                    f"no steps: {record.backward_without_steps} backward passes but no "
+                    "optimizer.step(), which ends a step when the script is traced without "
+                    "changes; wrap the loop body in `with traceml_ci.trace_step(model):`"
+                )
             self.summary = build_summary(record, self.config.thresholds)
             if self.ranks.world_size() > 1:
                 self.path = self._write_distributed(self.summary)
@@ -426,10 +439,19 @@ class Tracer:
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
+            backward_without_steps=self._backward_without_steps(),
             flops_not_counted=not_counted(
                 self.flop_count, self._explicit_steps, self.config.warmup_steps
             ),
         )
+
+    def _backward_without_steps(self) -> int:
+        """Zero-change mode with no step at all: the backward passes its open step holds (no
+        optimizer step ever closed one)."""
+        rec = self.rec
+        if not rec.implicit or self.store.steps_total or rec.saw_opt:
+            return 0
+        return sum(1 for p, _, _ in rec.marks if p == BWD)
 
     def _samples_per_step(self) -> float | None:
         """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
