@@ -22,8 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print a final_summary.json (or the one in a run's output folder): the "
         "step-time split, memory and diagnoses.",
     )
-    p.add_argument("file", metavar="FILE_OR_DIR",
-                   help=f"a summary, or a folder holding {SUMMARY_FILENAME}")
+    p.add_argument(
+        "file", metavar="FILE_OR_DIR", help=f"a summary, or a folder holding {SUMMARY_FILENAME}"
+    )
     p.add_argument("--width", type=int, default=None, help="terminal width (default: detected)")
     p.set_defaults(func=run)
 
@@ -92,23 +93,32 @@ def render(doc: dict[str, Any]) -> Any:
     parts: list[Any] = [head, Text(""), times, step_line]
     eff = v.efficiency
     if eff and isinstance(eff.get("not_counted"), str):
-        parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})",
-                          style="dim"))
+        parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})", style="dim"))
     elif eff:
         flops, rate = eff.get("flops_per_step"), eff.get("achieved_tflops")
         mfu = eff.get("mfu_pct")
-        parts.append(Text(
-            f"compute: {_fmt(flops / 1e9 if flops else None, ' GFLOP', 2)} per step "
-            f"({plain(eff.get('dtype') or '?')}) · achieved "
-            + (f"{rate * 1000:.1f} GFLOP/s" if rate is not None and rate < 1 else
-               _fmt(rate, " TFLOP/s", 1))
-            + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
-            style="dim"))
+        parts.append(
+            Text(
+                f"compute: {_fmt(flops / 1e9 if flops else None, ' GFLOP', 2)} per step "
+                f"({plain(eff.get('dtype') or '?')}) · achieved "
+                + (
+                    f"{rate * 1000:.1f} GFLOP/s"
+                    if rate is not None and rate < 1
+                    else _fmt(rate, " TFLOP/s", 1)
+                )
+                + (f" · MFU {mfu:.1f} %" if mfu is not None else ""),
+                style="dim",
+            )
+        )
     parts += _module_lines(doc.get("modules"))
     wait = v.runqueue_wait_pct
     if wait is not None:
-        parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "
-                          "time", style="dim"))
+        parts.append(
+            Text(
+                f"CPU contention: main thread waited for a CPU {wait:.1f} % of the time",
+                style="dim",
+            )
+        )
     memory = Table(title="Memory", title_justify="left", show_edge=False, show_header=False)
     memory.add_column("what")
     memory.add_column("value", justify="right")
@@ -121,12 +131,12 @@ def render(doc: dict[str, Any]) -> Any:
     verdicts = []
     for d in v.diagnoses:
         style = SEVERITY_STYLE.get(d.get("severity", ""), "")
-        verdicts.append(Text.assemble((plain(d.get("kind", "")), style),
-                                      f"  {plain(d.get('message', ''))}"))
+        verdicts.append(
+            Text.assemble((plain(d.get("kind", "")), style), f"  {plain(d.get('message', ''))}")
+        )
         verdicts.append(Text(f"  → {plain(d.get('next_step', ''))}", style="dim"))
     ranks = _ranks(doc.get("distributed"))
-    title = (f"traceml-ci · {plain(v.label('step_time'))} · memory "
-             f"{plain(v.label('step_memory'))}")
+    title = f"traceml-ci · {plain(v.label('step_time'))} · memory {plain(v.label('step_memory'))}"
     body = Group(*parts, Text(""), memory, *ranks, Text(""), *verdicts)
     return Panel(body, title=title)
 
@@ -144,23 +154,42 @@ def _ranks(block: Any) -> list[Any]:
 
     if not isinstance(block, Mapping):
         return []
-    where = ", ".join(plain(x) for x in (
-        f"{block.get('world_size', '?')} ranks", f"{block.get('nodes') or '?'} node(s)",
-        block.get("backend") or "backend ?"))
+    where = ", ".join(
+        plain(x)
+        for x in (
+            f"{block.get('world_size', '?')} ranks",
+            f"{block.get('nodes') or '?'} node(s)",
+            block.get("backend") or "backend ?",
+        )
+    )
     # Thirteen columns: no boxes, one space between them, to fit 100 columns.
-    table = Table(title=f"Ranks ({where})", title_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = Table(
+        title=f"Ranks ({where})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
     for i, name in enumerate(RANK_HEADERS_SHORT[:-1]):  # rank, node and figures to the right
-        table.add_column(name, justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
-                         no_wrap=i != 2, min_width=8 if i == 2 else None)
+        table.add_column(
+            name,
+            justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
+            no_wrap=i != 2,
+            min_width=8 if i == 2 else None,
+        )
     for row in rank_rows(block):
         marked = bool(row.pop())  # the straggler: an arrow by its rank, in colour
         row[0] = f"▶ {row[0]}" if marked else row[0]
         table.add_row(*(plain(x) for x in row), style="bold yellow" if marked else None)
     out: list[Any] = [Text(""), table]
     if block.get("ranks_not_listed"):
-        out.append(Text(f"…and {plain(block['ranks_not_listed'])} more ranks (quantiles in the "
-                        "summary)", style="dim"))
+        out.append(
+            Text(
+                f"…and {plain(block['ranks_not_listed'])} more ranks (quantiles in the summary)",
+                style="dim",
+            )
+        )
     # The straggler's next step is among the diagnoses below.
     style = "bold yellow" if (block.get("straggler") or {}).get("rank") is not None else "green"
     out.append(Text(plain(straggler_line(block)), style=style))
@@ -198,8 +227,15 @@ def _module_lines(mods: Any) -> list[Any]:
         rows = mods.get(phase)
         if not isinstance(rows, list) or not rows:
             continue
-        top = ", ".join(f"{plain(module_label(m))} {_fmt(m.get('share_pct'), '%')}"
-                        for m in rows[:5] if isinstance(m, dict))
-        lines.append(Text(f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): "
-                          f"{top}", style="dim"))
+        top = ", ".join(
+            f"{plain(module_label(m))} {_fmt(m.get('share_pct'), '%')}"
+            for m in rows[:5]
+            if isinstance(m, dict)
+        )
+        lines.append(
+            Text(
+                f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): {top}",
+                style="dim",
+            )
+        )
     return lines

@@ -33,8 +33,9 @@ class LightningHooks:
     ) -> None:
         super().__init__()
         # log_to=("mlflow",) / ("wandb",): also log the summary at train end (docs/records.md).
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
-                                 log_to=log_to)
+        self.driver = StepDriver(
+            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
+        )
         self._stepped = False
         self._models: tuple[Any, ...] | None = None
 

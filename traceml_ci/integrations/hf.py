@@ -39,8 +39,9 @@ class TraceMLCallback(TrainerCallback):
         thresholds: Thresholds | None = None,
         log_to: tuple[str, ...] | list[str] = (),
     ) -> None:
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
-                                 log_to=log_to)
+        self.driver = StepDriver(
+            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
+        )
 
     # Started at the Trainer's construction when possible: before the optimizer exists.
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

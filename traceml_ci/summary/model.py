@@ -220,8 +220,11 @@ class Summary:
             "schema_version": self.schema_version,
             "tool": {"name": TOOL_NAME, "version": self.tool_version},
             "run": {
-                **{k: v for k, v in dataclasses.asdict(self.run).items()
-                   if v is not None or k not in ("local_rank", "node_rank", "host")},
+                **{
+                    k: v
+                    for k, v in dataclasses.asdict(self.run).items()
+                    if v is not None or k not in ("local_rank", "node_rank", "host")
+                },
                 "status": self.run.status.value,
                 "duration_s": round(self.run.duration_s, 3),
                 "contention": _contention_dict(self.run.contention),
@@ -233,8 +236,9 @@ class Summary:
             "diagnoses": [
                 {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
             ],
-            **({} if self.efficiency is None else
-               {"efficiency": _efficiency_dict(self.efficiency)}),
+            **(
+                {} if self.efficiency is None else {"efficiency": _efficiency_dict(self.efficiency)}
+            ),
             **({} if self.modules is None else {"modules": self.modules}),
         }
 
