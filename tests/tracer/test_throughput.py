@@ -255,3 +255,39 @@ def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
     st = finish_and_load(tracer)["step_time"]
     assert st["steps_total"] == epochs * steps
     assert st["throughput"]["samples_per_step"] == micro * BATCH
+
+
+def test_time_between_steps_is_measured_and_kept_out_of_samples_per_s(fresh_tracer) -> None:
+    """Issue 20: a loop's own evaluation between its trace_steps (nanoGPT's estimate_loss under
+    no_grad) was nowhere. It is between_steps time now -- not told apart as evaluation (no hook
+    says so) -- and samples/s stays the training steps' own."""
+    tracer = fresh_tracer(warmup_steps=2, batch_size=BATCH)
+    model = BusyModel(1.0, 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, 8), torch.randn(BATCH, 1)
+    evals: list[float] = []
+    start = None
+    for i in range(60):
+        if i == 2:
+            start = time.perf_counter()
+        with traceml.trace_step(model):
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        if i % 10 == 5:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(4):
+                    model(x)
+                time.sleep(0.03)
+            evals.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    st = finish_and_load(tracer)["step_time"]
+    b = st["between_steps"]
+    assert b["eval_s"] is None and b["evals"] is None and b["eval_pct"] is None
+    assert 0 < b["wall_s"] <= wall + 0.01
+    # Most of the evaluations fall inside the measured span (ticks ~10 times a second).
+    assert 0.5 * sum(evals) <= b["between_s"] <= sum(evals) + 0.05 * b["wall_s"]
+    assert b["between_pct"] == pytest.approx(100 * b["between_s"] / b["wall_s"], abs=0.1)
+    with_evals = BATCH * 58 / wall
+    assert st["throughput"]["samples_per_s"] > 1.2 * with_evals

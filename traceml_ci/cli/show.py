@@ -29,6 +29,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _between_lines(step_time: Any) -> list[Any]:
+    """Time between steps (evaluation's part where a callback saw it), if measured."""
+    from rich.text import Text
+
+    from traceml_ci.summary.view import finite
+
+    b = step_time.get("between_steps") if isinstance(step_time, dict) else None
+    if not isinstance(b, dict):
+        return []
+    wall, between, pct = (
+        finite(b.get("wall_s")),
+        finite(b.get("between_s")),
+        finite(b.get("between_pct")),
+    )
+    if wall is None or between is None or pct is None:
+        return []
+    line = f"between steps: {between:.2f} s of {wall:.2f} s after warmup ({pct:.1f} %)"
+    eval_s, eval_pct, evals = finite(b.get("eval_s")), finite(b.get("eval_pct")), b.get("evals")
+    if eval_s is not None and eval_pct is not None:
+        count = f", {evals} evaluation{'s' if evals != 1 else ''}" if isinstance(evals, int) else ""
+        line += f", evaluation {eval_s:.2f} s ({eval_pct:.1f} %{count})"
+    return [Text(line + "; not in steps/s or samples/s", style="dim")]
+
+
 def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "n/a"
@@ -91,6 +115,7 @@ def render(doc: dict[str, Any]) -> Any:
         style="dim",
     )
     parts: list[Any] = [head, Text(""), times, step_line]
+    parts += _between_lines(doc.get("step_time"))
     eff = v.efficiency
     if eff and isinstance(eff.get("not_counted"), str):
         parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})", style="dim"))

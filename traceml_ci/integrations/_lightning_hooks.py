@@ -64,6 +64,14 @@ class LightningHooks:
             self._stepped = False
             self.driver.close()
 
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self.driver.eval_begin()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self.driver.eval_end()
+
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stepped = False
         self.driver.finish()

@@ -57,5 +57,9 @@ class TraceMLCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.driver.close()
 
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Sent after the evaluation: it ran since the last step's end (logging before it too).
+        self.driver.eval_end()
+
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.driver.finish()

@@ -11,6 +11,7 @@ from traceml_ci.summary import stats
 from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
 from traceml_ci.summary.model import (
     PHASES,
+    BetweenSteps,
     DataLoaderSettings,
     Efficiency,
     GpuUtil,
@@ -82,6 +83,8 @@ class RunRecord:
     #: Zero-change mode: backward passes seen in a run with no step at all -- no
     #: ``optimizer.step()`` delimited one (a hand-written update, ``p -= lr * p.grad``).
     backward_without_steps: int = 0
+    #: Wall time after warmup that no step covers, and evaluation's part (None: unmeasured).
+    between_steps: BetweenSteps | None = None
 
 
 #: The note a step-less zero-change run gets when it ran backward passes: why, and what to do.
@@ -220,6 +223,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         clock=record.clock,
         noise=_noise(kept, cols, series.step_ms, th),
         dataloader=record.dataloader,
+        between_steps=record.between_steps,
     )
 
 

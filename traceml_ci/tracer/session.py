@@ -11,7 +11,14 @@ from typing import Any
 
 from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
-from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunStatus, Summary
+from traceml_ci.summary.model import (
+    BetweenSteps,
+    DataLoaderSettings,
+    GpuUtil,
+    RunInfo,
+    RunStatus,
+    Summary,
+)
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
@@ -35,6 +42,9 @@ from traceml_ci.tracer.recorder import (
     unwrap_forward,
 )
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
+
+#: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
+MAX_EVALS = 10_000
 
 
 def _warn(message: str) -> None:
@@ -71,6 +81,11 @@ class Tracer:
         self._gpu_sampler: Any = None
         self._last_scope: StepScope | None = None
         self._contention = start_probe()  # read once more at finish, never per step
+        #: Evaluations a framework callback saw: (start, end) in perf_counter_ns, the newest
+        #: ``MAX_EVALS`` of them (``note_eval``); never touched per step.
+        self.evals: list[tuple[int, int]] = []
+        #: A framework callback reports evaluations here: none noted means none ran.
+        self.eval_hooks = False
         try:
             self.rss: RssSampler | None = RssSampler()
         except Exception:
@@ -440,9 +455,48 @@ class Tracer:
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
             backward_without_steps=self._backward_without_steps(),
+            between_steps=self._between_steps(),
             flops_not_counted=not_counted(
                 self.flop_count, self._explicit_steps, self.config.warmup_steps
             ),
+        )
+
+    def note_eval(self, start_ns: int, end_ns: int) -> None:
+        """An evaluation ran from ``start_ns`` to ``end_ns`` (``time.perf_counter_ns``)."""
+        if self.summary is None and end_ns > start_ns:
+            self.evals.append((start_ns, end_ns))
+            if len(self.evals) > MAX_EVALS:
+                del self.evals[0]
+
+    def _between_steps(self) -> BetweenSteps | None:
+        """Wall time after the warmup not in any step, between two of the store's housekeeping
+        marks (host ns at a step's end); the evaluations noted inside that span."""
+        store = self.store
+        first, last = store.wall_first, store.wall_last
+        if first is None or last is None or last[0] <= first[0] or last[1] <= first[1]:
+            return None
+        steps_ms = store.column(STEP)
+        lo, hi = first[0] - store.warmup_steps, last[0] - store.warmup_steps  # rows of the steps
+        stride = store.columns.stride
+        if stride == 1 and hi <= len(steps_ms):
+            in_steps = sum(steps_ms[lo:hi]) / 1e3
+        elif steps_ms:  # a uniform sample of the rows: its mean
+            in_steps = sum(steps_ms) / len(steps_ms) * (last[0] - first[0]) / 1e3
+        else:
+            return None
+        wall = (last[1] - first[1]) / 1e9
+        between = max(0.0, wall - in_steps)
+        t0, t1 = first[1], last[1]
+        evals = [(max(a, t0), min(b, t1)) for a, b in self.evals if b > t0 and a < t1]
+        seen = self.eval_hooks or evals
+        eval_s = min(between, sum(b - a for a, b in evals) / 1e9) if seen else None
+        return BetweenSteps(
+            wall_s=wall,
+            between_s=between,
+            between_pct=100.0 * between / wall,
+            eval_s=eval_s,
+            eval_pct=None if eval_s is None else 100.0 * eval_s / wall,
+            evals=None if eval_s is None else len(evals),
         )
 
     def _backward_without_steps(self) -> int:
