@@ -91,15 +91,17 @@ def test_without_out_the_scripts_init_out_dir_is_used(tmp_path, monkeypatch) -> 
 
 def test_user_set_traceml_ci_out_is_where_the_summary_goes(tmp_path) -> None:
     env = {**os.environ, "TRACEML_CI_OUT": str(tmp_path / "env")}
-    proc = run_group([*CLI, "run", str(write_script(tmp_path, "plain_exit3.py"))], tmp_path,
-                     env=env)
+    proc = run_group(
+        [*CLI, "run", str(write_script(tmp_path, "plain_exit3.py"))], tmp_path, env=env
+    )
     assert proc.returncode == 3, proc.stderr
     assert _summary(tmp_path / "env")["run"]["name"] == "plain_exit3"
 
 
 def test_exit_code_and_crash_status(tmp_path) -> None:
-    proc = _run(["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"],
-                tmp_path)
+    proc = _run(
+        ["--out", str(tmp_path / "a"), str(write_script(tmp_path, "plain_exit3.py")), "x"], tmp_path
+    )
     assert proc.returncode == 3
     assert proc.stdout == "hello ['x'] False\n"  # the child imported no torch either
     doc = _summary(tmp_path / "a")
@@ -129,7 +131,10 @@ def test_dash_m_runs_a_module_like_python(tmp_path) -> None:
 def _start(tmp_path: Path, out: Path, name: str, **popen: object) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
         [*CLI, "run", "--out", str(out), str(write_script(tmp_path, name))],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # no terminal: our signals are the only ones; killpg cleans up
         **popen,  # type: ignore[arg-type]
     )
@@ -243,14 +248,18 @@ def test_module_sampling_from_the_command_line(tmp_path) -> None:
     """--module-sample-s: a step timed per submodule that often (forward and backward), 0: none;
     a negative value is one line and exit 2, before anything runs."""
     script = str(EXAMPLES / "compute_bound.py")
-    on = _run(["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script,
-               "--steps", "40"], tmp_path)
+    on = _run(
+        ["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script, "--steps", "40"],
+        tmp_path,
+    )
     assert on.returncode == 0, on.stderr
     mods = _summary(tmp_path / "on")["modules"]
     assert mods["sampled_steps"] >= 2 and mods["every_s"] == 0.05
     assert mods["forward"] and mods["backward"]
-    off = _run(["--out", str(tmp_path / "off"), "--module-sample-s", "0", script,
-                "--steps", "20"], tmp_path)
+    off = _run(
+        ["--out", str(tmp_path / "off"), "--module-sample-s", "0", script, "--steps", "20"],
+        tmp_path,
+    )
     assert off.returncode == 0, off.stderr
     assert "modules" not in _summary(tmp_path / "off")
     bad = _run(["--module-sample-s", "-1", script], tmp_path)
@@ -258,3 +267,105 @@ def test_module_sampling_from_the_command_line(tmp_path) -> None:
     assert bad.stderr.strip().splitlines() == [
         "traceml-ci: error: --module-sample-s '-1': must be a finite number of seconds >= 0 "
         "(0: no module sampling)"]
+
+
+#: nanoGPT's shape: batches cut from a tensor by get_batch(), no DataLoader to count from.
+GET_BATCH = """
+import torch
+from torch import nn
+torch.set_num_threads(1)
+data = torch.randn(4096, 8)
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+def get_batch(i):
+    x = data[(i * 12) % 4000:(i * 12) % 4000 + 12]
+    return x, x.sum(1, keepdim=True)
+for i in range(40):
+    x, y = get_batch(i)
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_batch_size_gives_samples_per_s_to_a_loop_without_a_dataloader(tmp_path) -> None:
+    """Issue 20: no DataLoader, no samples/s; --batch-size N is samples per step, like
+    init(batch_size=N), carried to the child through the launch spec."""
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH)
+    bare = _run(["--out", str(tmp_path / "bare"), str(script)], tmp_path)
+    assert bare.returncode == 0, bare.stderr
+    tput = _summary(tmp_path / "bare")["step_time"]["throughput"]
+    assert tput["samples_per_s"] is None and tput["samples_per_step"] is None
+    given = _run(["--out", str(tmp_path / "given"), "--batch-size", "12", str(script)], tmp_path)
+    assert given.returncode == 0, given.stderr
+    st = _summary(tmp_path / "given")["step_time"]
+    assert st["steps_total"] == 40
+    tput = st["throughput"]
+    assert tput["samples_per_step"] == 12
+    assert tput["samples_per_s"] == pytest.approx(12 * tput["steps_per_s"], rel=1e-3)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1.5", "eight", "9\x1b[2J"])
+def test_a_bad_batch_size_is_one_line_and_exit_2(tmp_path, value) -> None:
+    script = tmp_path / "get_batch.py"
+    script.write_text(GET_BATCH)
+    bad = _run(["--out", str(tmp_path / "o"), "--batch-size", value, str(script)], tmp_path)
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceml-ci: error: --batch-size "), bad.stderr
+    assert lines[0].endswith(": must be a whole number of at least 1"), bad.stderr
+    assert "\x1b" not in bad.stderr
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+#: A hand-written SGD update: backward passes, never an optimizer.step().
+HAND_SGD = """
+import torch
+from torch import nn
+torch.set_num_threads(1)
+model = nn.Linear(8, 1)
+for i in range(30):
+    x = torch.randn(16, 8)
+    loss = nn.functional.mse_loss(model(x), x.sum(1, keepdim=True))
+    model.zero_grad()
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+"""
+
+
+def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path) -> None:
+    """Issue 20: zero-change steps end at optimizer.step(); a hand-written update gave 0 steps
+    and no word why. The summary's hint, the stderr line and `show` now say it."""
+    script = tmp_path / "hand_sgd.py"
+    script.write_text(HAND_SGD)
+    out = tmp_path / "out"
+    proc = _run(["--out", str(out), str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = _summary(out)
+    assert doc["run"]["mode"] == "zero-change" and doc["step_time"]["steps_total"] == 0
+    diag = doc["diagnoses"][0]
+    assert diag["kind"] == "INSUFFICIENT_DATA"
+    assert "30 backward passes" in diag["message"] and "optimizer.step()" in diag["message"]
+    assert "trace_step" in diag["next_step"]
+    assert "no steps: 30 backward passes but no optimizer.step()" in proc.stderr
+    shown = run_group([*CLI, "show", str(out / "final_summary.json")], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "optimizer.step()" in shown.stdout and "trace_step" in shown.stdout
+
+
+def test_a_run_with_optimizer_steps_gets_no_such_note(tmp_path) -> None:
+    script = tmp_path / "few.py"
+    script.write_text(
+        HAND_SGD.replace("range(30)", "range(3)").replace(
+            "p -= 0.01 * p.grad",
+            "p -= 0.01 * p.grad\n    torch.optim.SGD(model.parameters()).step()",
+        )
+    )
+    proc = _run(["--out", str(tmp_path / "out"), str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    diag = _summary(tmp_path / "out")["diagnoses"][0]
+    assert diag["kind"] == "INSUFFICIENT_DATA" and "backward passes" not in diag["message"]
+    assert "optimizer.step()" not in proc.stderr

@@ -182,18 +182,28 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
     monkeypatch.setenv("TRACEML_CI_MODULE_SAMPLE_S", "0.001")
     model = tiny_bert(Stopwatch())
     args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=2, max_steps=24, use_cpu=True, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True,
-        dataloader_num_workers=0, seed=0,
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=2,
+        max_steps=24,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
     )
     out = tmp_path / "out"
     api.stop()
     try:
-        Trainer(model=model, args=args, train_dataset=SpinDataset(24 * 2 * BATCH, 0.0, item,
-                                                                  Stopwatch()),
-                data_collator=default_data_collator,
-                callbacks=[TraceMLCallback(out_dir=out, warmup_steps=2)]).train()
+        Trainer(
+            model=model,
+            args=args,
+            train_dataset=SpinDataset(24 * 2 * BATCH, 0.0, item, Stopwatch()),
+            data_collator=default_data_collator,
+            callbacks=[TraceMLCallback(out_dir=out, warmup_steps=2)],
+        ).train()
         doc = load_summary(out)
     finally:
         api.stop()
@@ -202,8 +212,126 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
     for phase in ("forward", "backward"):
         names = {m["name"] for m in mods[phase]}
         assert "bert" in names and "bert.encoder.layer.0" in names, (phase, names)
-        layers = [m for m in mods[phase] if m["name"] in ("bert.encoder.layer.0",
-                                                           "bert.encoder.layer.1")]
+        layers = [
+            m for m in mods[phase] if m["name"] in ("bert.encoder.layer.0", "bert.encoder.layer.1")
+        ]
         assert all(m["type"] == "BertLayer" for m in layers)
         bert = next(m for m in mods[phase] if m["name"] == "bert")
         assert 0 < sum(m["share_pct"] for m in layers) <= bert["share_pct"] + 0.5
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_samples_per_step_is_batch_times_accumulation_exactly(tmp_path: Path, accum: int) -> None:
+    """The Trainer's loader (accelerate's DataLoaderShard) fetches one batch ahead: each epoch's
+    last step fetches nothing and its first one an extra batch. Two whole epochs, so the run
+    ends on such a step: every step still trains on batch x accumulation samples (issue 20:
+    7.855 for 8 -- the last step's batch, fetched the step before, was counted nowhere)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    steps_per_epoch = 6
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=accum,
+        num_train_epochs=2,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    Trainer(
+        model=tiny_bert(Stopwatch()),
+        args=args,
+        train_dataset=SpinDataset(steps_per_epoch * accum * BATCH, 0.0, item, Stopwatch()),
+        data_collator=default_data_collator,
+        callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=2)],
+    ).train()
+    st = load_summary(tmp_path / "out")["step_time"]
+    assert st["steps_total"] == 2 * steps_per_epoch
+    assert st["throughput"]["samples_per_step"] == BATCH * accum
+
+
+def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path) -> None:
+    """Issue 20: eval_strategy="steps" -- the evaluations' time is between steps and reported
+    as evaluation (on_evaluate), and samples/s is the training steps' alone."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    eval_ms = 15.0  # per evaluation batch: each evaluation ~4 x 15 ms, a step ~ a few ms
+    steps = 40
+
+    class SpinEvalBert(type(tiny_bert(Stopwatch()))):  # type: ignore[misc]
+        def forward(self, input_ids=None, attention_mask=None, labels=None):  # type: ignore[override]
+            if not self.training:
+                busy(eval_ms)
+            return super().forward(
+                input_ids=input_ids, attention_mask=attention_mask, labels=labels
+            )
+
+    torch.manual_seed(0)
+    model = SpinEvalBert(tiny_bert(Stopwatch()).config)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        per_device_train_batch_size=BATCH,
+        per_device_eval_batch_size=BATCH,
+        max_steps=steps,
+        eval_strategy="steps",
+        eval_steps=8,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    watch = Stopwatch()
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=SpinDataset(steps * BATCH + BATCH, 0.0, item, watch),
+        eval_dataset=SpinDataset(4 * BATCH, 0.0, item, watch),
+        data_collator=default_data_collator,
+        callbacks=[TraceMLCallback(out_dir=tmp_path / "out", warmup_steps=4)],
+    )
+    evals: list[float] = []
+    evaluate = trainer.evaluate
+
+    def timed_evaluate(*a, **kw):  # the Trainer's own evaluations, each timed whole
+        t0 = now()
+        try:
+            return evaluate(*a, **kw)
+        finally:
+            evals.append(now() - t0)
+
+    trainer.evaluate = timed_evaluate
+    ends: list[float] = []
+
+    class StepEnds(transformers.TrainerCallback):
+        def on_step_end(self, *a, **kw):  # type: ignore[no-untyped-def]
+            ends.append(now())
+
+    trainer.add_callback(StepEnds())
+    trainer.train()
+    st = load_summary(tmp_path / "out")["step_time"]
+    b = st["between_steps"]
+    assert len(evals) == steps // 8
+    # Evaluations inside the measured span (after warmup, up to one of the last steps).
+    assert 1 <= b["evals"] <= len(evals)
+    assert b["eval_s"] >= 0.9 * b["evals"] * min(evals)
+    assert b["eval_s"] <= 1.1 * sum(evals) + 0.01
+    assert b["between_s"] >= b["eval_s"] and b["eval_pct"] <= b["between_pct"] <= 100
+    assert b["eval_pct"] > 20  # ~60 ms per 8 steps of a few ms
+    # Training throughput from training steps only. Had the evaluations (~half the wall time)
+    # been in the steps, samples/s would be samples over the wall time between step ends.
+    tput = st["throughput"]
+    assert tput["samples_per_step"] == BATCH
+    wall = ends[-1] - ends[3]  # after the 4 warmup steps
+    with_evals = BATCH * (len(ends) - 4) / wall
+    assert tput["samples_per_s"] > 1.3 * with_evals, (tput, with_evals, b)

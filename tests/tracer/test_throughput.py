@@ -206,3 +206,88 @@ def test_auto_mode_with_steps_is_not_warned(fresh_tracer, capfd) -> None:
         pass
     assert finish_and_load(tracer)["run"]["mode"] == "auto"
     assert "recorded no steps" not in capfd.readouterr().err
+
+
+def _one_ahead(loader):
+    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
+    it = iter(loader)
+    current = next(it)
+    while True:
+        try:
+            following = next(it)
+        except StopIteration:
+            yield current
+            return
+        yield current
+        current = following
+
+
+@pytest.mark.parametrize("micro", [1, 2])
+@pytest.mark.parametrize("epochs,extra", [(2, 0), (1, 3)])
+def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
+    fresh_tracer, micro: int, epochs: int, extra: int
+) -> None:
+    """Issue 20: with a one-ahead loader, each epoch's last step fetches one batch less (its
+    batch came the step before) and the first one more. Ending on an epoch's end (extra=0) or
+    not (extra batches left), with an evaluation loop between steps, samples per step is
+    exactly micro x batch."""
+    tracer = fresh_tracer(warmup_steps=2)
+    model = BusyModel(0.0, 0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = 6
+    train = busy_loader(steps * micro + extra, 0.0, batch_size=BATCH)
+    val = busy_loader(3, 0.0, batch_size=5)
+    done = 0
+    for _ in range(epochs):
+        batches = _one_ahead(train)
+        for _ in range(steps):
+            group = [next(batches) for _ in range(micro)]  # the Trainer's get_batch_samples
+            with traceml.trace_step(model):
+                for x, y in group:
+                    ((model(x) - y) ** 2).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            done += 1
+            if done % 4 == 0:
+                with torch.no_grad():
+                    for vx, _ in _one_ahead(val):
+                        model(vx)
+    st = finish_and_load(tracer)["step_time"]
+    assert st["steps_total"] == epochs * steps
+    assert st["throughput"]["samples_per_step"] == micro * BATCH
+
+
+def test_time_between_steps_is_measured_and_kept_out_of_samples_per_s(fresh_tracer) -> None:
+    """Issue 20: a loop's own evaluation between its trace_steps (nanoGPT's estimate_loss under
+    no_grad) was nowhere. It is between_steps time now -- not told apart as evaluation (no hook
+    says so) -- and samples/s stays the training steps' own."""
+    tracer = fresh_tracer(warmup_steps=2, batch_size=BATCH)
+    model = BusyModel(1.0, 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, 8), torch.randn(BATCH, 1)
+    evals: list[float] = []
+    start = None
+    for i in range(60):
+        if i == 2:
+            start = time.perf_counter()
+        with traceml.trace_step(model):
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        if i % 10 == 5:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(4):
+                    model(x)
+                time.sleep(0.03)
+            evals.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - start
+    st = finish_and_load(tracer)["step_time"]
+    b = st["between_steps"]
+    assert b["eval_s"] is None and b["evals"] is None and b["eval_pct"] is None
+    assert 0 < b["wall_s"] <= wall + 0.01
+    # Most of the evaluations fall inside the measured span (ticks ~10 times a second).
+    assert 0.5 * sum(evals) <= b["between_s"] <= sum(evals) + 0.05 * b["wall_s"]
+    assert b["between_pct"] == pytest.approx(100 * b["between_s"] / b["wall_s"], abs=0.1)
+    with_evals = BATCH * 58 / wall
+    assert st["throughput"]["samples_per_s"] > 1.2 * with_evals

@@ -96,13 +96,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="steps left out of the statistics (default 5)",
     )
     p.add_argument(
+        "--batch-size", metavar="N", type=whole("--batch-size", least=1),
+        help="samples per step, for a loop without a DataLoader to count them from (nanoGPT's "
+        "get_batch): gives samples/s; like init(batch_size=N)",
+    )
+    p.add_argument(
         "--module-sample-s", metavar="S",
         type=seconds("--module-sample-s", zero="no module sampling"),
         help="seconds of training between two steps timed per submodule (default 0.5; 0: off; "
         "trace_step runs only, docs/pinpoint.md)",
     )
     p.add_argument(
-        "--no-live", action="store_true",
+        "--no-live",
+        action="store_true",
         help="no live view on a terminal: the script keeps our terminal, and plain progress "
         "lines go to stderr as in a log",
     )
@@ -112,8 +118,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "$TRACEML_CI_PROGRESS_INTERVAL or 10; 0: none)",
     )
     dist = p.add_argument_group(
-        "distributed", "launch every rank through torchrun (torch.distributed.run), each traced; "
-        "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)")
+        "distributed",
+        "launch every rank through torchrun (torch.distributed.run), each traced; "
+        "rank 0 writes one summary with the per-rank table and the straggler (docs/distributed.md)",
+    )
     for flag, meta in TORCHRUN_OPTIONS:
         dist.add_argument(flag, metavar=meta, dest=_dest(flag), type=_TORCHRUN_CHECKS.get(flag),
                           help=f"torchrun's {flag}")
@@ -122,11 +130,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       "--torchrun-arg=--max-restarts=1)")
     # Like python's -m: everything after MODULE is the module's, not ours.
     p.add_argument(
-        "-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+        "-m",
+        dest="module",
+        nargs=argparse.REMAINDER,
+        metavar="MODULE [ARGS]",
         help="run library module MODULE as a script (like python -m)",
     )
-    p.add_argument("args", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS]",
-                   help="the training script and its arguments (or, with -m, the module's)")
+    p.add_argument(
+        "args",
+        nargs=argparse.REMAINDER,
+        metavar="SCRIPT [ARGS]",
+        help="the training script and its arguments (or, with -m, the module's)",
+    )
     p.set_defaults(func=run)
 
 
@@ -194,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
         out_dir=args.out,
         run_name=args.run_name,
         warmup_steps=args.warmup_steps,
+        batch_size=args.batch_size,
         module_sample_s=args.module_sample_s,
         torchrun=torchrun_args(args),
     )

@@ -30,6 +30,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _between_lines(step_time: Any) -> list[Any]:
+    """Time between steps (evaluation's part where a callback saw it), if measured."""
+    from rich.text import Text
+
+    from traceml_ci.summary.view import finite
+
+    b = step_time.get("between_steps") if isinstance(step_time, dict) else None
+    if not isinstance(b, dict):
+        return []
+    wall, between, pct = (
+        finite(b.get("wall_s")),
+        finite(b.get("between_s")),
+        finite(b.get("between_pct")),
+    )
+    if wall is None or between is None or pct is None:
+        return []
+    line = f"between steps: {between:.2f} s of {wall:.2f} s after warmup ({pct:.1f} %)"
+    eval_s, eval_pct, evals = finite(b.get("eval_s")), finite(b.get("eval_pct")), b.get("evals")
+    if eval_s is not None and eval_pct is not None:
+        count = f", {evals} evaluation{'s' if evals != 1 else ''}" if isinstance(evals, int) else ""
+        line += f", evaluation {eval_s:.2f} s ({eval_pct:.1f} %{count})"
+    return [Text(line + "; not in steps/s or samples/s", style="dim")]
+
+
 def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
     if value is None:
         return "n/a"
@@ -94,10 +118,10 @@ def render(doc: dict[str, Any]) -> Any:
         style="dim",
     )
     parts: list[Any] = [head, Text(""), times, step_line]
+    parts += _between_lines(doc.get("step_time"))
     eff = v.efficiency
     if eff and isinstance(eff.get("not_counted"), str):
-        parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})",
-                          style="dim"))
+        parts.append(Text(f"compute: FLOPs not counted ({plain(eff['not_counted'])})", style="dim"))
     elif eff:
         from traceml_ci.gate.fmt import value
 
@@ -111,8 +135,12 @@ def render(doc: dict[str, Any]) -> Any:
     parts += _module_lines(doc.get("modules"))
     wait = v.runqueue_wait_pct
     if wait is not None:
-        parts.append(Text(f"CPU contention: main thread waited for a CPU {wait:.1f} % of the "
-                          "time", style="dim"))
+        parts.append(
+            Text(
+                f"CPU contention: main thread waited for a CPU {wait:.1f} % of the time",
+                style="dim",
+            )
+        )
     memory = Table(title="Memory", title_justify="left", show_edge=False, show_header=False)
     memory.add_column("what")
     memory.add_column("value", justify="right")
@@ -125,12 +153,12 @@ def render(doc: dict[str, Any]) -> Any:
     verdicts = []
     for d in v.diagnoses:
         style = SEVERITY_STYLE.get(d.get("severity", ""), "")
-        verdicts.append(Text.assemble((plain(d.get("kind", "")), style),
-                                      f"  {plain(d.get('message', ''))}"))
+        verdicts.append(
+            Text.assemble((plain(d.get("kind", "")), style), f"  {plain(d.get('message', ''))}")
+        )
         verdicts.append(Text(f"  → {plain(d.get('next_step', ''))}", style="dim"))
     ranks = _ranks(doc.get("distributed"))
-    title = (f"traceml-ci · {plain(v.label('step_time'))} · memory "
-             f"{plain(v.label('step_memory'))}")
+    title = f"traceml-ci · {plain(v.label('step_time'))} · memory {plain(v.label('step_memory'))}"
     body = Group(*parts, Text(""), memory, *ranks, Text(""), *verdicts)
     return Panel(body, title=title)
 
@@ -148,23 +176,42 @@ def _ranks(block: Any) -> list[Any]:
 
     if not isinstance(block, Mapping):
         return []
-    where = ", ".join(plain(x) for x in (
-        f"{block.get('world_size', '?')} ranks", f"{block.get('nodes') or '?'} node(s)",
-        block.get("backend") or "backend ?"))
+    where = ", ".join(
+        plain(x)
+        for x in (
+            f"{block.get('world_size', '?')} ranks",
+            f"{block.get('nodes') or '?'} node(s)",
+            block.get("backend") or "backend ?",
+        )
+    )
     # Thirteen columns: no boxes, one space between them, to fit 100 columns.
-    table = Table(title=f"Ranks ({where})", title_justify="left", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table = Table(
+        title=f"Ranks ({where})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
     for i, name in enumerate(RANK_HEADERS_SHORT[:-1]):  # rank, node and figures to the right
-        table.add_column(name, justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
-                         no_wrap=i != 2, min_width=8 if i == 2 else None)
+        table.add_column(
+            name,
+            justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
+            no_wrap=i != 2,
+            min_width=8 if i == 2 else None,
+        )
     for row in rank_rows(block):
         marked = bool(row.pop())  # the straggler: an arrow by its rank, in colour
         row[0] = f"▶ {row[0]}" if marked else row[0]
         table.add_row(*(plain(x) for x in row), style="bold yellow" if marked else None)
     out: list[Any] = [Text(""), table]
     if block.get("ranks_not_listed"):
-        out.append(Text(f"…and {plain(block['ranks_not_listed'])} more ranks (quantiles in the "
-                        "summary)", style="dim"))
+        out.append(
+            Text(
+                f"…and {plain(block['ranks_not_listed'])} more ranks (quantiles in the summary)",
+                style="dim",
+            )
+        )
     # The straggler's next step is among the diagnoses below.
     style = "bold yellow" if (block.get("straggler") or {}).get("rank") is not None else "green"
     out.append(Text(plain(straggler_line(block)), style=style))
@@ -201,8 +248,15 @@ def _module_lines(mods: Any) -> list[Any]:
         rows = mods.get(phase)
         if not isinstance(rows, list) or not rows:
             continue
-        top = ", ".join(f"{plain(module_label(m))} {_fmt(m.get('share_pct'), '%')}"
-                        for m in rows[:5] if isinstance(m, dict))
-        lines.append(Text(f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): "
-                          f"{top}", style="dim"))
+        top = ", ".join(
+            f"{plain(module_label(m))} {_fmt(m.get('share_pct'), '%')}"
+            for m in rows[:5]
+            if isinstance(m, dict)
+        )
+        lines.append(
+            Text(
+                f"{phase} by module ({mods.get(steps)} sampled steps, inclusive): {top}",
+                style="dim",
+            )
+        )
     return lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,9 @@ class StepDriver:
         }
         self.scope: Any = None
         self._broken = False
+        #: When the last step closed, and when an evaluation began (perf_counter_ns).
+        self._closed_ns: int | None = None
+        self._eval_ns: int | None = None
 
     @property
     def in_step(self) -> bool:
@@ -74,6 +78,9 @@ class StepDriver:
                 api.init(**self.options)
             elif self.options and not tracer.store.steps_total:
                 api.init(**self.options)  # not yet recording: the callback's options apply
+            tracer = api.current()
+            if tracer is not None:
+                tracer.eval_hooks = True  # evaluations are reported: none noted, none ran
         except Exception as exc:
             self._fail(exc)
 
@@ -94,10 +101,29 @@ class StepDriver:
         if scope is None:
             return
         try:
+            self._closed_ns = time.perf_counter_ns()
             if ok:
                 scope.__exit__(None, None, None)
             else:
                 scope.__exit__(RuntimeError, None, None)
+        except Exception as exc:
+            self._fail(exc)
+
+    def eval_begin(self) -> None:
+        """An evaluation begins (Lightning's ``on_validation_start``)."""
+        self._eval_ns = time.perf_counter_ns()
+
+    def eval_end(self) -> None:
+        """An evaluation ended: its time, from ``eval_begin`` -- else from the end of the last
+        step (the HF Trainer says only ``on_evaluate``, after it) -- is evaluation time."""
+        end = time.perf_counter_ns()
+        start = self._eval_ns if self._eval_ns is not None else self._closed_ns
+        self._eval_ns = None
+        tracer = api.current()
+        if start is None or tracer is None or self._broken:
+            return
+        try:
+            tracer.note_eval(start, end)
         except Exception as exc:
             self._fail(exc)
 

@@ -33,8 +33,9 @@ class LightningHooks:
     ) -> None:
         super().__init__()
         # log_to=("mlflow",) / ("wandb",): also log the summary at train end (docs/records.md).
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
-                                 log_to=log_to)
+        self.driver = StepDriver(
+            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
+        )
         self._stepped = False
         self._models: tuple[Any, ...] | None = None
 
@@ -62,6 +63,14 @@ class LightningHooks:
         if self._stepped:
             self._stepped = False
             self.driver.close()
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self.driver.eval_begin()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self.driver.eval_end()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stepped = False

@@ -39,8 +39,9 @@ class TraceMLCallback(TrainerCallback):
         thresholds: Thresholds | None = None,
         log_to: tuple[str, ...] | list[str] = (),
     ) -> None:
-        self.driver = StepDriver(out_dir, run_name, warmup_steps, batch_size, thresholds,
-                                 log_to=log_to)
+        self.driver = StepDriver(
+            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
+        )
 
     # Started at the Trainer's construction when possible: before the optimizer exists.
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -55,6 +56,10 @@ class TraceMLCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.driver.close()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # Sent after the evaluation: it ran since the last step's end (logging before it too).
+        self.driver.eval_end()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.driver.finish()

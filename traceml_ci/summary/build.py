@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from traceml_ci._version import __version__
@@ -11,6 +11,7 @@ from traceml_ci.summary import stats
 from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
 from traceml_ci.summary.model import (
     PHASES,
+    BetweenSteps,
     DataLoaderSettings,
     Efficiency,
     GpuUtil,
@@ -79,6 +80,23 @@ class RunRecord:
     flops_not_counted: str | None = None
     #: Sampled per-module forward times (tracer/modules.py), already in the summary's shape.
     modules: dict[str, Any] | None = None
+    #: Zero-change mode: backward passes seen in a run with no step at all -- no
+    #: ``optimizer.step()`` delimited one (a hand-written update, ``p -= lr * p.grad``).
+    backward_without_steps: int = 0
+    #: Wall time after warmup that no step covers, and evaluation's part (None: unmeasured).
+    between_steps: BetweenSteps | None = None
+
+
+#: The note a step-less zero-change run gets when it ran backward passes: why, and what to do.
+NO_OPTIMIZER_STEP = (
+    "No steps: {n} backward passes ran, but never an optimizer.step(), which is where a "
+    "script traced without changes (traceml-ci run) has its steps end."
+)
+NO_OPTIMIZER_STEP_NEXT = (
+    "A hand-written update (p -= lr * p.grad) is not an optimizer step: wrap the loop body "
+    "in `with traceml_ci.trace_step(model):` (import traceml_ci), or step a torch.optim "
+    "optimizer."
+)
 
 
 def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Summary:
@@ -94,6 +112,12 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         device=_device_type(record.memory_device),
     )
     step_time = _with_label(step_time, StepTimeLabel(st_diags[0].kind))
+    if record.backward_without_steps and not record.steps_total:
+        st_diags[0] = replace(
+            st_diags[0],
+            message=NO_OPTIMIZER_STEP.format(n=record.backward_without_steps),
+            next_step=NO_OPTIMIZER_STEP_NEXT,
+        )
     return Summary(
         run=record.run,
         env=record.env,
@@ -128,8 +152,6 @@ def _efficiency(record: RunRecord, st: StepTime) -> Efficiency | None:
 
 
 def _with_label(st: StepTime, label: StepTimeLabel) -> StepTime:
-    from dataclasses import replace
-
     return replace(st, diagnosis=label)
 
 
@@ -201,6 +223,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         clock=record.clock,
         noise=_noise(kept, cols, series.step_ms, th),
         dataloader=record.dataloader,
+        between_steps=record.between_steps,
     )
 
 

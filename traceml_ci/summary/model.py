@@ -85,6 +85,24 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class BetweenSteps:
+    """Wall time after the warmup that no step covers (evaluation, checkpointing, logging),
+    and the part of it evaluation hooks saw (HF ``on_evaluate``, Lightning validation)."""
+
+    #: Wall seconds measured: from the end of a step just after the warmup to the end of one
+    #: of the last steps (read ~10 times a second, between steps).
+    wall_s: float
+    #: Seconds of ``wall_s`` in no step, and their percent of it.
+    between_s: float
+    between_pct: float
+    #: Seconds of ``wall_s`` in evaluations, their percent, and how many evaluations ran in it;
+    #: None where nothing tells an evaluation apart (a loop's own, between its trace_steps).
+    eval_s: float | None = None
+    eval_pct: float | None = None
+    evals: int | None = None
+
+
+@dataclass(frozen=True)
 class DataLoaderSettings:
     """The DataLoader's own settings, as its iterator had them; ``device`` is the run's device
     type (``cpu``, ``cuda``, ...), which decides whether pinned memory can help."""
@@ -111,6 +129,8 @@ class StepTime:
     clock: str  # "host" | "device_event"
     noise: Noise | None
     dataloader: DataLoaderSettings | None = None
+    #: Time between steps over the analysed part of the run (None: too short to measure).
+    between_steps: BetweenSteps | None = None
 
 
 @dataclass(frozen=True)
@@ -213,6 +233,9 @@ class Summary:
             clock=st.clock,
             noise=_noise_dict(st.noise),
             dataloader=None if st.dataloader is None else dataclasses.asdict(st.dataloader),
+            between_steps=None
+            if st.between_steps is None
+            else _rounded(dataclasses.asdict(st.between_steps), 3),
         )
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
@@ -220,8 +243,11 @@ class Summary:
             "schema_version": self.schema_version,
             "tool": {"name": TOOL_NAME, "version": self.tool_version},
             "run": {
-                **{k: v for k, v in dataclasses.asdict(self.run).items()
-                   if v is not None or k not in ("local_rank", "node_rank", "host")},
+                **{
+                    k: v
+                    for k, v in dataclasses.asdict(self.run).items()
+                    if v is not None or k not in ("local_rank", "node_rank", "host")
+                },
                 "status": self.run.status.value,
                 "duration_s": round(self.run.duration_s, 3),
                 "contention": _contention_dict(self.run.contention),
@@ -233,8 +259,9 @@ class Summary:
             "diagnoses": [
                 {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
             ],
-            **({} if self.efficiency is None else
-               {"efficiency": _efficiency_dict(self.efficiency)}),
+            **(
+                {} if self.efficiency is None else {"efficiency": _efficiency_dict(self.efficiency)}
+            ),
             **({} if self.modules is None else {"modules": self.modules}),
         }
 

@@ -82,6 +82,8 @@ def _config(spec: LaunchSpec) -> TracerConfig:
         options["warmup_steps"] = spec.warmup_steps
     if spec.max_steps is not None:
         options["max_steps"] = spec.max_steps
+    if spec.batch_size is not None:
+        options["batch_size"] = spec.batch_size
     if spec.module_sample_s is not None:
         options["module_sample_s"] = spec.module_sample_s
     return TracerConfig(**options)
@@ -101,8 +103,10 @@ def _run(spec: LaunchSpec) -> None:
 def main() -> int:
     raw = os.environ.pop(ENV_LAUNCH, None)  # read once; the script's own children never see it
     if not raw:
-        print(f"traceml-ci: {__name__} runs under `traceml-ci run` (no ${ENV_LAUNCH})",
-              file=sys.stderr)
+        print(
+            f"traceml-ci: {__name__} runs under `traceml-ci run` (no ${ENV_LAUNCH})",
+            file=sys.stderr,
+        )
         return 2
     spec = LaunchSpec.from_json(raw)
     started = time.time()
@@ -161,10 +165,14 @@ def _write(spec: LaunchSpec, started: float, status: RunStatus) -> None:
         path = write_fallback_summary(where, spec.name, started, status, mode="zero-change")
     said = (
         f"another process wrote {spec.summary_path} during this run; this one's summary went "
-        f"to {path}" if diverted else f"summary written to {path}"
+        f"to {path}"
+        if diverted
+        else f"summary written to {path}"
     )
-    print(f"traceml-ci: the script never imported torch, so no steps were traced; {said}",
-          file=sys.stderr)
+    print(
+        f"traceml-ci: the script never imported torch, so no steps were traced; {said}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

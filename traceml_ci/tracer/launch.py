@@ -46,6 +46,8 @@ class LaunchSpec:
     run_name: str | None = None
     warmup_steps: int | None = None
     max_steps: int | None = None
+    #: Samples per step (``init(batch_size=)``): for loops without a DataLoader to count from.
+    batch_size: int | None = None
     #: Seconds between module samples (0: off); None leaves it to init() / the environment.
     module_sample_s: float | None = None
     #: Distributed: torchrun's own options (``--nproc-per-node 2``, ``--nnodes``, ...); the job
@@ -78,6 +80,7 @@ class LaunchSpec:
             "run_name": self.run_name,
             "warmup_steps": self.warmup_steps,
             "max_steps": self.max_steps,
+            "batch_size": self.batch_size,
             "module_sample_s": self.module_sample_s,
         }
         return frozenset(k for k, v in given.items() if v is not None)
@@ -184,8 +187,7 @@ def launch(
     attach = Attachment() if attach is None or capture else attach
     done: Launched | None = None
     try:
-        done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals,
-                    attach)
+        done = _run(spec, cmd, full_env, cwd, summary, timeout_s, capture, forward_signals, attach)
         if spec.torchrun:
             from traceml_ci.tracer.ranks_on_node import complete_merged_summary
 
@@ -209,7 +211,9 @@ def _run(
     started = time.time()
     pipe = subprocess.PIPE if capture else None
     popen_kwargs: dict[str, Any] = {
-        "stdout": pipe, "stderr": subprocess.STDOUT if capture else None, "text": capture,
+        "stdout": pipe,
+        "stderr": subprocess.STDOUT if capture else None,
+        "text": capture,
         **attach.popen_kwargs(summary.parent),
     }
     proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, **popen_kwargs)
@@ -301,9 +305,7 @@ def _wait_forwarding_signals(proc: subprocess.Popen, timeout_s: float | None) ->
             signal.signal(s, handler)
 
 
-def _wait_reading_siginfo(
-    proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]
-) -> int:
+def _wait_reading_siginfo(proc: subprocess.Popen, timeout_s: float | None, wanted: set[int]) -> int:
     """Linux: the signals stay blocked and are read with their origin, so a terminal's Ctrl-C
     (sent by the kernel to the group) is told from a ``kill -INT`` of the launcher alone."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -38,7 +38,8 @@ PRE, SAMPLES = 4, 5
 ACC_ZERO = (0, 0, 0, 0, 0, 0)
 
 #: General path: fetches kept between two steps (e.g. several zipped loaders); older ones drop.
-#: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both.)
+#: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both --
+#: once the next fetch shows that it really ended, see ``Recorder.loop_end``.)
 MAX_OUTSIDE_FETCHES = 16
 
 #: Set on each DataLoader iterator (class default None): samples per batch it yields, 0 unknown.
@@ -72,6 +73,8 @@ class Recorder:
         "ready",
         "fast",
         "acc",
+        "loop_end",
+        "ahead",
     )
 
     def __init__(self, mark: Callable[[], Any], store: Any, implicit: bool = False) -> None:
@@ -97,12 +100,25 @@ class Recorder:
         #: The open (or next) step's sums: host nanoseconds per phase timed by the fast path,
         #: dataloader nanoseconds before the step (``PRE``), DataLoader samples (``SAMPLES``).
         self.acc = list(ACC_ZERO)
+        #: A loader ran out (StopIteration) between steps: what had been fetched since the last
+        #: step then (dataloader ns, samples, general-path fetches), on hold. Fetched for a loop
+        #: that ended (an evaluation's), it is forgotten at the next fetch; but a loader that
+        #: fetches one batch ahead (accelerate's, so the HF Trainer's) runs out while the
+        #: training loop still has that batch to train on -- the next step begins with no
+        #: fetch in between, and keeps it. ``fast`` is off while one is held, so the fast
+        #: path never looks at it.
+        self.loop_end: tuple[int, int, int, int] | None = None
+        #: Samples of a batch a loader fetched ahead, in an earlier step, for a step that
+        #: trained on it after the loader ran out (0: none). The next epoch's first step
+        #: fetches one batch ahead again and evens it out; a run that ends first is one batch
+        #: short, which ``Tracer`` adds back. ``fast`` is off while it is held.
+        self.ahead = 0
 
     # -- settings ------------------------------------------------------------------------
     def set_ready(self, host: bool) -> None:
         """The tracer knows its clock: on the host clock the fast path may run."""
         self.ready = host
-        self.fast = host and not self.implicit
+        self.fast = host and not self.implicit and self.loop_end is None and not self.ahead
 
     def use_clock(self, mark: Callable[[], Any]) -> None:
         """Switch to another clock (device events) before any step: host marks cannot be mixed
@@ -112,6 +128,8 @@ class Recorder:
         self.marks = []
         self.enter = None
         self.acc = list(ACC_ZERO)
+        self.loop_end = None
+        self.ahead = 0
         self._reset_phases()
 
     def stop(self) -> None:
@@ -119,6 +137,9 @@ class Recorder:
         general path and the step scope records nothing more."""
         self.fast = False
         self.in_step = 0
+        self.loop_end = None
+        self.ahead = 0
+        self.ready = False  # nothing turns the fast path back on
         self._reset_phases()
 
     def _reset_phases(self) -> None:
@@ -158,21 +179,55 @@ class Recorder:
             self.saw_opt = True
             self.last_opt_end = t
 
-    def phase_abort(self, p: int) -> None:
-        """The phase ended without a result (a loader's StopIteration): record nothing, and
-        forget fetches since the last step -- they belonged to a loop that just ended."""
+    def phase_abort(self, p: int, batch: int = 0) -> None:
+        """The phase ended without a result (a loader's StopIteration, ``batch``: its samples
+        per batch): record nothing, and forget fetches since the last step -- they belonged
+        to a loop that just ended (``loop_end`` waits for the next fetch or step to be sure)."""
         stack = self.stack
         if stack:
             prev = stack.pop()
             if self.active == p and prev not in ABSORBED_BY[p]:
                 self.active = prev  # from t_open: the failed fetch counts to what it was in
         if not self.in_step:
-            self._forget_outside()
+            self._loop_ended(batch)
 
     def _forget_outside(self) -> None:
         self.outside.clear()
         acc = self.acc
         acc[PRE] = acc[SAMPLES] = 0
+
+    def _loop_ended(self, batch: int) -> None:
+        """A loader ran out between steps: hold what was fetched since the last step until the
+        next fetch (forget it) or step (keep it) tells whose it was (see ``loop_end``)."""
+        if self.implicit:  # zero-change steps hold their fetches in the open step: forget
+            self._forget_outside()
+            return
+        self._settle_loop_end(False)  # an earlier loop's, run out in turn
+        acc = self.acc
+        self.loop_end = (acc[PRE], acc[SAMPLES], len(self.outside), batch)
+        self.fast = False
+
+    def _settle_loop_end(self, keep: bool) -> None:
+        held = self.loop_end
+        if held is None:
+            return
+        self.loop_end = None
+        pre, samples, n, batch = held
+        if keep:  # the step trains on a batch fetched ahead, in the step before
+            self.ahead = batch
+        else:
+            acc = self.acc
+            acc[PRE] -= pre
+            acc[SAMPLES] -= samples
+            del self.outside[:n]
+        self.fast = self.ready and not self.implicit and not self.ahead
+
+    def _step_fetched(self) -> None:
+        """A step begins with batches fetched for it: after an epoch that ended on a batch
+        fetched ahead, the new epoch fetches one ahead again -- the two even out."""
+        if self.acc[SAMPLES] or self.outside:
+            self.ahead = 0
+            self.fast = self.ready and not self.implicit
 
     def record(self, p: int, t0: Any, t1: Any) -> None:
         """Where a finished piece of a phase goes: the open step, or the fetches before the next."""
@@ -281,13 +336,15 @@ class Recorder:
             if get_ident() != owner:
                 return orig(it)
             try:
+                if rec.loop_end is not None and not rec.in_step:
+                    rec._settle_loop_end(False)  # the loader that ran out was another loop's
                 rec.phase_begin(DL)
             except Exception as exc:
                 fail(exc)
             try:
                 batch = orig(it)
             except BaseException:  # StopIteration included: the loop ended
-                rec.phase_abort(DL)
+                rec.phase_abort(DL, getattr(it, SAMPLES_ATTR, None) or 0)
                 raise
             try:
                 rec.phase_end(DL)
@@ -322,7 +379,7 @@ class Recorder:
                 if rec.active == DL:
                     rec.active = prev
                     if not rec.in_step:
-                        rec._forget_outside()
+                        rec._loop_ended(n)
                 raise
             try:
                 acc = rec.acc
@@ -350,6 +407,10 @@ class Recorder:
             self.fast = self.ready
             self.marks = []
             self.saw_opt = False
+        if self.loop_end is not None:
+            self._settle_loop_end(True)  # a loader that fetched ahead: its batch is this step's
+        elif self.ahead:
+            self._step_fetched()
         self.in_step = 1
         if self.active != -1:  # a phase left open (no phase of the general path is open
             self._reset_phases()  # without ``active`` set)

@@ -12,7 +12,14 @@ from typing import Any
 
 from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
-from traceml_ci.summary.model import DataLoaderSettings, GpuUtil, RunInfo, RunStatus, Summary
+from traceml_ci.summary.model import (
+    BetweenSteps,
+    DataLoaderSettings,
+    GpuUtil,
+    RunInfo,
+    RunStatus,
+    Summary,
+)
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
@@ -27,9 +34,19 @@ from traceml_ci.tracer.patches import (
     infer_batch_size,
     loader_settings,
 )
-from traceml_ci.tracer.recorder import PHASE_INDEX, ForwardTimer, Recorder, StepGate, unwrap_forward
+from traceml_ci.tracer.recorder import (
+    BWD,
+    PHASE_INDEX,
+    ForwardTimer,
+    Recorder,
+    StepGate,
+    unwrap_forward,
+)
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
 from traceml_ci.tracer.transparency import Transparency
+
+#: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
+MAX_EVALS = 10_000
 
 
 def _warn(message: str) -> None:
@@ -69,6 +86,11 @@ class Tracer:
         self._gpu_sampler: Any = None
         self._last_scope: StepScope | None = None
         self._contention = start_probe()  # read once more at finish, never per step
+        #: Evaluations a framework callback saw: (start, end) in perf_counter_ns, the newest
+        #: ``MAX_EVALS`` of them (``note_eval``); never touched per step.
+        self.evals: list[tuple[int, int]] = []
+        #: A framework callback reports evaluations here: none noted means none ran.
+        self.eval_hooks = False
         try:
             self.rss: RssSampler | None = RssSampler()
         except Exception:
@@ -133,9 +155,11 @@ class Tracer:
             cfg = self.config
             self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
             if self.zero_change:  # steps end at optimizer steps until trace_step is called
-                self.profile.follow_optimizer(lambda: self.store.steps_total,
-                                              lambda: self.device,
-                                              lambda: self._explicit_steps)
+                self.profile.follow_optimizer(
+                    lambda: self.store.steps_total,
+                    lambda: self.device,
+                    lambda: self._explicit_steps,
+                )
         except Exception as exc:
             self.profile = None
             _warn(f"profiling off ({exc!r}); training goes on")
@@ -333,6 +357,12 @@ class Tracer:
             record = self._record()
             if self.config.mode == "manual" and not record.steps_total:
                 _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+            if record.backward_without_steps:
+                _warn(
+                    f"no steps: {record.backward_without_steps} backward passes but no "
+                    "optimizer.step(), which ends a step when the script is traced without "
+                    "changes; wrap the loop body in `with traceml_ci.trace_step(model):`"
+                )
             self.summary = build_summary(record, self.config.thresholds)
             if self.ranks.world_size() > 1:
                 self.path = self._write_distributed(self.summary)
@@ -455,20 +485,72 @@ class Tracer:
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
-            flops_not_counted=not_counted(self.flop_count, self._explicit_steps,
-                                          self.config.warmup_steps),
+            backward_without_steps=self._backward_without_steps(),
+            between_steps=self._between_steps(),
+            flops_not_counted=not_counted(
+                self.flop_count, self._explicit_steps, self.config.warmup_steps
+            ),
         )
+
+    def note_eval(self, start_ns: int, end_ns: int) -> None:
+        """An evaluation ran from ``start_ns`` to ``end_ns`` (``time.perf_counter_ns``)."""
+        if self.summary is None and end_ns > start_ns:
+            self.evals.append((start_ns, end_ns))
+            if len(self.evals) > MAX_EVALS:
+                del self.evals[0]
+
+    def _between_steps(self) -> BetweenSteps | None:
+        """Wall time after the warmup not in any step, between two of the store's housekeeping
+        marks (host ns at a step's end); the evaluations noted inside that span."""
+        store = self.store
+        first, last = store.wall_first, store.wall_last
+        if first is None or last is None or last[0] <= first[0] or last[1] <= first[1]:
+            return None
+        steps_ms = store.column(STEP)
+        lo, hi = first[0] - store.warmup_steps, last[0] - store.warmup_steps  # rows of the steps
+        stride = store.columns.stride
+        if stride == 1 and hi <= len(steps_ms):
+            in_steps = sum(steps_ms[lo:hi]) / 1e3
+        elif steps_ms:  # a uniform sample of the rows: its mean
+            in_steps = sum(steps_ms) / len(steps_ms) * (last[0] - first[0]) / 1e3
+        else:
+            return None
+        wall = (last[1] - first[1]) / 1e9
+        between = max(0.0, wall - in_steps)
+        t0, t1 = first[1], last[1]
+        evals = [(max(a, t0), min(b, t1)) for a, b in self.evals if b > t0 and a < t1]
+        seen = self.eval_hooks or evals
+        eval_s = min(between, sum(b - a for a, b in evals) / 1e9) if seen else None
+        return BetweenSteps(
+            wall_s=wall,
+            between_s=between,
+            between_pct=100.0 * between / wall,
+            eval_s=eval_s,
+            eval_pct=None if eval_s is None else 100.0 * eval_s / wall,
+            evals=None if eval_s is None else len(evals),
+        )
+
+    def _backward_without_steps(self) -> int:
+        """Zero-change mode with no step at all: the backward passes its open step holds (no
+        optimizer step ever closed one)."""
+        rec = self.rec
+        if not rec.implicit or self.store.steps_total or rec.saw_opt:
+            return 0
+        return sum(1 for p, _, _ in rec.marks if p == BWD)
 
     def _samples_per_step(self) -> float | None:
         """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
-        samples fetched per analysed step, on average (None when none was counted)."""
+        samples fetched per analysed step, on average (None when none was counted). A loader
+        that fetches one batch ahead (accelerate's: the HF Trainer's) counts each batch a step
+        early; a run that ends as it runs out gets that one batch back (``Recorder.ahead``)."""
         if self.config.batch_size is not None:
             return float(self.config.batch_size)
         store = self.store
         analysed = store.resolved - store.warmup_steps
         if analysed <= 0 or not store.samples_analyzed:
             return None
-        return store.samples_analyzed / analysed
+        # The run ended on a batch fetched ahead, counted to a warmup or earlier step.
+        return (store.samples_analyzed + self.rec.ahead) / analysed
 
     def _dataloader_settings(self) -> DataLoaderSettings | None:
         if self.dataloader is None:
@@ -503,9 +585,12 @@ class StepScope(StepGate):
             if not rec.in_step and self.timers:
                 timer = self.timer
                 self.saved = timer.wrap() if timer else [t.wrap() for t in self.timers]
-            counting = (not tr.flop_count.done and not rec.in_step
-                        and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
-                        and tr.flop_count.begin(self.models))
+            counting = (
+                not tr.flop_count.done
+                and not rec.in_step
+                and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
+                and tr.flop_count.begin(self.models)
+            )
             if tr.profile is not None and not rec.in_step:
                 tr.profile.boundary(tr.store.steps_total, tr.device)
             rec.step_begin()
@@ -524,8 +609,11 @@ class StepScope(StepGate):
                 tr.flop_count.end()
                 self.primed = len(self.timers) <= 1 and tr.profile is None
             profile = tr.profile
-            if (profile is not None and not tr.rec.in_step
-                    and profile.boundary(tr.store.steps_total, tr.device)):
+            if (
+                profile is not None
+                and not tr.rec.in_step
+                and profile.boundary(tr.store.steps_total, tr.device)
+            ):
                 tr.profile = None  # written (or given up): the short path may run again
                 self.primed = len(self.timers) <= 1 and not tr.flop_count.counting
             saved = self.saved

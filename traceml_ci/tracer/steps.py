@@ -51,6 +51,11 @@ class StepStore:
         self.pending: deque = deque()
         #: DataLoader samples over the analysed (post-warmup) steps, all of them (no stride).
         self.samples_analyzed = 0
+        #: Housekeeping's (step number, host ns) at the end of a step: the first after warmup
+        #: and the newest. Between them, wall time that no step covers is time spent between
+        #: steps -- an evaluation, checkpointing (``between_steps``); read ~10 times a second.
+        self.wall_first: tuple[int, int] | None = None
+        self.wall_last: tuple[int, int] | None = None
         #: Called with the host clock's time between steps, every ``tick_ns`` at most: module
         #: sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
@@ -81,6 +86,7 @@ class StepStore:
                 self.rss.maybe_sample(self.steps_total, now)
             if self.tick is not None:
                 self.tick(now)
+            self._wall(self.steps_total, now)
         mem = self.cuda_memory.read_and_reset() if self.cuda_memory is not None else (0.0, 0.0)
         self.pending.append((enter, exit_, marks, outside, mem, samples))
         self.drain(wait=len(self.pending) > MAX_PENDING_STEPS)
@@ -100,6 +106,7 @@ class StepStore:
                 rss.maybe_sample(n, exit_)
             if self.tick is not None:
                 self.tick(exit_)
+            self._wall(n, exit_)
         before = acc[4]  # the batch fetched before the step, by the fast path
         for p, t0, t1 in outside:  # ... or the general way
             before += t1 - t0
@@ -113,6 +120,12 @@ class StepStore:
             self.columns.append_host(
                 exit_ - enter + before, acc[0] + acc[4], acc[1], acc[2], acc[3]
             )
+
+    def _wall(self, n: int, now_ns: int) -> None:
+        if n > self.warmup_steps:
+            self.wall_last = (n, now_ns)
+            if self.wall_first is None:
+                self.wall_first = self.wall_last
 
     def column(self, i: int) -> list[float]:
         """Column ``i`` of the kept rows, times in milliseconds."""
