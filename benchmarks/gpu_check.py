@@ -31,6 +31,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import traceml_ci as traceml  # noqa: E402
+from traceml_ci.errors import install_hint  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
 from traceml_ci.tracer.modules import MIN_STEP_GAP  # noqa: E402
@@ -231,7 +232,7 @@ def nvml(device: str, out: Path) -> str:
     try:
         import pynvml  # noqa: F401
     except ImportError:
-        raise Skip("pynvml missing: pip install traceml-ci[gpu]") from None
+        raise Skip(f"pynvml missing: {install_hint('gpu')}") from None
     model = mlp(4096, 6, device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     with tracing(out / "nvml") as s:
