@@ -137,4 +137,8 @@ def run(args: argparse.Namespace) -> int:
             f"wrote {done.summary} with run.status set",
             file=sys.stderr,
         )
+    elif spec.torchrun and done.summary.is_file():
+        # One process says where the merged summary is: the ranks finish inside torchrun's
+        # workers, where none of them announces (a single process says it itself).
+        print(f"traceml-ci: summary written to {done.summary}", file=sys.stderr)
     return int(done.code or 0)
