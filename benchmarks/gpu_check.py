@@ -31,8 +31,10 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import traceml_ci as traceml  # noqa: E402
+from traceml_ci.errors import install_hint  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
+from traceml_ci.tracer.modules import MIN_STEP_GAP  # noqa: E402
 
 PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
 RESULTS: list[dict[str, Any]] = []
@@ -230,7 +232,7 @@ def nvml(device: str, out: Path) -> str:
     try:
         import pynvml  # noqa: F401
     except ImportError:
-        raise Skip("pynvml missing: pip install traceml-ci[gpu]") from None
+        raise Skip(f"pynvml missing: {install_hint('gpu')}") from None
     model = mlp(4096, 6, device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     with tracing(out / "nvml") as s:
@@ -388,12 +390,19 @@ def pinpoint(device: str, out: Path) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batches = endless(loader(1024, 256, 32, device))
     holder: dict[str, Any] = {}
-    tracer = api.start(TracerConfig(out_dir=out / "pinpoint", warmup_steps=3,
-                                    module_sample_s=0.05, profile_steps=3), at_exit=False)
+    warmup, profiled, every_s, samples = 3, 3, 0.05, 3
+    tracer = api.start(TracerConfig(out_dir=out / "pinpoint", warmup_steps=warmup,
+                                    module_sample_s=every_s, profile_steps=profiled),
+                       at_exit=False)  # fmt: skip
+    # Enough steps for several module samples, counted in steps as well as seconds: a loaded
+    # machine runs fewer steps a second, and at most one step in MIN_STEP_GAP is sampled.
+    min_steps = warmup + profiled + (samples + 2) * MIN_STEP_GAP
+    steps = 0
     try:
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 2.0:  # long enough for several module samples
+        while time.perf_counter() - t0 < 2.0 or steps < min_steps:
             train(model, opt, batches, 10, device)
+            steps += 10
     finally:
         path = tracer.finish()
         if path is not None:
@@ -401,7 +410,9 @@ def pinpoint(device: str, out: Path) -> str:
     assert_summary(holder, "device_event" if cuda else "host")
     mods = holder["modules"]
     assert mods["clock"] == ("device_event" if cuda else "host"), mods
-    assert mods["sampled_steps"] >= 3 and mods.get("backward_steps", 0) >= 3, mods
+    assert mods["sampled_steps"] >= samples and mods.get("backward_steps", 0) >= samples, (
+        f"{steps} steps run: {mods}"
+    )
     for phase in ("forward", "backward"):
         top = mods[phase][0]
         assert top["name"] == "wide", f"{phase}: {mods[phase][:3]}"
@@ -421,9 +432,11 @@ def pinpoint(device: str, out: Path) -> str:
         assert device_ms <= 1.5 * step_ms, f"device self {device_ms:.2f} ms > step {step_ms} ms"
     fwd = mods["forward"][0]
     bwd = mods["backward"][0]
-    return (f"wide: fwd {fwd['share_pct']} %, bwd {bwd['share_pct']} % ({mods['clock']}); "
-            f"{eff['flops_per_step'] / 1e9:.2f} GFLOP/step, {eff.get('achieved_tflops')} TFLOP/s,"
-            f" MFU {eff.get('mfu_pct')}; profile top {ops.ops[0].name} of {total:.2f} ms/step")
+    return (
+        f"wide: fwd {fwd['share_pct']} %, bwd {bwd['share_pct']} % ({mods['clock']}); "
+        f"{eff['flops_per_step'] / 1e9:.2f} GFLOP/step, {eff.get('achieved_tflops')} TFLOP/s,"
+        f" MFU {eff.get('mfu_pct')}; profile top {ops.ops[0].name} of {total:.2f} ms/step"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ Both come from two summaries the tracer wrote for the examples (tests/gate/data)
 pipeline the bottleneck. ``pr-chart.svg`` is mermaid's own drawing of the chart that
 ``traceml-ci diff --format markdown`` puts in the comment; ``report.png`` is the top of the page
 ``traceml-ci report`` writes, as Debian's chromium shows it. Needs what tests/browser needs:
-playwright, chromium, and mermaid's bundle in .cache/node (see .ci/run).
+playwright, chromium, and mermaid's bundle in .cache/node (see .ci/setup).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ def _chart() -> str:
     from traceml_ci.gate import compare, load_input, render_markdown
 
     (base,), (head,) = load_input(BASE).values(), load_input(HEAD).values()
-    (chart,) = re.findall(r"```mermaid\n(.*?)```", render_markdown(compare(base, head)),
-                          flags=re.S)
+    (chart,) = re.findall(r"```mermaid\n(.*?)```", render_markdown(compare(base, head)), flags=re.S)
     return chart
 
 
@@ -54,7 +53,7 @@ def main() -> int:
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None or not MERMAID_JS.is_file():
-        print("needs chromium on PATH and mermaid in .cache/node (see .ci/run)", file=sys.stderr)
+        print("needs chromium on PATH and mermaid in .cache/node (see .ci/setup)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -62,14 +61,27 @@ def main() -> int:
         host = Path(tmp) / "mermaid.html"
         host.write_text(f"<!doctype html><body><script src='{MERMAID_JS.as_uri()}'></script>")
         page.goto(host.as_uri())
-        svg = page.evaluate("""async (t) => {
+        svg = page.evaluate(
+            """async (t) => {
             mermaid.initialize({startOnLoad: false, securityLevel: 'strict'});
-            return (await mermaid.render('traceml-chart', t)).svg; }""", _chart())
+            return (await mermaid.render('traceml-chart', t)).svg; }""",
+            _chart(),
+        )
         (args.out / "pr-chart.svg").write_text(_standalone(svg) + "\n", encoding="utf-8")
         report = Path(tmp) / "report.html"
         os.chdir(ROOT)  # the page names its inputs as given: relative, as a user would
-        if cli(["report", str(BASE.relative_to(ROOT)), str(HEAD.relative_to(ROOT)),
-                "-o", str(report)]) != 0:
+        if (
+            cli(
+                [
+                    "report",
+                    str(BASE.relative_to(ROOT)),
+                    str(HEAD.relative_to(ROOT)),
+                    "-o",
+                    str(report),
+                ]
+            )
+            != 0
+        ):
             return 1
         page.set_viewport_size({"width": 1000, "height": 1250})
         page.goto(report.as_uri())

@@ -67,7 +67,8 @@ def gate_summaries(
     result, message = done.result
     if done.reruns:
         result, message = _with_confirmation(result, message, done.reruns, len(done.docs),
-                                             first_regressed=_regressed(done.first[0]))
+                                             first_regressed=_regressed(done.first[0]),
+                                             first_left_out=done.first_run_discounted)
     result, message = after_gate(state, result, message, profile)
     state.record(result)
     if result.fails:
@@ -92,10 +93,12 @@ def _suspect(state: TracemlState, result: GateResult) -> bool:
 
 
 def _with_confirmation(
-    result: GateResult, message: str, extra: int, runs: int, *, first_regressed: bool
+    result: GateResult, message: str, extra: int, runs: int, *, first_regressed: bool,
+    first_left_out: bool = False,
 ) -> tuple[GateResult, str]:
     """Say what confirmation did: whether the first run regressed or only came close, and
-    whether ``runs`` runs combined regress."""
+    whether ``runs`` runs combined regress. ``first_left_out``: the verdict is the re-runs'
+    alone (the run count said is theirs, as the result's ``×N runs`` label says)."""
     if _regressed(result):
         if first_regressed:
             note = f"confirmed: {runs} runs combined still regress ({extra} re-run(s))"
@@ -103,8 +106,10 @@ def _with_confirmation(
             note = f"the first run came close; {runs} runs combined regress ({extra} re-run(s))"
         message = message.replace("\n\n", f"\n{note}\n\n", 1)
     elif first_regressed:
+        judged = (f"{extra} re-run(s) combined, the first run left out" if first_left_out
+                  else f"{runs} runs combined")
         note = (f"the first run looked like a regression; not confirmed by {extra} re-run(s) "
-                f"({runs} runs in all)")
+                f"({judged})")
     else:
         note = f"the first run came close; not a regression over {runs} runs combined"
     detail = f"{result.detail}; {note}" if result.detail else note

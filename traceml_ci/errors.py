@@ -72,3 +72,15 @@ class MissingDependencyError(TracemlError):
     """Something this command needs is not installed, e.g. torch for tracing (exit 6)."""
 
     exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+#: Where traceml-ci installs from until it is published on PyPI: a git URL for pip
+#: (``<owner>``: the GitHub account that hosts your copy; the docs use the same placeholder).
+SOURCE_URL = "git+https://github.com/<owner>/traceml-ci"
+
+
+def install_hint(extra: str) -> str:
+    """How to add one of traceml-ci's extras (``report``, ``hf``, ...): from a checkout, or from
+    git -- PyPI has no traceml-ci yet, so a bare requirement finds nothing."""
+    return (f"pip install -e '.[{extra}]' in a traceml-ci checkout, or "
+            f"pip install 'traceml-ci[{extra}] @ {SOURCE_URL}'")  # fmt: skip

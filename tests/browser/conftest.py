@@ -1,7 +1,7 @@
 """Fixtures for the headless-browser checks: Debian's chromium driven by playwright, and the
 mermaid npm package's bundle. Each is skipped, with the reason, where something is missing.
 
-.ci/run installs them: ``apt-get install chromium`` and ``npm install mermaid`` into
+.ci/setup installs them: ``apt-get install chromium`` and ``npm install mermaid`` into
 .cache/node (git ignores .cache). TRACEML_CI_CHROMIUM and TRACEML_CI_MERMAID_JS point elsewhere.
 """
 
@@ -34,7 +34,8 @@ def _chromium() -> str | None:
 def browser() -> Iterator[Any]:
     """A headless chromium (closed at the end of the session)."""
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+        "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
+    )
     exe = _chromium()
     if exe is None:
         pytest.skip("no chromium on PATH (apt-get install chromium)")
@@ -74,6 +75,7 @@ def page(browser: Any) -> Iterator[Any]:
 def mermaid_js() -> Path:
     path = Path(os.environ.get("TRACEML_CI_MERMAID_JS", MERMAID_JS))
     if not path.is_file():
-        pytest.skip(f"mermaid's bundle is missing at {path} (npm install --prefix .cache/node "
-                    "mermaid)")
+        pytest.skip(
+            f"mermaid's bundle is missing at {path} (npm install --prefix .cache/node mermaid)"
+        )
     return path

@@ -127,10 +127,10 @@ def test_the_bar_gives_each_phase_its_share_of_the_width(label: str) -> None:
     snap = snapshot(label)
     pct = snap["window"]["pct"]
     counts = dict.fromkeys(PHASES, 0)
-    colour = {PHASE_STYLE[p].lstrip("#"): p for p in PHASES}
+    colour = {PHASE_STYLE[p]: p for p in PHASES}
     for seg in segments([snap]):
         if set(seg.text) == {"█"} and seg.style and seg.style.color:
-            counts[colour[seg.style.color.triplet.hex.lstrip("#")]] += len(seg.text)
+            counts[colour[seg.style.color.name]] += len(seg.text)
     bar = counts  # the legend's swatches ("█ ") are other segments
     width = sum(bar.values())
     assert width == 100 - 4 - 12  # the panel's frame and the label column
@@ -161,6 +161,33 @@ def test_moves_since_the_start_are_shown_with_arrows() -> None:
     text = text_of([snapshot("INPUT_BOUND")])
     assert "dl 31%→47% ▲16" in text and "fwd 30%→31% ▲1" in text and "bwd 25%→18% ▼7" in text
     assert "(no first window yet)" in text_of([snapshot(first_window_pct=None)])
+
+
+def test_a_move_agrees_with_the_rounded_numbers_it_follows() -> None:
+    """3.4 % -> 2.6 % shows as 3 % -> 3 %: no move, not "3%→3% ▼1"; 2.4 -> 3.6 is ▲2 (2 -> 4)."""
+    snap = snapshot("INPUT_BOUND")
+    snap["window"]["pct"].update(forward=2.6, optimizer=3.6)
+    snap["first_window_pct"] = {**snap["first_window_pct"], "forward": 3.4, "optimizer": 2.4}
+    text = text_of([snap])
+    assert "fwd 3%→3% =" in text, text
+    assert "opt 2%→4% ▲2" in text, text
+
+
+def test_phase_colours_stay_distinct_on_a_16_colour_terminal() -> None:
+    """TERM=xterm: rich brings colours down to the 16 standard ones; each phase keeps its own."""
+    from rich.color import ColorSystem
+    from rich.style import Style
+
+    for system in (ColorSystem.STANDARD, ColorSystem.EIGHT_BIT, ColorSystem.TRUECOLOR):
+        shown = {p: Style.parse(PHASE_STYLE[p]).color.downgrade(system).name for p in PHASES}
+        assert len(set(shown.values())) == len(PHASES), (system, shown)
+    # As painted: the bar's five phases in five different SGR colours.
+    console = Console(width=100, color_system="standard", force_terminal=True,
+                      file=io.StringIO())
+    console.print(render_frame([snapshot("BALANCED")], now=NOW, width=100))
+    bar_line = next(ln for ln in console.file.getvalue().splitlines() if "█" in ln)
+    colours = set(re.findall(r"\x1b\[(\d+)m█", bar_line))
+    assert len(colours) >= 4, repr(bar_line)
 
 
 def test_labels_are_coloured_by_severity() -> None:

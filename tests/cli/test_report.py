@@ -16,7 +16,7 @@ import pytest
 
 from tests.gate.summaries import DATA, make, real, shift
 from traceml_ci.cli.main import main
-from traceml_ci.errors import ExitCode
+from traceml_ci.errors import ExitCode, install_hint
 from traceml_ci.gate import write_baseline_set
 
 pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
@@ -165,7 +165,7 @@ def test_unwritable_output_is_bad_input(tmp_path, capsys):
 def test_without_matplotlib_it_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails, as if not installed
     code, target, _, err = report(tmp_path, capsys, A)
-    assert code == ExitCode.MISSING_DEPENDENCY and "traceml-ci[report]" in err
+    assert code == ExitCode.MISSING_DEPENDENCY and install_hint("report") in err
     assert not target.exists()
 
 

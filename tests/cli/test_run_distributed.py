@@ -63,6 +63,8 @@ def test_run_nproc_per_node_names_the_input_straggler(tmp_path: Path) -> None:
     s = dist["straggler"]
     assert (s["label"], s["rank"], s["cause"]) == ("INPUT_STRAGGLER", 1, "dataloader")
     assert doc["run"]["mode"] == "auto" and doc["run"]["name"] == "train_ddp"
+    # Where the merged summary is, said once (the ranks finish inside torchrun, silently).
+    assert out.count("traceml-ci: summary written to out/final_summary.json") == 1, out
 
 
 def test_two_nodes_simulated_on_one_machine_merge_into_one_summary(tmp_path: Path) -> None:

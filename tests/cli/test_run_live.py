@@ -398,6 +398,45 @@ def test_not_a_terminal_gets_plain_progress_lines(tmp_path) -> None:
     assert "\x1b" not in out + err
 
 
+#: A real traced job that idles before its first step, then trains for a while.
+IDLE_THEN_TRAIN = """
+import time, torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+time.sleep(1.5)  # traced (torch imported), no step yet: snapshots say step 0
+t0 = time.time()
+while time.time() - t0 < 1.5:
+    loss = model(torch.randn(32, 8)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    time.sleep(0.01)
+"""
+
+
+def test_progress_lines_wait_for_steps_and_say_the_end_once(tmp_path) -> None:
+    """Piped (``run x.py 2>&1 | cat``): no ``step 0 · - steps/s`` lines before the first step,
+    and the final line once, however long the launcher takes to finish after it."""
+    script = _script(tmp_path, "idle.py", IDLE_THEN_TRAIN)
+    proc = subprocess.Popen(
+        [*CLI, "--out", "out", "--progress-interval", "0.1", str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err
+    progress = [ln for ln in err.splitlines() if ln.startswith("traceml-ci: step ")]
+    assert progress, err
+    assert all(int(ln.split()[2]) > 0 for ln in progress), err
+    assert not any("- steps/s · dl - fwd -" in ln for ln in progress), err
+    ended = [ln for ln in progress if " · ended (" in ln]
+    assert len(ended) == 1 and progress[-1] == ended[0], err
+    assert err.count("summary written to out/final_summary.json") == 1, err
+
+
 def test_progress_interval_zero_and_no_live(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
     proc = subprocess.Popen(

@@ -11,6 +11,7 @@ import torch
 
 from tests.conftest import REPO
 from tests.integrations.conftest import load_summary
+from traceml_ci.errors import install_hint
 from traceml_ci.integrations._driver import StepDriver
 from traceml_ci.tracer import api
 
@@ -74,8 +75,8 @@ def test_a_crashed_step_is_dropped(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "package", "hint"),
     [
-        ("hf", "transformers", "pip install 'traceml-ci[hf]'"),
-        ("lightning", "lightning", "pip install 'traceml-ci[lightning]'"),
+        ("hf", "transformers", install_hint("hf")),
+        ("lightning", "lightning", install_hint("lightning")),
         ("pytorch_lightning", "pytorch_lightning", "pip install pytorch-lightning"),
     ],
 )

@@ -12,6 +12,7 @@ import pytest
 
 from tests.gate.summaries import DATA
 from traceml_ci.cli.main import main
+from traceml_ci.errors import install_hint
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +122,7 @@ def test_without_mlflow_it_is_one_line_and_exit_6(tmp_path, monkeypatch, capsys)
     assert main(["log", "--mlflow", str(path)]) == 6
     err = capsys.readouterr().err
     assert err == ("traceml-ci: error: logging to MLflow needs mlflow (mlflow is missing): "
-                   "pip install 'traceml-ci[mlflow]'\n")
+                   f"{install_hint('mlflow')}\n")
 
 
 def test_importing_the_integration_does_not_import_mlflow():

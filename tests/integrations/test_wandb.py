@@ -14,6 +14,7 @@ import pytest
 
 from tests.gate.summaries import DATA
 from tests.integrations.wandb_offline import read_offline_run
+from traceml_ci.errors import install_hint
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +132,7 @@ def test_without_wandb_it_is_one_line_and_exit_6(tmp_path, monkeypatch, capsys):
     assert main(["log", "--wandb", str(SUMMARY)]) == 6
     assert capsys.readouterr().err == (
         "traceml-ci: error: logging to W&B needs wandb (wandb is missing): "
-        "pip install 'traceml-ci[wandb]'\n")
+        f"{install_hint('wandb')}\n")
     assert main(["log", "--wandb", "--experiment", "x", str(SUMMARY)]) == 2
 
 

@@ -5,6 +5,7 @@ costs one run."""
 from __future__ import annotations
 
 import json
+import re
 
 from tests.pytest_plugin.conftest import SmokeProject
 from tests.pytest_plugin.test_repeats import ONE_TEST
@@ -85,9 +86,15 @@ def test_a_slow_first_run_alone_passes_with_a_note(smoke: SmokeProject) -> None:
     calls = _calls(smoke)
     assert calls[:2] == ["1", "2"] and len(calls) <= 3  # stops once the runs combined pass
     result.stdout.re_match_lines([
-        r"(PASS|WARN) +test_smoke.py::test_mlp( \(×[123] runs\))?  .*; the first run looked like "
-        r"a regression; not confirmed by [12] re-run\(s\) \([23] runs in all\)",
+        r"(PASS|WARN) +test_smoke.py::test_mlp( \(×[123] runs?\))?  .*; the first run looked like "
+        r"a regression; not confirmed by [12] re-run\(s\) \((\d+ runs combined|"
+        r"[12] re-run\(s\) combined, the first run left out)\)",
     ])
+    # The runs the verdict stands on, counted alike in the label and the note (not ×2 … 3).
+    line = next(ln for ln in result.stdout.lines if "not confirmed by" in ln)
+    label = re.search(r"\(×(\d+) runs?\)", line)
+    said = re.search(r"\((\d+) (?:runs combined|re-run\(s\) combined, the first)", line)
+    assert said and (label is None or label.group(1) == said.group(1)), line
     # The report and the comparison come from the same, confirmed, comparison.
     verdict = json.loads((smoke.path / "comparison.json").read_text())["verdict"]
     assert verdict in ("pass", "warn")

@@ -33,6 +33,21 @@ def test_insufficient_data() -> None:
     assert "at least 10 steps" in doc["diagnoses"][0]["next_step"]
 
 
+@pytest.mark.parametrize(
+    ("warmup", "said"),
+    [(0, "at least 10 steps."), (1, "at least 10 steps after the 1 warmup step."),
+     (5, "at least 10 steps after the 5 warmup steps.")],
+)
+def test_insufficient_data_says_the_warmup_properly(warmup: int, said: str) -> None:
+    from traceml_ci.summary.diagnose import diagnose_step_time
+    from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
+
+    pct = {"dataloader": 10.0, "forward": 40.0, "backward": 40.0, "optimizer": 5.0, "other": 5.0}
+    (d,) = diagnose_step_time(pct, 4, warmup, DEFAULT_THRESHOLDS, dataloader=None, device="cpu")
+    assert d.kind == "INSUFFICIENT_DATA" and d.next_step.endswith(said), d.next_step
+    assert "0 warmup" not in d.next_step + d.message
+
+
 def test_input_bound_next_step_points_at_the_dataloader() -> None:
     doc = summary_doc({"dataloader": 9, "forward": 1}, other_ms=0.1)
     nxt = doc["diagnoses"][0]["next_step"]

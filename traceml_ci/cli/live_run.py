@@ -119,8 +119,9 @@ def _terminal_here() -> bool:
 
 
 class ProgressLines(Attachment):
-    """A plain line on ``stream`` every ``interval_s`` seconds once the job has a snapshot;
-    the child's own output is untouched (it shares our stdio)."""
+    """A plain line on ``stream`` every ``interval_s`` seconds once the job has traced a step;
+    the run's last line (``... · ended (completed)``) once, when it ends. The child's own
+    output is untouched (it shares our stdio)."""
 
     def __init__(self, interval_s: float, stream: TextIO | None = None) -> None:
         self.interval_s = interval_s
@@ -129,24 +130,41 @@ class ProgressLines(Attachment):
         self._thread: threading.Thread | None = None
         self._out = Path(".")
         self._since = time.time()
+        self._last: str | None = None
+        self._said_end = False
 
     def popen_kwargs(self, out_dir: Path) -> dict[str, Any]:
         self._out, self._since = out_dir, time.time()
         return {}
 
-    def started(self, proc: subprocess.Popen) -> None:
-        from traceml_ci.cli.live_view import plain_progress_line
+    def _say(self, *, again: bool) -> bool:
+        """Write the current line; False once nothing more is to be said (the end was said, or
+        stderr is closed). ``again``: also a line the same as the last one (a heartbeat)."""
+        from traceml_ci.cli.live_view import plain_progress_line, run_ended
 
+        if self._said_end:
+            return False
+        snaps = this_runs_snapshots(self._out, self._since)
+        steps = [s.get("steps_done") for s in snaps]
+        if not any(isinstance(n, int) and n > 0 for n in steps):
+            return True  # nothing traced yet: say nothing rather than "step 0 · -"
+        line = plain_progress_line(snaps)
+        if line == self._last and not again:
+            return True
+        self._said_end = run_ended(snaps)
+        try:
+            stream = self.stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+        except (OSError, ValueError):  # stderr closed: nobody to tell
+            return False
+        self._last = line
+        return not self._said_end
+
+    def started(self, proc: subprocess.Popen) -> None:
         def loop() -> None:
             while not self._stop.wait(self.interval_s):
-                snaps = this_runs_snapshots(self._out, self._since)
-                if not snaps:  # nothing traced yet: say nothing rather than noise
-                    continue
-                try:
-                    stream = self.stream or sys.stderr
-                    stream.write(plain_progress_line(snaps) + "\n")
-                    stream.flush()
-                except (OSError, ValueError):  # stderr closed: nobody to tell
+                if not self._say(again=True):
                     return
 
         self._thread = threading.Thread(target=loop, name="traceml-ci-progress", daemon=True)
@@ -156,6 +174,7 @@ class ProgressLines(Attachment):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._say(again=False)  # the last line, if the loop has not said it
 
 
 def _write_all(fd: int, data: bytes) -> None:

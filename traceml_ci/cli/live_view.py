@@ -23,9 +23,11 @@ from traceml_ci.summary.model import MemoryLabel, Severity, StepTimeLabel
 #: Short phase names for the plain progress line and the "since start" row.
 PHASE_ABBREV = {"dataloader": "dl", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
                 "other": "other"}
-#: One colour per phase, the same in the bar, the legend and the per-rank mini-bars.
-PHASE_STYLE = {"dataloader": "#e5c07b", "forward": "#61afef", "backward": "#c678dd",
-               "optimizer": "#98c379", "other": "#7f848e"}
+#: One colour per phase, the same in the bar, the legend and the per-rank mini-bars: the
+#: terminal's own palette colours, five distinct ones even on 16 colours (TERM=xterm), where
+#: rich brought four hex shades down to the same grey.
+PHASE_STYLE = {"dataloader": "yellow", "forward": "bright_blue", "backward": "magenta",
+               "optimizer": "green", "other": "bright_black"}
 #: The severity a label has when a snapshot does not carry one (the snapshot format keeps
 #: kind, message and next step; the summary's severity of a *_BOUND label depends on the share).
 KIND_SEVERITY = {
@@ -261,12 +263,15 @@ def _since_start(snapshot: Mapping[str, Any]) -> Any:
         a, b = _num(first.get(p)), now_pct[p]
         if a is None or b is None:
             continue
-        delta = b - a
-        arrow = "▲" if delta >= 0.5 else "▼" if delta <= -0.5 else "="
-        move = f"{arrow}{abs(delta):.0f}" if arrow != "=" else "="
+        # Rounded first, then the arrow: the numbers shown and the move always agree (3.4 -> 2.6
+        # once read "3%→3% ▼1").
+        before, after = round(a), round(b)
+        delta = after - before
+        arrow = "▲" if delta > 0 else "▼" if delta < 0 else "="
+        move = f"{arrow}{abs(delta)}" if delta else "="
         if out:
             out.append("  ")
-        out.append(f"{PHASE_ABBREV[p]} {a:.0f}%→{b:.0f}% ")
+        out.append(f"{PHASE_ABBREV[p]} {before}%→{after}% ")
         out.append(move, style="bold" if abs(delta) >= BIG_MOVE_PP else "dim")
     return out if out else Text("- (no first window yet)", style="dim")
 

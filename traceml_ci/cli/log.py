@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from traceml_ci.errors import install_hint
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -11,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="log a summary to MLflow or Weights & Biases (metrics, diagnoses, the file)",
         description="Log a summary as flat metrics (traceml/step_time/dataloader_pct, ...), its "
         "diagnoses as tags (MLflow) or summary fields (W&B), and the file as an artifact. Needs "
-        "the extra: pip install 'traceml-ci[mlflow]' or 'traceml-ci[wandb]'.",
+        f"the mlflow or wandb extra: {install_hint('mlflow')} (or the same with wandb).",
     )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--mlflow", action="store_true", help="log a new MLflow run")

@@ -14,11 +14,11 @@ import argparse
 import sys
 
 from traceml_ci.cli.options import whole
-from traceml_ci.errors import ExitCode, InputError, MissingDependencyError
+from traceml_ci.errors import ExitCode, InputError, MissingDependencyError, install_hint
 from traceml_ci.summary.keys import SUMMARY_FILENAME
 
 MATPLOTLIB_MISSING = ("the HTML report draws with matplotlib, which is not installed: "
-                      "pip install 'traceml-ci[report]'")
+                      f"{install_hint('report')}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from traceml_ci.cli.options import seconds, whole
-from traceml_ci.errors import UsageError
+from traceml_ci.errors import ExitCode, UsageError
 
 #: torchrun options `traceml-ci run` takes itself (its own spelling), passed on unchanged.
 TORCHRUN_OPTIONS: tuple[tuple[str, str], ...] = (
@@ -82,10 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run a training script with tracing",
         description="Run SCRIPT (or -m MODULE, like python -m) with tracing, whether or not it "
         "calls traceml_ci.init(), and write DIR/final_summary.json. Exits with the script's exit "
-        "code (4 when torch is not installed). A crash still writes a summary (run.status "
-        "'crashed'); SIGINT/SIGTERM give 'interrupted'. On a terminal the script runs on a "
-        "pseudo-terminal with the live view under its output (a second Ctrl-C kills it); "
-        "otherwise plain progress lines go to stderr.",
+        f"code ({int(ExitCode.MISSING_DEPENDENCY)} when torch is not installed). A crash still "
+        "writes a summary (run.status 'crashed'); SIGINT/SIGTERM give 'interrupted'. On a "
+        "terminal the script runs on a pseudo-terminal with the live view under its output (a "
+        "second Ctrl-C kills it); otherwise plain progress lines go to stderr.",
     )
     p.add_argument(
         "--out", metavar="DIR", help="output folder (default $TRACEML_CI_OUT or ./traceml-out)"
@@ -223,4 +223,8 @@ def run(args: argparse.Namespace) -> int:
             f"wrote {done.summary} {source}, with run.status set",
             file=sys.stderr,
         )
+    elif spec.torchrun and done.summary.is_file():
+        # One process says where the merged summary is: the ranks finish inside torchrun's
+        # workers, where none of them announces (a single process says it itself).
+        print(f"traceml-ci: summary written to {done.summary}", file=sys.stderr)
     return int(done.code or 0)

@@ -385,7 +385,9 @@ def _judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, st
 
 def _run_name(v: SummaryView) -> str:
     count = v.repeats_count
-    return f"{v.run_name} (×{count} runs)" if count is not None else v.run_name
+    if count is None:
+        return v.run_name
+    return f"{v.run_name} (×{count} run{'' if count == 1 else 's'})"
 
 
 def _fails(metric: Metric, rule: Rule, host_clock: bool) -> bool:

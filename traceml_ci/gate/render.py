@@ -166,8 +166,13 @@ def straggler_line(block: Mapping[str, Any]) -> str:
     if label is None:
         return f"{head}; too few ranks timed to compare"
     if label == BALANCED:
-        return (f"{head}; {label} (no rank's own work over {_num(s.get('threshold_pct'), 0)} % "
-                f"above the others', largest {_num(s.get('score_pct'))} %)")
+        # Say what the number is: the most any rank's own work per step exceeds the others'
+        # median (it can pass the threshold and still be balanced: a sliver of the step, or
+        # within its extra CPU contention).
+        line = (f"{head}; {label} (straggler threshold {_num(s.get('threshold_pct'), 0)} % "
+                f"more own work per step than the others' median; the most any rank does: "
+                f"{_num(s.get('score_pct'))} % more)")
+        return line
     return (f"{head}; {label}: rank {s.get('rank')} +{_num(s.get('score_pct'))} % own work per "
             f"step over the others' median, mostly {s.get('cause') or 'unknown'}")
 

@@ -23,14 +23,14 @@ def tracker(module: str, name: str) -> Any:
     """Import the tracker's package; MissingDependencyError saying what to install."""
     import importlib
 
-    from traceml_ci.errors import MissingDependencyError
+    from traceml_ci.errors import MissingDependencyError, install_hint
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(
             f"logging to {name} needs {module} ({exc.name or exc} is missing): "
-            f"pip install 'traceml-ci[{module}]'") from None
+            f"{install_hint(module)}") from None
 
 
 def load(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:

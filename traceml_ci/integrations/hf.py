@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.errors import install_hint
+
 try:
     from transformers import TrainerCallback
 except ImportError:
     raise ImportError(
-        "traceml_ci.integrations.hf needs transformers: pip install 'traceml-ci[hf]'"
+        f"traceml_ci.integrations.hf needs transformers: {install_hint('hf')}"
     ) from None
 
 from traceml_ci.integrations._driver import StepDriver

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from traceml_ci.errors import install_hint
+
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:
     raise ImportError(
-        "traceml_ci.integrations.lightning needs lightning: pip install 'traceml-ci[lightning]'"
+        f"traceml_ci.integrations.lightning needs lightning: {install_hint('lightning')}"
     ) from None
 
 from traceml_ci.integrations._lightning_hooks import LightningHooks

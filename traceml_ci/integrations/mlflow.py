@@ -1,6 +1,7 @@
 """Log a summary to MLflow: flat metrics, diagnoses as tags, the file as an artifact.
 
-``mlflow`` (``pip install 'traceml-ci[mlflow]'``) is imported only inside :func:`log_summary`.
+``mlflow`` (the ``[mlflow]`` extra: ``errors.install_hint``) is imported only inside
+:func:`log_summary`.
 """
 
 from __future__ import annotations

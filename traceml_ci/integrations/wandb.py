@@ -1,7 +1,8 @@
 """Log a summary to Weights & Biases: flat metrics, diagnoses as summary fields and tags, the
 file as an artifact.
 
-``wandb`` (``pip install 'traceml-ci[wandb]'``) is imported only inside :func:`log_summary`.
+``wandb`` (the ``[wandb]`` extra: ``errors.install_hint``) is imported only inside
+:func:`log_summary`.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ NEXT_STEP: dict[str, str] = {
         "where time moves."
     ),
     StepTimeLabel.INSUFFICIENT_DATA: (
-        "Run more steps: the statistics need at least {min_steps} steps after the "
-        "{warmup_steps} warmup steps."
+        "Run more steps: the statistics need at least {min_steps} steps{after_warmup}."
     ),
     MemoryLabel.MEMORY_GROWTH: (
         "Look for tensors kept across steps: losses accumulated without .item() or .detach(), "
@@ -105,9 +104,15 @@ def diagnose_step_time(
     """
     area = "step_time"
     if steps_analyzed < th.min_steps or pct.get("dataloader") is None:
-        msg = f"Only {steps_analyzed} steps after warmup; at least {th.min_steps} are needed."
+        # "after the 0 warmup steps" said nothing true: with no warmup, say none.
+        after_warmup = (
+            "" if warmup_steps <= 0
+            else f" after the {warmup_steps} warmup step{'' if warmup_steps == 1 else 's'}"
+        )
+        counted = "steps after warmup" if warmup_steps > 0 else "steps"
+        msg = f"Only {steps_analyzed} {counted}; at least {th.min_steps} are needed."
         nxt = NEXT_STEP[StepTimeLabel.INSUFFICIENT_DATA].format(
-            min_steps=th.min_steps, warmup_steps=warmup_steps
+            min_steps=th.min_steps, after_warmup=after_warmup
         )
         return [Diagnosis(area, StepTimeLabel.INSUFFICIENT_DATA.value, Severity.WARN, msg, nxt)]
 

@@ -27,7 +27,8 @@ DEFAULT_BASELINE_RUNS = 3
 
 #: A run whose main thread waited for a CPU this much of its wall time (percent; its
 #: ``run.contention.runqueue_wait_pct``) ran on a contended CPU: the gate's contention guard
-#: and the straggler analysis both excuse what that wait can explain.
+#: excuses what that wait can explain; the straggler analysis, what a rank's wait beyond the
+#: other ranks' median can.
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
 
 #: Sampled modules listed per direction in a summary's ``modules`` block (the slowest): a

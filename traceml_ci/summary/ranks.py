@@ -91,21 +91,51 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: Why a job's ranks are not compared (its collectives wait inside forward too).
-FSDP_NOT_ANALYSED = ("FSDP: its all-gathers wait inside forward and its reduce-scatters inside "
-                     "backward, so no phase is a rank's own work; not analysed")
+FSDP_NOT_ANALYSED = (
+    "FSDP: its all-gathers wait inside forward and its reduce-scatters inside "
+    "backward, so no phase is a rank's own work; not analysed"
+)
+
+
+def _extra_runqueue_wait(
+    worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
+) -> float | None:
+    """How much more of its wall time (percentage points) ``worst`` waited for a CPU than the
+    other ranks' median; None when its own wait is unknown.
+
+    Judged against the other ranks, not against a quiet machine: ranks that share a loaded host
+    (two ranks on two cores, or a busy runner) all wait, and a wait every rank has cannot
+    explain why one of them does more own work. A rank whose others did not measure theirs is
+    judged on its own wait (the others' counted as none)."""
+    wait = worst.get("runqueue_wait_pct")
+    if not isinstance(wait, (int, float)):
+        return None
+    theirs = [
+        r["runqueue_wait_pct"]
+        for r in others
+        if isinstance(r.get("runqueue_wait_pct"), (int, float))
+    ]
+    return float(wait) - (statistics.median(theirs) if theirs else 0.0)
 
 
 def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict[str, Any]:
     """The straggler analysis of per-rank rows (``_rank_row``): label, rank, score, cause."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
-    out: dict[str, Any] = {"label": BALANCED, "rank": None, "score_pct": 0.0, "cause": None,
-                           "threshold_pct": STRAGGLER_MIN_EXCESS_PCT, "scores_pct": {}}
+    out: dict[str, Any] = {
+        "label": BALANCED,
+        "rank": None,
+        "score_pct": 0.0,
+        "cause": None,
+        "threshold_pct": STRAGGLER_MIN_EXCESS_PCT,
+        "scores_pct": {},
+    }
     if fsdp:  # measured: a slow rank read as balanced, a waiting one as the straggler
         out.update(label=None, not_analysed=FSDP_NOT_ANALYSED)
         return out
     if len(timed) < 2:
         out["label"] = None  # nothing to compare
         return out
+
     def score(r: Mapping[str, Any]) -> float:
         # Against the median of the *other* ranks: with two ranks, the overall median would
         # sit halfway and halve the straggler's excess.
@@ -119,19 +149,25 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
     out["score_pct"] = round(score, 2)
     others = [r for r in timed if r is not worst]
     excess_ms = worst["own_work_ms"] - statistics.median(r["own_work_ms"] for r in others)
-    steps = [r["step_ms_median"] for r in timed
-             if isinstance(r.get("step_ms_median"), (int, float))]
+    steps = [
+        r["step_ms_median"] for r in timed if isinstance(r.get("step_ms_median"), (int, float))
+    ]
     step_ms = statistics.median(steps) if steps else 0.0
     if score <= STRAGGLER_MIN_EXCESS_PCT or excess_ms < STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms:
         return out
-    wait = worst.get("runqueue_wait_pct")
-    # Its CPU was contended: waiting a fraction w of its wall time lost it up to w of each
-    # step. A larger excess is still a straggler.
-    if (isinstance(wait, (int, float)) and wait >= CONTENDED_RUNQUEUE_WAIT_PCT
-            and excess_ms <= wait / 100.0 * step_ms):
-        out["contended"] = (f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) is "
-                            f"within what its CPU contention ({wait:.0f} % runqueue wait) "
-                            "can cause")
+    extra_wait = _extra_runqueue_wait(worst, others)
+    # Its CPU was more contended than the others': waiting a further fraction w of its wall
+    # time lost it up to w of each step. A larger excess is still a straggler.
+    if (
+        extra_wait is not None
+        and extra_wait >= CONTENDED_RUNQUEUE_WAIT_PCT
+        and excess_ms <= extra_wait / 100.0 * step_ms
+    ):
+        out["contended"] = (
+            f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) is "
+            f"within what its extra CPU contention ({extra_wait:.0f} % more "
+            "runqueue wait than the other ranks') can cause"
+        )
         return out
     excess = {}
     for p in OWN_WORK_PHASES:
@@ -157,12 +193,23 @@ def _quantiles(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float] 
     if not values:
         return None
     qs = statistics.quantiles(values, n=10, method="inclusive") if len(values) > 1 else values * 9
-    return {"min": values[0], "p10": qs[0], "median": statistics.median(values), "p90": qs[-1],
-            "max": values[-1]}
+    return {
+        "min": values[0],
+        "p10": qs[0],
+        "median": statistics.median(values),
+        "p90": qs[-1],
+        "max": values[-1],
+    }
 
 
-def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: int | None = None,
-                backend: str | None = None, failed: Sequence[int] = ()) -> dict[str, Any]:
+def merge_ranks(
+    docs: Sequence[Mapping[str, Any]],
+    *,
+    world_size: int,
+    nodes: int | None = None,
+    backend: str | None = None,
+    failed: Sequence[int] = (),
+) -> dict[str, Any]:
     """One summary for a distributed job from its ranks' summaries (rank 0's first).
 
     The result is rank 0's summary with: ``step_time.*_pct`` the medians across ranks (so a
@@ -179,8 +226,10 @@ def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: in
         raise ValueError("no rank summaries to merge")
     views = [SummaryView(d) for d in docs]
     out = copy.deepcopy(dict(docs[0]))
-    rows = sorted((_rank_row(d) for d in docs),
-                  key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30)
+    rows = sorted(
+        (_rank_row(d) for d in docs),
+        key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30,
+    )
     st = out.get("step_time") or {}
     shares = _median_shares(views)
     diagnoses = [d for d in out.get("diagnoses") or [] if d.get("area") != "step_time"]
@@ -189,8 +238,14 @@ def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: in
             st[f"{p}_pct"] = shares[p]
         analysed = views[0].steps_analyzed or 0
         warmup = views[0].warmup_steps or 0
-        found = diagnose_step_time(shares, analysed, warmup, DEFAULT_THRESHOLDS,
-                                   dataloader=None, device=views[0].memory_device or "cpu")
+        found = diagnose_step_time(
+            shares,
+            analysed,
+            warmup,
+            DEFAULT_THRESHOLDS,
+            dataloader=None,
+            device=views[0].memory_device or "cpu",
+        )
         st["diagnosis"] = found[0].kind
         diagnoses = [_diag_dict(d) for d in found] + diagnoses
     fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
@@ -212,28 +267,45 @@ def merge_ranks(docs: Sequence[Mapping[str, Any]], *, world_size: int, nodes: in
         "failed_ranks": sorted(int(r) for r in failed),
         "ranks": listed,
         "ranks_not_listed": len(rows) - len(listed),
-        "quantiles": ({k: _quantiles(rows, k) for k in ("step_ms_median", "own_work_ms")}
-                      if len(rows) > MAX_RANKS_LISTED else None),
+        "quantiles": (
+            {k: _quantiles(rows, k) for k in ("step_ms_median", "own_work_ms")}
+            if len(rows) > MAX_RANKS_LISTED
+            else None
+        ),
         "straggler": analysis,
     }
     return out
 
 
 def _diag_dict(d: Any) -> dict[str, Any]:
-    return {"area": d.area, "kind": d.kind, "severity": getattr(d.severity, "value", d.severity),
-            "message": d.message, "next_step": d.next_step}
+    return {
+        "area": d.area,
+        "kind": d.kind,
+        "severity": getattr(d.severity, "value", d.severity),
+        "message": d.message,
+        "next_step": d.next_step,
+    }
 
 
 def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:
     label = a["label"]
     if label == BALANCED:
-        message = (f"No rank's own work per step is more than {a['threshold_pct']:g}% above the "
-                   f"other ranks' median (largest: {a['score_pct']:+.1f}%).")
+        message = (
+            f"No rank's own work per step is more than {a['threshold_pct']:g}% above the "
+            f"other ranks' median (largest: {a['score_pct']:+.1f}%)."
+        )
         severity = "info"
     else:
-        message = (f"Rank {a['rank']} does {a['score_pct']:.0f}% more own work per step than the "
-                   f"other ranks' median, most of it in {a['cause']}; the others wait for it "
-                   "inside backward (the gradient all-reduce).")
+        message = (
+            f"Rank {a['rank']} does {a['score_pct']:.0f}% more own work per step than the "
+            f"other ranks' median, most of it in {a['cause']}; the others wait for it "
+            "inside backward (the gradient all-reduce)."
+        )
         severity = "warn"
-    return {"area": "distributed", "kind": label, "severity": severity, "message": message,
-            "next_step": NEXT_STEP[label].format(rank=a.get("rank"), cause=a.get("cause"))}
+    return {
+        "area": "distributed",
+        "kind": label,
+        "severity": severity,
+        "message": message,
+        "next_step": NEXT_STEP[label].format(rank=a.get("rank"), cause=a.get("cause")),
+    }

@@ -1,10 +1,10 @@
 """The JSON Schemas shipped with traceml-ci, and validation of documents against them.
 
-Two well-kept libraries, one schema file each: fastjsonschema compiles the schema to Python once
-per process (~25 ms) and confirms a valid document in microseconds, the diff's fast path;
-jsonschema (~0.2 s to import) is asked only to word the problems of an invalid one. ``format``
-is an annotation in both (as draft 2020-12 says by default), so they judge alike; a property
-test keeps them in agreement.
+Two well-kept libraries, one schema file each: fastjsonschema's Python for the schema, generated
+ahead of time (``schema_codegen.py``; compiled at run time only for a schema edited since),
+confirms a valid document in microseconds, the diff's fast path; jsonschema (~0.2 s to import)
+is asked only to word the problems of an invalid one. ``format`` is an annotation in both (as
+draft 2020-12 says by default), so they judge alike; a property test keeps them in agreement.
 """
 
 from __future__ import annotations
@@ -72,12 +72,38 @@ def fast_validator(name: str) -> tuple[Callable[[Any], Any], type[Exception]]:
     """Schema ``name`` compiled to a Python function (cached per process), and the exception
     it raises at a document's first problem (kept together: a test harness that re-imports
     fastjsonschema would otherwise bring a second class of that name).
+
+    The function compiled ahead of time (``summary/schema_codegen.py``: a module imported in
+    a few ms, no fastjsonschema) while it was generated from this very schema file; else
+    fastjsonschema compiles the schema now (~0.15 s for the summary's).
     fastjsonschema writes a property's ``default`` into the document: keep ``default`` out of
     our schemas (a test checks validation leaves documents unchanged)."""
+    ahead = _compiled_ahead(name)
+    if ahead is not None:
+        return ahead
     import fastjsonschema
 
     validate = fastjsonschema.compile(load_schema(name), use_formats=False)
     return validate, fastjsonschema.JsonSchemaValueException
+
+
+def _compiled_ahead(name: str) -> tuple[Callable[[Any], Any], type[Exception]] | None:
+    """The generated module's validator for schema ``name``, if it matches the schema file."""
+    import hashlib
+    import importlib
+
+    from traceml_ci.summary.schema_codegen import COMPILED_SCHEMAS, module_name
+
+    if name not in COMPILED_SCHEMAS:
+        return None
+    try:
+        module = importlib.import_module(f"traceml_ci.summary.{module_name(name)}")
+    except ImportError:
+        return None
+    digest = hashlib.sha256(schema_path(name).read_bytes()).hexdigest()
+    if getattr(module, "SCHEMA_SHA256", None) != digest:
+        return None
+    return module.validate, module.JsonSchemaValueException
 
 
 def is_valid(doc: Any, name: str) -> bool:
@@ -154,12 +180,21 @@ def _share_problems(st: dict[str, Any]) -> list[Problem]:
     if len(nulls) == len(PHASES):
         analysed = st.get("steps_analyzed")
         if isinstance(analysed, int) and analysed > 0:
-            return [Problem("$.step_time", f"the five *_pct are null although {analysed} steps "
-                            "were analysed")]
+            return [
+                Problem(
+                    "$.step_time",
+                    f"the five *_pct are null although {analysed} steps were analysed",
+                )
+            ]
         return []
     if nulls:
-        return [Problem(f"$.step_time.{p}_pct", "is null while other shares are numbers (null "
-                        "only when no step was analysed)") for p in nulls]
+        return [
+            Problem(
+                f"$.step_time.{p}_pct",
+                "is null while other shares are numbers (null only when no step was analysed)",
+            )
+            for p in nulls
+        ]
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values.values()):
         total = math.fsum(values.values())  # type: ignore[arg-type]
         if abs(total - 100.0) > PCT_SUM_TOLERANCE:
