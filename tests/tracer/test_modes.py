@@ -189,3 +189,27 @@ def test_busy_other_phase_is_overhead(fresh_tracer) -> None:
     doc = finish_and_load(tracer)
     assert pct(doc, "other") == 100.0
     assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"
+
+
+def test_zero_change_without_optimizer_steps_holds_bounded_memory(fresh_tracer, monkeypatch):
+    """A hand-written SGD update never calls optimizer.step(), so the zero-change step never
+    closes: its phase pieces piled up for the whole run. Past the cap the oldest half goes,
+    and the backward passes are still counted for the "no steps" hint."""
+    from traceml_ci.tracer import recorder
+
+    monkeypatch.setattr(recorder, "MAX_IMPLICIT_MARKS", 100)
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
+    model = torch.nn.Linear(4, 1)
+    longest = 0
+    for _ in range(300):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        model.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+        longest = max(longest, len(tracer.rec.marks))
+    assert longest <= 101
+    doc = finish_and_load(tracer)
+    diag = next(d for d in doc["diagnoses"] if d["area"] == "step_time")
+    assert "300 backward passes" in diag["message"], diag

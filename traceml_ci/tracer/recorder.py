@@ -41,6 +41,10 @@ ACC_ZERO = (0, 0, 0, 0, 0, 0)
 #: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both --
 #: once the next fetch shows that it really ended, see ``Recorder.loop_end``.)
 MAX_OUTSIDE_FETCHES = 16
+#: Phase pieces one zero-change step may hold. A script that never calls optimizer.step() (a
+#: hand-written SGD update) never closes its step: past this, the oldest half is dropped, so
+#: the tracer's memory stays bounded however long it runs (about 100 bytes a piece).
+MAX_IMPLICIT_MARKS = 50_000
 
 #: Set on each DataLoader iterator (class default None): samples per batch it yields, 0 unknown.
 SAMPLES_ATTR = "_traceml_ci_samples"
@@ -75,6 +79,7 @@ class Recorder:
         "acc",
         "loop_end",
         "ahead",
+        "dropped_bwd",
     )
 
     def __init__(self, mark: Callable[[], Any], store: Any, implicit: bool = False) -> None:
@@ -89,6 +94,8 @@ class Recorder:
         self.implicit = implicit
         self.saw_opt = False
         self.marks: list = []
+        #: Backward pieces dropped from an over-long zero-change step (``MAX_IMPLICIT_MARKS``).
+        self.dropped_bwd = 0
         self.outside: list = []
         self.enter: Any = None
         self.last_opt_end: Any = None
@@ -232,7 +239,12 @@ class Recorder:
     def record(self, p: int, t0: Any, t1: Any) -> None:
         """Where a finished piece of a phase goes: the open step, or the fetches before the next."""
         if self.in_step or self.implicit:
-            self.marks.append((p, t0, t1))
+            marks = self.marks
+            marks.append((p, t0, t1))
+            if len(marks) > MAX_IMPLICIT_MARKS and self.implicit:
+                half = MAX_IMPLICIT_MARKS // 2
+                self.dropped_bwd += sum(1 for m in marks[:half] if m[0] == BWD)
+                del marks[:half]
         else:
             outside = self.outside
             outside.append((p, t0, t1))

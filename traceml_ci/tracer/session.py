@@ -536,7 +536,7 @@ class Tracer:
         rec = self.rec
         if not rec.implicit or self.store.steps_total or rec.saw_opt:
             return 0
-        return sum(1 for p, _, _ in rec.marks if p == BWD)
+        return rec.dropped_bwd + sum(1 for p, _, _ in rec.marks if p == BWD)
 
     def _samples_per_step(self) -> float | None:
         """``init(batch_size=...)`` when given (it means samples per step); else the DataLoader
