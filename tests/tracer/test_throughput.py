@@ -291,3 +291,72 @@ def test_time_between_steps_is_measured_and_kept_out_of_samples_per_s(fresh_trac
     assert b["between_pct"] == pytest.approx(100 * b["between_s"] / b["wall_s"], abs=0.1)
     with_evals = BATCH * 58 / wall
     assert st["throughput"]["samples_per_s"] > 1.2 * with_evals
+
+
+def _nanogpt_loop(model, optimizer, x, y, teacher=None) -> tuple[list[float], float, float]:
+    """nanoGPT's shape under zero-change mode: estimate_loss() every 10 iterations
+    (model.eval(), no_grad, several forwards, model.train()), then a training step closed by
+    optimizer.step(). Returns the evaluations' stopwatch, the wall time and the steps' time
+    from the second window on."""
+    evals: list[float] = []
+    steps_s = 0.0
+    start = None
+    for i in range(60):
+        if i == 10:
+            start = time.perf_counter()
+        if i % 10 == 5:
+            t0 = time.perf_counter()
+            model.eval()
+            with torch.no_grad():
+                for _ in range(4):
+                    model(x)
+                time.sleep(0.03)
+                model(x)
+            model.train()
+            evals.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        if teacher is not None:
+            with torch.no_grad():
+                teacher(x)
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if start is not None:
+            steps_s += time.perf_counter() - t0
+    return evals, time.perf_counter() - start, steps_s
+
+
+def test_zero_change_evaluation_is_its_own_time_not_a_steps(fresh_tracer) -> None:
+    """Issue 20: nanoGPT's eval (22 % of its wall time) vanished into the next step under
+    traceml-ci run. A trained model run in eval mode without grad is evaluation: between
+    steps, told apart as eval_s, out of the steps' time and samples/s."""
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2, batch_size=BATCH)
+    model = BusyModel(1.0, 1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, 8), torch.randn(BATCH, 1)
+    evals, _, _ = _nanogpt_loop(model, optimizer, x, y)
+    st = finish_and_load(tracer)["step_time"]
+    b = st["between_steps"]
+    assert b["evals"] >= 4  # one span per estimate_loss, not one per forward
+    assert 0.6 * sum(evals[1:]) <= b["eval_s"] <= sum(evals) + 0.05
+    assert b["eval_s"] <= b["between_s"] + 1e-9
+    # The steps are training alone: each about a forward, a backward and a step of BusyModel.
+    assert st["step_ms"]["median"] < 30  # an evaluation (>= 30 ms of sleep) is in none
+
+
+def test_a_teacher_that_never_trains_stays_forward(fresh_tracer) -> None:
+    """Distillation: a teacher in eval mode under no_grad inside each step is forward, not
+    evaluation (it never ran a forward with grad)."""
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
+    model, teacher = BusyModel(1.0, 1.0), BusyModel(2.0, 0.0).eval()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(BATCH, 8), torch.randn(BATCH, 1)
+    for _ in range(40):
+        with torch.no_grad():
+            teacher(x)
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    st = finish_and_load(tracer)["step_time"]
+    assert (st["between_steps"] or {}).get("eval_s") is None  # (None: too short to measure)
+    assert st["phase_ms"]["forward"] >= 2.5  # the teacher's 2 ms and the model's 1 ms

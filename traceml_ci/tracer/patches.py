@@ -15,6 +15,7 @@ Every wrapper keeps the user's call and exceptions untouched; a failure of our o
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -254,16 +255,24 @@ class RootForwardHooks:
     global module hooks, then time only those roots with ordinary forward hooks.
 
     Discovery settles at the first optimizer step -- or, when that step runs the forward itself
-    (``optimizer.step(closure)``), as soon as a root with parameters has finished its forward."""
+    (``optimizer.step(closure)``), as soon as a root with parameters has finished its forward.
 
-    def __init__(self, rec: Recorder) -> None:
+    Evaluation between steps (nanoGPT's ``estimate_loss``: ``model.eval()`` and ``no_grad``)
+    is no step's forward: a root that has trained (run a forward with grad) and now runs in
+    eval mode without grad is evaluating; its time goes to ``note_eval`` (one span per run of
+    evaluation forwards), outside the steps. A teacher that never trains (distillation) stays
+    forward."""
+
+    def __init__(self, rec: Recorder, note_eval: Callable[[int, int], None] | None = None) -> None:
         self.rec = rec
+        self.note_eval = note_eval
         self.roots: dict[int, Any] = {}
         self.timed: list[Any] = []
         self._depth = 0
         self._pending = False
         self._handles: list[Any] = []
         self._global: list[Any] = []
+        self._flush_eval: Callable[[], Any] = _nothing
 
     def install_discovery(self) -> None:
         from torch.nn.modules import module as module_mod
@@ -301,13 +310,42 @@ class RootForwardHooks:
         self._depth = 0
         self._pending = False
         rec = self.rec
+        import torch
+
+        grad_enabled = torch.is_grad_enabled
+        now = time.perf_counter_ns
+        trained: set[int] = set()
+        #: [start, end] (perf_counter_ns) of the evaluation under way, and whether one of its
+        #: forwards is open (roots never nest: they are the outermost modules).
+        span: list[int] = []
+        evaluating = [False]
+        note_eval = self.note_eval
 
         def pre(mod: Any, args: Any) -> None:
+            if grad_enabled():
+                trained.add(id(mod))
+                if span:
+                    if note_eval is not None:
+                        note_eval(span[0], span[1])
+                    span.clear()
+            elif not mod.training and id(mod) in trained:
+                began = rec.evaluation_begins()
+                t = now()
+                if not span:
+                    span.extend((began if isinstance(began, int) else t, t))
+                evaluating[0] = True
+                return
             rec.phase_begin(FWD)
 
         def post(mod: Any, args: Any, out: Any) -> None:
+            if evaluating[0]:
+                evaluating[0] = False
+                if span:
+                    span[1] = now()
+                return
             rec.phase_end(FWD)
 
+        self._flush_eval = lambda: (note_eval(span[0], span[1]) if span and note_eval else None)
         # Loss functions are modules too; a model is a root with parameters.
         self.timed = models
         for mod in self.timed:
@@ -315,9 +353,15 @@ class RootForwardHooks:
             self._handles.append(mod.register_forward_hook(post, always_call=True))
 
     def uninstall(self) -> None:
+        self._flush_eval()  # an evaluation that ran last
+        self._flush_eval = _nothing
         for h in self._global + self._handles:
             h.remove()
         self._global, self._handles = [], []
+
+
+def _nothing() -> None:
+    return None
 
 
 def _has_params(module: Any) -> bool:

@@ -463,6 +463,24 @@ class Recorder:
         self.enter = None
         self.saw_opt = False
 
+    def evaluation_begins(self) -> Any:
+        """Zero-change mode: a forward of evaluation (a trained model, in eval mode, without
+        grad) begins, outside any phase. The open step closes if its optimizer step is done;
+        if it has trained nothing yet, its pieces so far were the evaluation's (a validation
+        loader's fetches) and are dropped, so evaluation lies between steps. Returns the
+        step's start mark in that case (where the evaluation began), else None."""
+        if not self.implicit or self.active != -1 or self.enter is None:
+            return None
+        if self.saw_opt:
+            self._close_implicit(self.mark())
+            return None
+        if any(m[0] == BWD for m in self.marks):  # mid gradient accumulation: leave it be
+            return None
+        began, self.enter = self.enter, None
+        self.marks = []
+        self.acc[SAMPLES] = 0
+        return began
+
     def flush(self) -> None:
         """At finish: close an open zero-change step at its last optimizer step."""
         if self.implicit and self.saw_opt and self.enter is not None:

@@ -99,7 +99,7 @@ class Tracer:
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
-        self.roots = RootForwardHooks(self.rec) if zero_change else None
+        self.roots = RootForwardHooks(self.rec, self.note_eval) if zero_change else None
         #: Our hooks and forward shadows stay out of what the user pickles, copies or scripts.
         self.transparency = Transparency(self.fail)
         try:
