@@ -154,6 +154,9 @@ class HistoryStore:
         except sqlite3.Error as exc:
             raise InputError(self.path, f"cannot open the history database: {exc}") from None
         try:
+            # One read transaction: the version and the tables from one snapshot (another
+            # process may be creating this very history, version and tables in one commit).
+            conn.execute("BEGIN")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
