@@ -15,7 +15,7 @@ from typing import Any
 
 from traceml_ci.summary.keys import PHASES
 
-__all__ = ["PHASES", "SummaryView", "finite"]
+__all__ = ["PHASES", "SummaryView", "as_view", "finite"]
 
 
 def finite(x: Any) -> float | None:
@@ -211,6 +211,12 @@ class SummaryView:
     def diagnoses(self) -> list[Mapping[str, Any]]:
         found = self.doc.get("diagnoses")
         return [d for d in found if isinstance(d, Mapping)] if isinstance(found, list) else []
+
+
+def as_view(summary: SummaryView | Mapping[str, Any]) -> SummaryView:
+    """``summary`` itself when it is a view already, else a view over the dict: callers that
+    hold a parsed view pass it down instead of having it built again."""
+    return summary if isinstance(summary, SummaryView) else SummaryView(summary)
 
 
 def module_label(row: Mapping[str, Any]) -> str:
