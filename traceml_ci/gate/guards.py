@@ -206,20 +206,20 @@ def name_modules(
         phase = row.name.removeprefix("step_time.").removesuffix("_pct")
         if phase in MODULE_PHASES and row.name == f"step_time.{phase}_pct":
             if row.status in (Status.REGRESSED, Status.WARN):
-                movers = module_movers(base.doc, head.doc, phase, noise_factor)
+                movers = module_movers(base, head, phase, noise_factor)
                 # The modules that moved the way the phase did: the others only diluted.
                 same_way = [m for m in movers if row.delta is not None and m[1] * row.delta > 0]
                 if not same_way:
                     out.append(row)
                     continue
-                named = describe_movers(same_way, head=head.doc, phase=phase)
+                named = describe_movers(same_way, head=head, phase=phase)
                 row = with_status(row, row.status, f"{row.note}; {named}" if row.note else named)
             else:
                 # The phase held: did time move between its modules? (Shares of the phase: a
                 # phase that only lost share to another one moves none of its modules.)
                 inside = module_movers(
-                    base.doc,
-                    head.doc,
+                    base,
+                    head,
                     phase,
                     noise_factor,
                     of_step=False,
@@ -229,7 +229,7 @@ def name_modules(
                     context.append(
                         f"time moved within {phase} (sampled modules, for "
                         f"information): "
-                        f"{describe_movers(inside, head=head.doc, phase=phase)}"
+                        f"{describe_movers(inside, head=head, phase=phase)}"
                     )
         out.append(row)
     return out, context
