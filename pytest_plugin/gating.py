@@ -153,9 +153,12 @@ def _judge(
             return result, message
         return GateResult(nodeid, key, Handling.NO_BASELINE, no_baseline_note(key), head, n), ""
 
-    from traceml_ci.gate import DEFAULT_RULES, Status, Verdict, compare, render_text
+    from traceml_ci.gate import DEFAULT_RULES, Status, Verdict, render_text
+    from traceml_ci.gate.judge import judge
 
-    comparison = compare(base, head, state.rules or DEFAULT_RULES)
+    # One entry each side: judge() compares the pair (the session's set is assembled from
+    # these per-test comparisons, never compared again: state.session_comparison).
+    comparison = judge({key: base}, {key: head}, state.rules or DEFAULT_RULES)
     verdict = comparison.verdict
     if opts.update_baseline:
         detail = f"was {verdict.value}" if verdict is not Verdict.PASS else "unchanged"

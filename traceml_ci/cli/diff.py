@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceml_ci.cli.options import MIN_WIDTH, width
 from traceml_ci.errors import ExitCode
@@ -79,19 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _pair(base: Any, head: Any, rules: Any, allow: bool) -> Comparison | SetComparison:
-    from traceml_ci.gate.compare import compare, compare_sets
-    from traceml_ci.gate.inputs import InputKind
-
-    if base.kind is not InputKind.SET and head.kind is not InputKind.SET:
-        (b,), (h,) = base.summaries.values(), head.summaries.values()
-        return compare(b, h, rules, allow_env_mismatch=allow)
-    if len(base.summaries) == 1 and len(head.summaries) == 1:
-        (b,), (h,) = base.summaries.values(), head.summaries.values()
-        return compare(b, h, rules, allow_env_mismatch=allow)
-    return compare_sets(base.summaries, head.summaries, rules, allow_env_mismatch=allow)
-
-
 def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: bool) -> str:
     from traceml_ci.gate import render as r
 
@@ -104,12 +91,14 @@ def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: 
 
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.gate.inputs import read_input
+    from traceml_ci.gate.judge import judge
     from traceml_ci.gate.rules import resolve_rules
 
     rules = resolve_rules(args.tolerances)
     base = read_input(args.base)
     head = read_input(args.head)
-    result = _pair(base, head, rules, args.allow_env_mismatch)
+    result = judge(base.summaries, head.summaries, rules,
+                   allow_env_mismatch=args.allow_env_mismatch)
     to_tty = args.output is None and sys.stdout.isatty()
     colour = to_tty and "NO_COLOR" not in os.environ
     width = args.width or (os.get_terminal_size().columns if to_tty else 120)

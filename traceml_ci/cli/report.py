@@ -84,20 +84,14 @@ def run(args: argparse.Namespace) -> int:
 
         raise UsageError("give RUN_OR_DIR inputs, or --db FILE")
     if len(loaded) == 2 and not args.db:
-        from traceml_ci.gate.compare import compare, compare_sets
+        from traceml_ci.gate.judge import judge
         from traceml_ci.gate.rules import resolve_rules
 
         (bpath, bsums), (hpath, hsums) = loaded
-        rules = resolve_rules(args.tolerances)
-        allow = args.allow_env_mismatch
-        if len(bsums) == 1 and len(hsums) == 1:  # one run each: the same job, whatever its key
-            (bkey, bdoc), (hkey, hdoc) = *bsums.items(), *hsums.items()
-            result = compare(bdoc, hdoc, rules, allow_env_mismatch=allow)
-            base, head = [Run(bkey, bpath, bdoc)], [Run(hkey, hpath, hdoc)]
-        else:
-            result = compare_sets(bsums, hsums, rules, allow_env_mismatch=allow)
-            base = [Run(k, bpath, d) for k, d in bsums.items()]
-            head = [Run(k, hpath, d) for k, d in hsums.items()]
+        result = judge(bsums, hsums, resolve_rules(args.tolerances),
+                       allow_env_mismatch=args.allow_env_mismatch)
+        base = [Run(k, bpath, d) for k, d in bsums.items()]
+        head = [Run(k, hpath, d) for k, d in hsums.items()]
         page = build_html(head, base=base, comparison=result, title=args.title)
     else:
         runs = [Run(key, path, doc) for path, sums in loaded for key, doc in sums.items()]

@@ -21,6 +21,7 @@ from traceml_ci.gate.inputs import (
     read_baseline_set,
     write_baseline_set,
 )
+from traceml_ci.gate.judge import judge
 from traceml_ci.gate.render import render_json, render_markdown, render_text
 from traceml_ci.gate.rules import DEFAULT_RULES, Rule, Rules, load_rules
 
@@ -36,6 +37,7 @@ __all__ = [
     "Verdict",
     "compare",
     "compare_sets",
+    "judge",
     "load_input",
     "load_rules",
     "read_baseline_set",

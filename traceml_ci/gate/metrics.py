@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.view import SummaryView, as_view
 
 
 class Kind(str, Enum):
@@ -49,16 +49,17 @@ class Metric:
         """Whether the headline delta is relative (percent of base) rather than absolute."""
         return self.kind in (Kind.TIME, Kind.MEMORY, Kind.RATE)
 
-    def value(self, summary: Mapping[str, Any]) -> Any:
-        """This metric's value in ``summary``: a finite float, a label string, or None."""
-        view = SummaryView(summary)
+    def value(self, summary: SummaryView | Mapping[str, Any]) -> Any:
+        """This metric's value in ``summary`` (a view, or a dict to view): a finite float, a
+        label string, or None."""
+        view = as_view(summary)
         return view.text(self.path) if self.kind is Kind.LABEL else view.number(self.path)
 
-    def noise(self, summary: Mapping[str, Any]) -> float | None:
+    def noise(self, summary: SummaryView | Mapping[str, Any]) -> float | None:
         """The IQR across windows of steps that ``summary`` reports for this metric, if any."""
         if self.noise_path is None:
             return None
-        value = SummaryView(summary).number(self.noise_path)
+        value = as_view(summary).number(self.noise_path)
         return None if value is None or value < 0 else value
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.summary.keys import TOP_MODULES
-from traceml_ci.summary.view import SummaryView, finite, module_label
+from traceml_ci.summary.view import SummaryView, as_view, finite, module_label
 
 #: Phases whose shares are split by module.
 MODULE_PHASES = ("forward", "backward")
@@ -31,11 +31,11 @@ CHILD_EXPLAINS = 0.75
 MODULES_NAMED = 2
 
 
-def _listed(doc: Mapping[str, Any], phase: str, of_step: bool
+def _listed(doc: SummaryView, phase: str, of_step: bool
             ) -> tuple[dict[str, tuple[float, float]], bool]:
     """name -> (share, noise) in pp of the step (``of_step``) or of the phase, for one phase's
     listed modules; and whether the list may have been cut (more were timed than listed)."""
-    share = SummaryView(doc).share(phase) if of_step else 100.0
+    share = doc.share(phase) if of_step else 100.0
     rows = _rows(doc, phase)
     if share is None or not rows:
         return {}, False
@@ -48,14 +48,15 @@ def _listed(doc: Mapping[str, Any], phase: str, of_step: bool
     return out, len(rows) >= TOP_MODULES
 
 
-def module_movers(base: Mapping[str, Any], head: Mapping[str, Any], phase: str = "forward",
+def module_movers(base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any],
+                  phase: str = "forward",
                   noise_factor: float = 1.0, *, of_step: bool = True,
                   least_pp: float = MIN_MOVE_PP) -> list[tuple[str, float]]:
     """Sampled modules of ``phase`` whose share of the step (``of_step``; else of the phase)
     moved beyond their noise, in pp, the largest first; a parent whose move a descendant
     explains is left out."""
-    b, b_cut = _listed(base, phase, of_step)
-    h, h_cut = _listed(head, phase, of_step)
+    b, b_cut = _listed(as_view(base), phase, of_step)
+    h, h_cut = _listed(as_view(head), phase, of_step)
     if not b or not h:
         return []
     # A module listed on one side only was below the other side's shortest entry (if that list
@@ -82,11 +83,12 @@ def _explained_by_child(name: str, delta: float, moved: Mapping[str, float]) -> 
 
 
 def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED,
-                    head: Mapping[str, Any] | None = None, phase: str = "") -> str:
+                    head: SummaryView | Mapping[str, Any] | None = None, phase: str = "") -> str:
     """``encoder.layer.3 +7.6 pp (41 % of forward), embed -0.3 pp`` -- with ``head``, each
     module's share of the phase there (names are data: the renderers escape them)."""
-    shares = _listed(head, phase, of_step=False)[0] if head is not None else {}
-    rows = _rows(head, phase) if head is not None else {}
+    view = as_view(head) if head is not None else None
+    shares = _listed(view, phase, of_step=False)[0] if view is not None else {}
+    rows = _rows(view, phase) if view is not None else {}
     out = []
     for name, delta in movers[:limit]:
         share = shares.get(name)
@@ -96,10 +98,9 @@ def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED,
     return ", ".join(out)
 
 
-def _rows(doc: Mapping[str, Any], phase: str) -> dict[str, Mapping[str, Any]]:
+def _rows(doc: SummaryView, phase: str) -> dict[str, Mapping[str, Any]]:
     """name -> row of one phase's listed modules (the well-formed ones)."""
-    mods = doc.get("modules")
-    rows = mods.get(phase) if isinstance(mods, Mapping) else None
+    rows = doc.at(("modules", phase))
     if not isinstance(rows, list):
         return {}
     return {m["name"]: m for m in rows

@@ -15,7 +15,7 @@ from typing import Any
 
 from traceml_ci.summary.keys import PHASES
 
-__all__ = ["PHASES", "SummaryView", "finite"]
+__all__ = ["PHASES", "SummaryView", "as_view", "finite"]
 
 
 def finite(x: Any) -> float | None:
@@ -28,6 +28,11 @@ def finite(x: Any) -> float | None:
 
 def _table(x: Any) -> Mapping[str, Any]:
     return x if isinstance(x, Mapping) else {}
+
+
+def _whole(x: Any) -> int | None:
+    """``x`` as a count: an int, never a bool (``true`` is not 1 step)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
 class SummaryView:
@@ -113,8 +118,7 @@ class SummaryView:
     @property
     def repeats_count(self) -> int | None:
         """How many runs a combined summary stands for; None for a single run."""
-        count = _table(self.doc.get("repeats")).get("count")
-        return count if isinstance(count, int) and not isinstance(count, bool) else None
+        return _whole(_table(self.doc.get("repeats")).get("count"))
 
     # -- step time --------------------------------------------------------------------------
     def share(self, phase: str) -> float | None:
@@ -148,13 +152,11 @@ class SummaryView:
 
     @property
     def steps_analyzed(self) -> int | None:
-        n = self.step_time.get("steps_analyzed")
-        return n if isinstance(n, int) else None
+        return _whole(self.step_time.get("steps_analyzed"))
 
     @property
     def steps_total(self) -> int | None:
-        n = self.step_time.get("steps_total")
-        return n if isinstance(n, int) else None
+        return _whole(self.step_time.get("steps_total"))
 
     @property
     def recovered(self) -> bool:
@@ -163,8 +165,7 @@ class SummaryView:
 
     @property
     def warmup_steps(self) -> int | None:
-        n = self.step_time.get("warmup_steps")
-        return n if isinstance(n, int) else None
+        return _whole(self.step_time.get("warmup_steps"))
 
     @property
     def clock(self) -> str | None:
@@ -211,6 +212,12 @@ class SummaryView:
     def diagnoses(self) -> list[Mapping[str, Any]]:
         found = self.doc.get("diagnoses")
         return [d for d in found if isinstance(d, Mapping)] if isinstance(found, list) else []
+
+
+def as_view(summary: SummaryView | Mapping[str, Any]) -> SummaryView:
+    """``summary`` itself when it is a view already, else a view over the dict: callers that
+    hold a parsed view pass it down instead of having it built again."""
+    return summary if isinstance(summary, SummaryView) else SummaryView(summary)
 
 
 def module_label(row: Mapping[str, Any]) -> str:

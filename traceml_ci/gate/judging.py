@@ -1,0 +1,219 @@
+"""Judging one metric: its tolerance tiers, the noise threshold, and the status of a number or a
+label row. The rules are documented in docs/gate.md ("Tolerances", "The noise rule").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from traceml_ci.gate.metrics import METRICS, UNKNOWN_LABELS, Kind, Metric, good_labels
+from traceml_ci.gate.results import Row, Status, Tolerance
+from traceml_ci.gate.rules import Direction, Rule, Rules
+from traceml_ci.summary.view import SummaryView
+
+#: Absolute times measured with the host clock (CPU runs) also measure whatever else the machine
+#: is doing: on a shared runner a steady neighbour slows every step of a run, its fastest ones
+#: too, which no statistic of the run can tell from a slower step. Past their fail tier they
+#: only warn, unless a rule sets ``fail = true``. Device-clock times (CUDA events) gate.
+HOST_CLOCK_TIMES_WARN = True
+
+#: The noise allowance is capped at this many fail tolerances: a summary's own spread can widen
+#: what counts as noise, but not without bound (docs/gate.md, "The noise rule"). Not 1: under
+#: the default "beyond" rule a cap at the tolerance itself would switch the noise rule off for
+#: every change past the fail tier, honest noisy runs included.
+NOISE_CAP_TOLERANCES = 2.0
+
+
+def _beyond(tier_abs: float | None, tier_rel: float | None, d_abs: float, d_rel: float) -> bool:
+    """Whether a change is past every threshold a tier gives (none given: never)."""
+    if tier_abs is None and tier_rel is None:
+        return False
+    return (tier_abs is None or d_abs > tier_abs) and (tier_rel is None or d_rel > tier_rel)
+
+
+def noise_threshold(
+    metric: Metric, rule: Rule, base: SummaryView, head: SummaryView, factor: float
+) -> float | None:
+    """``factor`` × √(IQR_base² + IQR_head²), symmetric in base and head, and never more than
+    NOISE_CAP_TOLERANCES × the rule's fail tolerance: the spread a summary reports about itself
+    can widen its allowance only that far (a head reporting an IQR of 35 pp, or 1e6, for a
+    share cannot turn a +30 pp regression into "within noise")."""
+    spreads = [s for s in (metric.noise(base), metric.noise(head)) if s is not None]
+    if not spreads or factor <= 0:
+        return None
+    noise = factor * math.hypot(*spreads)
+    cap = _noise_cap(rule, metric.value(base))
+    return noise if cap is None else min(noise, cap)
+
+
+def _noise_cap(rule: Rule, b: Any) -> float | None:
+    """The largest noise allowance (metric's unit) a rule admits: NOISE_CAP_TOLERANCES × the
+    change its fail tier (else its warn tier) calls too large from base ``b``."""
+    tier_abs, tier_rel = (
+        (rule.abs, rule.rel) if rule.has_fail_tier else (rule.warn_abs, rule.warn_rel)
+    )
+    if tier_abs is None and tier_rel is None:
+        return None
+    limits = [tier_abs or 0.0]
+    if tier_rel is not None and isinstance(b, float):
+        limits.append(tier_rel / 100.0 * abs(b))
+    return NOISE_CAP_TOLERANCES * max(limits)
+
+
+def _relative(d: float, b: float) -> float:
+    """``d`` in percent of ``b``; from a base of 0, any change is infinitely large."""
+    if b != 0:
+        return d / abs(b) * 100.0
+    return 0.0 if d == 0 else math.copysign(math.inf, d)
+
+
+def _past(tier_abs: float | None, tier_rel: float | None, amount: float, b: float) -> bool:
+    """Whether a change of ``amount`` (in the metric's unit, positive = counted direction) from
+    base ``b`` is past a tier."""
+    return _beyond(tier_abs, tier_rel, amount, _relative(amount, b))
+
+
+def judge_number(
+    metric: Metric,
+    rule: Rule,
+    b: float,
+    h: float,
+    noise: float | None,
+    *,
+    fails: bool = True,
+    margin: bool = True,
+) -> tuple[Status, float | None, str]:
+    """Status of one numeric row. ``noise``: the noise threshold (metric's unit) or None.
+    ``margin``: the change less the noise must pass the tier (else: the change must pass the
+    tier and, separately, exceed the noise). ``fails``: whether past the fail tier regresses."""
+    d = h - b
+    d_rel = _relative(d, b)
+    delta: float | None = (None if b == 0 and d != 0 else d_rel) if metric.relative else d
+    if delta is not None and not math.isfinite(delta):
+        delta = None
+    if not (rule.has_fail_tier or rule.has_warn_tier):
+        return Status.OK, delta, ""
+    worse_sign = 1.0 if metric.higher_is_worse else -1.0
+    worse = abs(d) if rule.direction is Direction.ANY else d * worse_sign
+    better = -d * worse_sign
+
+    def significant(amount: float) -> float | None:
+        """The amount that counts after the noise; None when it does not clear the noise."""
+        if noise is None:
+            return amount
+        if margin:
+            return amount - noise
+        return amount if abs(d) > noise else None
+
+    def past(tier_abs: float | None, tier_rel: float | None, amount: float | None) -> bool:
+        return amount is not None and _past(tier_abs, tier_rel, amount, b)
+
+    sig_worse, sig_better = significant(worse), significant(better)
+    noise_note = f"within noise (±{noise:.3g} {unit_of(metric)})" if noise is not None else ""
+    if past(rule.abs, rule.rel, sig_worse):
+        if not fails:
+            return Status.WARN, delta, "beyond tolerance (warn only)"
+        return Status.REGRESSED, delta, ""
+    if past(rule.abs, rule.rel, worse):
+        return Status.WARN, delta, f"beyond tolerance but {noise_note}"
+    if past(rule.warn_abs, rule.warn_rel, sig_worse):
+        return Status.WARN, delta, ""
+    if past(rule.warn_abs, rule.warn_rel, worse):
+        return Status.OK, delta, noise_note
+    if rule.direction is Direction.WORSE:
+        tier = (rule.warn_abs, rule.warn_rel) if rule.has_warn_tier else (rule.abs, rule.rel)
+        if past(*tier, sig_better):
+            return Status.IMPROVED, delta, ""
+    return Status.OK, delta, ""
+
+
+def unit_of(metric: Metric) -> str:
+    """How a change of ``metric`` is written: pp for shares, else its own unit."""
+    return "pp" if metric.kind is Kind.PCT else metric.unit
+
+
+def judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, str]:
+    """Status and note of one label row: any change regresses, except a move to a healthy
+    label (improved), between healthy labels or from too little data (warn), or under a
+    warn-only rule."""
+    if b == h:
+        return Status.OK, ""
+    if b in UNKNOWN_LABELS or h in UNKNOWN_LABELS:
+        return Status.WARN, "too little data on one side to judge the label"
+    good = good_labels(metric)
+    if rule.direction is Direction.WORSE:
+        if h in good and b not in good:
+            return Status.IMPROVED, ""
+        if h in good and b in good:
+            return Status.WARN, "changed between healthy labels"
+    if rule.fail is False:
+        return Status.WARN, "diagnosis changed (rule: warn only)"
+    return Status.REGRESSED, "diagnosis changed"
+
+
+def fails_past_tier(metric: Metric, rule: Rule, host_clock: bool) -> bool:
+    """Whether past the fail tier is a regression: the rule's ``fail`` when set; by default
+    yes, except absolute times measured with a host clock (HOST_CLOCK_TIMES_WARN)."""
+    if rule.fail is not None:
+        return rule.fail
+    return not (
+        HOST_CLOCK_TIMES_WARN and host_clock and metric.kind is Kind.TIME and metric.env_dependent
+    )
+
+
+def judge_metrics(
+    base: SummaryView, head: SummaryView, rules: Rules, *, skip_env: bool
+) -> tuple[list[Row], list[str]]:
+    """One row per metric either side has a value for, each judged on its own (the guards
+    come after), and the names of the environment-dependent metrics skipped (``skip_env``)."""
+    rows: list[Row] = []
+    skipped: list[str] = []
+    host_clock = base.host_clock or head.host_clock
+    for metric in METRICS:
+        rule = rules.rule_for(metric.name)
+        if rule.skip:
+            continue
+        b, h = metric.value(base), metric.value(head)
+        if b is None and h is None:
+            continue
+        if metric.env_dependent and skip_env:
+            skipped.append(metric.name)
+            continue
+        rows.append(_judge_metric(metric, rule, b, h, base, head, rules, host_clock))
+    return rows, skipped
+
+
+def _judge_metric(
+    metric: Metric,
+    rule: Rule,
+    b: Any,
+    h: Any,
+    base: SummaryView,
+    head: SummaryView,
+    rules: Rules,
+    host_clock: bool,
+) -> Row:
+    """The row of one metric with a value on at least one side."""
+    gating = metric.kind is Kind.LABEL or rule.has_fail_tier or rule.has_warn_tier
+    fails = fails_past_tier(metric, rule, host_clock)
+    tol = (
+        Tolerance(rule, metric.kind, metric.unit, metric.higher_is_worse, fails) if gating else None
+    )
+    delta_unit = "" if metric.kind is Kind.LABEL else ("%" if metric.relative else unit_of(metric))
+    common: dict[str, Any] = dict(unit=metric.unit, delta_unit=delta_unit)
+    if b is None:
+        return Row(metric.name, b, h, None, tol, Status.NEW, **common)
+    if h is None:
+        status = Status.MISSING if gating else Status.OK
+        return Row(metric.name, b, h, None, tol, status, **common, note="no value in head")
+    if metric.kind is Kind.LABEL:
+        status, note = judge_label(metric, rule, b, h)
+        return Row(metric.name, b, h, None, tol, status, **common, note=note)
+    noise = noise_threshold(metric, rule, base, head, rules.noise_factor)
+    status, delta, note = judge_number(
+        metric, rule, b, h, noise, fails=fails, margin=rules.noise_rule == "margin"
+    )
+    if note == "beyond tolerance (warn only)" and rule.fail is None:
+        note = "host clock: warns only (see docs/gate.md)"
+    return Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note)
