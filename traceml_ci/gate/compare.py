@@ -14,6 +14,8 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.gate import fmt
+from traceml_ci.gate.counters import PREFIX as COUNTERS
+from traceml_ci.gate.counters import counter_rows
 from traceml_ci.gate.metrics import (
     BY_NAME,
     METRICS,
@@ -422,7 +424,8 @@ def _describe(row: Row) -> str:
     change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
     d = fmt.delta(row.delta, row.delta_unit)
     detail = "; ".join(x for x in (d, f"tolerance {row.tolerance}" if row.tolerance else "") if x)
-    return f"{row.name}: {change}" + (f" ({detail})" if detail else "")
+    said = f": {row.note}" if row.name.startswith(COUNTERS) and row.note else ""
+    return f"{row.name}: {change}" + (f" ({detail})" if detail else "") + said
 
 
 def compare(
@@ -527,6 +530,7 @@ def compare(
     rows = _contention_guard(rows, base, head)
     rows = _label_jitter_exemption(rows)
     rows, module_context = _name_modules(rows, base, head, rules.noise_factor)
+    rows += counter_rows(base, head)  # exact, no noise (gate/counters.py)
     reasons += module_context + _flops_context(base, head)
 
     head_status = hv.run_status
