@@ -76,7 +76,7 @@ TEXT_ACCESSORS = (
     "text",
 )
 #: Accessors that hand back a whole block: empty when the block is not an object.
-SECTIONS = ("run", "env", "step_time", "step_memory", "efficiency")
+SECTIONS = ("run", "env", "step_time", "step_memory", "efficiency", "counters")
 #: Whether a block is there at all (a block of poisoned values is still a block).
 PRESENCE: dict[str, tuple[Callable[[SummaryView], Any], Any]] = {
     "has_noise": (lambda v: v.has_noise, False),
@@ -247,6 +247,7 @@ def _with_every_block(doc: dict[str, Any]) -> dict[str, Any]:
     doc["repeats"] = {"count": 3}
     doc["distributed"] = {"world_size": 2}
     doc["efficiency"] = {"flops_per_step": 1e9}
+    doc["counters"] = {"syncs": {"per_step": 1}}
     return doc
 
 

@@ -24,6 +24,7 @@ from traceml_ci.gate.context import (
     measurement_notes,
     run_name,
 )
+from traceml_ci.gate.counters import counter_rows
 from traceml_ci.gate.guards import (
     CONTENTION_MAX_SHIFT_PP,
     LOAD_GUARD_METRIC,
@@ -107,6 +108,7 @@ def compare(
     reasons += measurement_notes(bv, hv, rules)
     rows, skipped = judge_metrics(bv, hv, rules, skip_env=skip_env)
     rows, module_context = apply_guards(rows, bv, hv, rules, skip_env=skip_env)
+    rows += counter_rows(bv, hv)  # exact, no noise (gate/counters.py)
     reasons += module_context + flops_context(bv, hv)
     run_notes = head_status_notes(hv)
     reasons += run_notes

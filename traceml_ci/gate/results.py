@@ -13,6 +13,9 @@ from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.rules import Direction, Rule
 
+#: The rows of the deterministic counters (gate/counters.py) are named ``counters.*``.
+COUNTERS_PREFIX = "counters."
+
 #: Version of the JSON report (``--format json``).
 REPORT_VERSION = "1.0"
 
@@ -217,4 +220,6 @@ def describe(row: Row) -> str:
     change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
     d = fmt.delta(row.delta, row.delta_unit)
     detail = "; ".join(x for x in (d, f"tolerance {row.tolerance}" if row.tolerance else "") if x)
-    return f"{row.name}: {change}" + (f" ({detail})" if detail else "")
+    # A counter's row carries the sentence that says what changed (gate/counters.py).
+    said = f": {row.note}" if row.name.startswith(COUNTERS_PREFIX) and row.note else ""
+    return f"{row.name}: {change}" + (f" ({detail})" if detail else "") + said

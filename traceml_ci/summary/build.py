@@ -85,6 +85,8 @@ class RunRecord:
     backward_without_steps: int = 0
     #: Wall time after warmup that no step covers, and evaluation's part (None: unmeasured).
     between_steps: BetweenSteps | None = None
+    #: Deterministic counters of one sampled step (tracer/counters.py), in the summary's shape.
+    counters: dict[str, Any] | None = None
 
 
 #: The note a step-less zero-change run gets when it ran backward passes: why, and what to do.
@@ -128,6 +130,7 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         tool_version=__version__,
         efficiency=_efficiency(record, step_time),
         modules=record.modules,
+        counters=record.counters,
     )
 
 

@@ -215,6 +215,9 @@ class Summary:
     efficiency: Efficiency | None = None
     #: Sampled per-module forward times: {sampled_steps, every_s, forward_ms, forward: [...]}.
     modules: dict[str, Any] | None = None
+    #: Deterministic counters of one sampled step: scalar reads, optimizer, leak, FLOPs by
+    #: module (docs/summary.md); None when not measured.
+    counters: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, keys in a stable, readable order."""
@@ -263,6 +266,7 @@ class Summary:
                 {} if self.efficiency is None else {"efficiency": _efficiency_dict(self.efficiency)}
             ),
             **({} if self.modules is None else {"modules": self.modules}),
+            **({} if self.counters is None else {"counters": self.counters}),
         }
 
 

@@ -95,6 +95,12 @@ class SummaryView:
         return _table(self.doc.get("efficiency"))
 
     @property
+    def counters(self) -> Mapping[str, Any]:
+        """The ``counters`` block (one sampled step's scalar reads, optimizer, leak, FLOPs by
+        module); empty if absent."""
+        return _table(self.doc.get("counters"))
+
+    @property
     def world_size(self) -> int:
         """Ranks in the run: ``distributed.world_size``, else ``run.world_size``, else 1."""
         for path in (("distributed", "world_size"), ("run", "world_size")):

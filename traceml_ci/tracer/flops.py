@@ -83,6 +83,8 @@ class FlopCount:
         self._mode: Any = None
         self.flops: int | None = None
         self.dtype: str | None = None
+        #: FLOPs by module (FlopCounterMode's names: "Global", "Net", "Net.block1.0").
+        self.by_module: dict[str, int] | None = None
         self.done = False
         #: Why there is no count (None: counted, or never tried).
         self.reason: str | None = None
@@ -116,6 +118,9 @@ class FlopCount:
             mode.__exit__(None, None, None)
             total = int(mode.get_total_flops())
             self.flops = total if total > 0 else None
+            self.by_module = {
+                str(k): int(sum(v.values())) for k, v in mode.get_flop_counts().items()
+            }
             ran_in = _main_dtype(getattr(mode, "traceml_flops_by_dtype", None))
             if ran_in is not None:
                 self.dtype = ran_in

@@ -23,6 +23,7 @@ from traceml_ci.summary.model import (
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.contention import read_probe, start_probe
+from traceml_ci.tracer.counters import CounterProbe, flops_block
 from traceml_ci.tracer.distributed import RankGather, identity, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.live import LiveWriter
@@ -114,6 +115,8 @@ class Tracer:
         # Any compiled frame in the process turns counting off (a count is cheap to miss, a
         # failed compiled step is not); module sampling looks at this run's frames only.
         self.flop_count = FlopCount(_warn)
+        #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
+        self.counters = CounterProbe(_warn)
         #: Per-module forward and backward time, one step now and then (trace_step runs).
         self.module_sampler = ModuleSampler(_warn, config.module_sample_s)
         #: Distributed runs: finish before the job destroys its process group, gather there.
@@ -348,6 +351,7 @@ class Tracer:
             self.roots.uninstall()
         self.stop_live()  # its thread reads nothing while the store drains
         self.flop_count.end()  # a step left open by an error: close the counter
+        self.counters.close()
         self.module_sampler.stop()
         self.transparency.uninstall()  # after the last hook of ours is off the user's modules
         if self.profile is not None:  # fewer steps than asked: write what was profiled
@@ -490,7 +494,20 @@ class Tracer:
             flops_not_counted=not_counted(
                 self.flop_count, self._explicit_steps, self.config.warmup_steps
             ),
+            counters=self._counters(),
         )
+
+    def _counters(self) -> dict[str, Any] | None:
+        """The sampled step's counters, with the FLOP count's per-module figures."""
+        last = self._last_scope
+        probe = self.counters
+        try:
+            probe.flops = flops_block(self.flop_count.flops, self.flop_count.by_module,
+                                      last.models if last is not None else ())
+            return probe.record()
+        except Exception as exc:
+            _warn(f"counters left out ({exc!r})")
+            return None
 
     def note_eval(self, start_ns: int, end_ns: int) -> None:
         """An evaluation ran from ``start_ns`` to ``end_ns`` (``time.perf_counter_ns``)."""
@@ -591,12 +608,15 @@ class StepScope(StepGate):
                 and tr.store.steps_total < tr.store.warmup_steps  # never an analysed one
                 and tr.flop_count.begin(self.models)
             )
+            if tr.counters.pending and not rec.in_step and not counting:
+                store = tr.store
+                tr.counters.begin(store.steps_total, store.warmup_steps, self.models)
             if tr.profile is not None and not rec.in_step:
                 tr.profile.boundary(tr.store.steps_total, tr.device)
             rec.step_begin()
             # Several models: always the general way; a counted step ends the general way too;
-            # so does each step while a profile is due (its boundaries are here).
-            self.primed = len(self.timers) <= 1 and not counting and tr.profile is None
+            # so does each step while a profile or the counters are due (boundaries here).
+            self.primed = not counting and self._may_prime()
         except Exception as exc:
             tr.fail(exc)
         return self
@@ -607,7 +627,11 @@ class StepScope(StepGate):
             tr.rec.step_end(exc_type is None)  # a no-op outside a step (tracing stopped)
             if tr.flop_count.counting and not tr.rec.in_step:
                 tr.flop_count.end()
-                self.primed = len(self.timers) <= 1 and tr.profile is None
+                self.primed = self._may_prime()
+            if tr.counters.pending and not tr.rec.in_step:
+                tr.counters.end(tr.store.steps_total)
+                tr.counters.after_step(tr.store.steps_total)
+                self.primed = self._may_prime()
             profile = tr.profile
             if (
                 profile is not None
@@ -615,7 +639,7 @@ class StepScope(StepGate):
                 and profile.boundary(tr.store.steps_total, tr.device)
             ):
                 tr.profile = None  # written (or given up): the short path may run again
-                self.primed = len(self.timers) <= 1 and not tr.flop_count.counting
+                self.primed = self._may_prime()
             saved = self.saved
             if saved is not None and not tr.rec.in_step:
                 self.saved = None
@@ -624,6 +648,13 @@ class StepScope(StepGate):
         except Exception as err:
             tr.fail(err)
         return False
+
+    def _may_prime(self) -> bool:
+        """Whether the short path may run from the next step: one model at most, and nothing
+        due at a step boundary (the FLOP count, a profile, the counters)."""
+        tr = self.tracer
+        return (len(self.timers) <= 1 and not tr.flop_count.counting and tr.profile is None
+                and not tr.counters.pending)
 
     def _fail(self, exc: BaseException) -> None:
         self.tracer.fail(exc)

@@ -1,0 +1,103 @@
+"""gate/counters.py through compare(): exact rows, absent counters make none, the sentences."""
+
+from __future__ import annotations
+
+import copy
+
+from tests.summary.builders import summary_doc
+from traceml_ci.gate.compare import Status, Verdict, compare
+
+PHASES = {"dataloader": 1.0, "forward": 4.0, "backward": 8.0, "optimizer": 1.0}
+COUNTERS = {
+    "sampled_step": 1,
+    "syncs": {"per_step": 1, "sites": [{"at": "train.py:42", "op": "item", "count": 1}]},
+    "params": {"tensors": 4, "elements": 676, "bytes": 2704},
+    "optimizer": {
+        "classes": ["SGD"],
+        "param_groups": 1,
+        "params": 4,
+        "state_tensors_per_param": 0.0,
+        "state_bytes": 0,
+    },
+    "leak": {"after_steps": 3, "retained_bytes_per_step": 0, "top": []},
+    "flops": {
+        "per_step": 1000,
+        "top_modules": [
+            {"module": "block1.0", "type": "Conv2d", "flops": 600},
+            {"module": "fc", "type": "Linear", "flops": 400},
+        ],
+    },
+}
+
+
+def _doc(counters: dict | None = COUNTERS) -> dict:
+    doc = summary_doc(PHASES)
+    if counters is not None:
+        doc["counters"] = copy.deepcopy(counters)
+    return doc
+
+
+def _counter_rows(base: dict, head: dict) -> dict:
+    return {r.name: r for r in compare(base, head).rows if r.name.startswith("counters.")}
+
+
+def test_a_counter_absent_on_either_side_makes_no_row() -> None:
+    assert _counter_rows(_doc(None), _doc()) == {}
+    assert _counter_rows(_doc(), _doc(None)) == {}
+    head = _doc()
+    del head["counters"]["leak"]
+    assert "counters.retained_bytes_per_step" not in _counter_rows(_doc(), head)
+
+
+def test_equal_counters_pass_quietly() -> None:
+    rows = _counter_rows(_doc(), _doc())
+    assert len(rows) == 5 and all(r.status is Status.OK and not r.note for r in rows.values())
+
+
+def test_a_read_that_moved_lines_is_said_but_passes() -> None:
+    head = _doc()
+    head["counters"]["syncs"]["sites"][0]["at"] = "train.py:45"
+    row = _counter_rows(_doc(), head)["counters.syncs_per_step"]
+    assert row.status is Status.OK
+    assert row.note == (
+        "same count, moved: adds 1 scalar read per step at train.py:45 (item), "
+        "removes 1 scalar read per step at train.py:42 (item)"
+    )
+
+
+def test_flops_beyond_one_percent_regress_naming_the_module_either_way() -> None:
+    head = _doc()
+    head["counters"]["flops"] = {
+        "per_step": 2140,
+        "top_modules": [
+            {"module": "block1.0", "type": "Conv2d", "flops": 1740},
+            {"module": "fc", "type": "Linear", "flops": 400},
+        ],
+    }
+    c = compare(_doc(), head)
+    row = c.row("counters.flops_per_step")
+    assert row is not None and row.status is Status.REGRESSED
+    assert row.note == "FLOPs per step +114 % (block1.0 Conv2d)"
+    assert c.verdict is Verdict.REGRESSION
+    assert any("FLOPs per step +114 % (block1.0 Conv2d)" in r for r in c.reasons)
+    small = _doc()
+    small["counters"]["flops"]["per_step"] = 1009  # +0.9 %: within the 1 %
+    assert _counter_rows(_doc(), small)["counters.flops_per_step"].status is Status.OK
+    fewer = _doc()
+    fewer["counters"]["flops"]["per_step"] = 900
+    assert _counter_rows(_doc(), fewer)["counters.flops_per_step"].status is Status.REGRESSED
+
+
+def test_a_leak_regresses_and_less_retained_improves() -> None:
+    head = _doc()
+    head["counters"]["leak"] = {
+        "after_steps": 3,
+        "retained_bytes_per_step": 2_200_000,
+        "top": [{"op": "addmm", "at": "train.py:30", "bytes": 2_200_000}],
+    }
+    row = _counter_rows(_doc(), head)["counters.retained_bytes_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.note.startswith("retains 2.2 MB more per step (addmm at train.py:30)")
+    assert _counter_rows(head, _doc())["counters.retained_bytes_per_step"].status is (
+        Status.IMPROVED
+    )

@@ -1,0 +1,233 @@
+"""The deterministic counters (summary ``counters``) compared exactly: no noise rule, no
+tolerance tiers but the FLOPs' 1 %. A counter absent on either side (an older summary, a
+traceml-ai one, a run too short to sample) makes no row.
+
+Defaults: an added scalar read per step, or bytes retained from each step, regress; so does a
+change of optimizer (or of its state per parameter) and a FLOP count per step that moved beyond
+``FLOPS_REL_PCT`` either way. A change of parameters is said, never judged. Each row's note is
+the sentence that says what changed; ``compare()`` puts it in the reasons (docs/gate.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from traceml_ci.gate.metrics import Kind
+from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status, Tolerance
+from traceml_ci.gate.rules import Direction, Rule
+from traceml_ci.summary.view import SummaryView, as_view, finite
+
+#: Row names start with this.
+PREFIX = COUNTERS_PREFIX
+#: FLOPs per step may move this much (percent, either way) before it regresses.
+FLOPS_REL_PCT = 1.0
+#: Sites named in a note (the largest changes first).
+SITES_NAMED = 3
+
+_EXACT = Rule(abs=0.0, direction=Direction.WORSE)
+_ANY = Rule(direction=Direction.ANY)
+_FLOPS = Rule(rel=FLOPS_REL_PCT, direction=Direction.ANY)
+
+
+def counter_rows(
+    base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any]
+) -> list[Row]:
+    """The counters' rows, for what both summaries measured."""
+    b, h = as_view(base).counters, as_view(head).counters
+    rows: list[Row] = []
+    for make in (_syncs, _leak, _optimizer, _flops, _params):
+        bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
+        if isinstance(bb, Mapping) and isinstance(hh, Mapping):
+            row = make(bb, hh)
+            if row is not None:
+                rows.append(row)
+    return rows
+
+
+def _row(
+    name: str,
+    b: Any,
+    h: Any,
+    delta: float | None,
+    rule: Rule | None,
+    kind: Kind,
+    unit: str,
+    delta_unit: str,
+    worse: bool,
+    better: bool,
+    note: str,
+) -> Row:
+    status = Status.REGRESSED if worse else Status.IMPROVED if better else Status.OK
+    tol = Tolerance(rule, kind, unit) if rule is not None else None
+    return Row(PREFIX + name, b, h, delta, tol, status, unit, delta_unit, None, note)
+
+
+def _int(x: Any) -> int | None:
+    v = finite(x)
+    return None if v is None else int(v)
+
+
+def _sites(block: Mapping[str, Any], key: str, value: str) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    items = block.get(key)
+    for s in items if isinstance(items, list) else ():
+        if isinstance(s, Mapping) and isinstance(s.get("at"), str):
+            n = _int(s.get(value))
+            if n is not None:
+                out[(str(s["at"]), str(s.get("op") or "?"))] = n
+    return out
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _syncs(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    bs, hs = _sites(b, "sites", "count"), _sites(h, "sites", "count")
+    moves = sorted(
+        ((hs.get(k, 0) - bs.get(k, 0), k) for k in set(bs) | set(hs)),
+        key=lambda m: (-abs(m[0]), m[1]),
+    )
+    added = [
+        f"{_plural(d, 'scalar read')} per step at {at} ({op})" for d, (at, op) in moves if d > 0
+    ][:SITES_NAMED]
+    removed = [
+        f"{_plural(-d, 'scalar read')} per step at {at} ({op})" for d, (at, op) in moves if d < 0
+    ][:SITES_NAMED]
+    parts = ([f"adds {'; '.join(added)}"] if added else []) + (
+        [f"removes {'; '.join(removed)}"] if removed else []
+    )
+    note = ", ".join(parts)
+    if hn > bn and not added:
+        note = f"adds {_plural(hn - bn, 'scalar read')} per step"
+    if hn == bn and note:
+        note = f"same count, moved: {note}"
+    return _row(
+        "syncs_per_step",
+        bn,
+        hn,
+        float(hn - bn),
+        _EXACT,
+        Kind.SLOPE,
+        "reads/step",
+        "reads/step",
+        hn > bn,
+        hn < bn,
+        note,
+    )
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _leak(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    bn, hn = _int(b.get("retained_bytes_per_step")), _int(h.get("retained_bytes_per_step"))
+    if bn is None or hn is None:
+        return None
+    note = ""
+    if hn != bn:
+        top = h.get("top") if hn > bn else b.get("top")
+        first = top[0] if isinstance(top, list) and top and isinstance(top[0], Mapping) else {}
+        where = (
+            f" ({first.get('op', '?')} at {first.get('at', '?')})"
+            if isinstance(first.get("at"), str)
+            else ""
+        )
+        after = _int(h.get("after_steps")) or 0
+        if hn > bn:
+            note = (
+                f"retains {_bytes(hn - bn)} more per step{where}: made in a step, still "
+                f"alive {after} steps later"
+            )
+        else:
+            note = f"retains {_bytes(bn - hn)} less per step{where}"
+    return _row(
+        "retained_bytes_per_step",
+        bn,
+        hn,
+        float(hn - bn),
+        _EXACT,
+        Kind.SLOPE,
+        "B/step",
+        "B/step",
+        hn > bn,
+        hn < bn,
+        note,
+    )
+
+
+def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    def name(block: Mapping[str, Any]) -> str:
+        classes = block.get("classes")
+        return "+".join(str(c) for c in classes) if isinstance(classes, list) and classes else "?"
+
+    bn, hn = name(b), name(h)
+    bt, ht = finite(b.get("state_tensors_per_param")), finite(h.get("state_tensors_per_param"))
+    state = ""
+    if bt is not None and ht is not None and bt != ht:
+        state = f"{ht - bt:+g} state tensors per parameter"
+    note = ""
+    if bn != hn:
+        note = f"optimizer {bn} → {hn}" + (f" ({state})" if state else "")
+    elif state:
+        note = f"optimizer {hn}: {state}"
+    if note:
+        note += "; accepted by updating the baseline"
+    return _row("optimizer", bn, hn, None, _ANY, Kind.LABEL, "", "", bool(note), False, note)
+
+
+def _flops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    bn, hn = finite(b.get("per_step")), finite(h.get("per_step"))
+    if not bn or hn is None:
+        return None
+    rel = 100.0 * (hn - bn) / bn
+    moved = abs(rel) > FLOPS_REL_PCT
+    note = ""
+    if moved:
+        note = f"FLOPs per step {rel:+.0f} %"
+        culprit = _flops_mover(b, h)
+        if culprit:
+            note += f" ({culprit})"
+    return _row("flops_per_step", bn, hn, rel, _FLOPS, Kind.RATE, "FLOP", "%", moved, False, note)
+
+
+def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
+    """The listed module whose FLOPs moved most (one listed on one side counts as 0 on the
+    other)."""
+
+    def table(block: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
+        out: dict[str, tuple[float, str]] = {}
+        mods = block.get("top_modules")
+        for m in mods if isinstance(mods, list) else ():
+            if isinstance(m, Mapping) and isinstance(m.get("module"), str):
+                n = finite(m.get("flops"))
+                if n is not None:
+                    out[m["module"]] = (n, str(m.get("type") or ""))
+        return out
+
+    bt, ht = table(b), table(h)
+    moves = [(abs(ht.get(k, (0.0, ""))[0] - bt.get(k, (0.0, ""))[0]), k) for k in set(bt) | set(ht)]
+    moves = [m for m in moves if m[0] > 0]
+    if not moves:
+        return ""
+    _, name = max(moves, key=lambda m: (m[0], m[1]))
+    kind = (ht.get(name) or bt.get(name) or (0.0, ""))[1]
+    return f"{name} {kind}".strip()
+
+
+def _params(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    bn, hn = _int(b.get("elements")), _int(h.get("elements"))
+    if bn is None or hn is None:
+        return None
+    note = f"parameters {bn:,} → {hn:,}" if bn != hn else ""
+    return _row(
+        "parameters", float(bn), float(hn), None, None, Kind.SLOPE, "", "", False, False, note
+    )

@@ -1,0 +1,432 @@
+"""Deterministic counters of one sampled step: scalar reads, optimizer state, leaked bytes.
+
+The probe runs on one warmup step (``SAMPLED_STEP``, the one after the FLOP count's), never on
+an analysed one and never per step: a ``TorchDispatchMode`` sees every op of that step, and a
+few ``torch.Tensor`` methods are wrapped for that step alone (restored at its end).
+
+* **Scalar reads** (host↔device syncs on an accelerator; on a CPU run, the reads that *would*
+  sync there): ``.item()``, ``bool()``/``float()``/``int()`` of a tensor, ``.tolist()``,
+  ``.numpy()``, ``.cpu()``, ``nonzero`` and boolean-mask indexing, a copy from a device to the
+  host. Each is attributed to the nearest frame outside torch and traceml-ci (``file:line``,
+  relative to the working directory when under it). A read of a *host* tensor made by torch's
+  own Python code (Adam's step counter) is no sync anywhere and is not counted; one made by
+  user code is.
+* **Optimizer**: the classes that stepped in the sampled step, their parameter groups, state
+  tensors per parameter (0-dim ones, such as Adam's step counter, left out) and their bytes;
+  and the traced models' parameters.
+* **Leak**: storages first allocated by an op of the sampled step that are still alive
+  ``LEAK_AFTER_STEPS`` steps later (weak references: nothing is kept alive by looking), with the
+  op and line that allocated the largest.
+
+FLOPs per module come from the FLOP count (tracer/flops.py) and are added here. All of it is
+plain data in the summary's ``counters`` shape (docs/summary.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+#: The sampled step: the second ``trace_step`` (the first is the FLOP count's, and builds the
+#: optimizer's state). Needs at least this many + 1 warmup steps.
+SAMPLED_STEP = 1
+#: A storage allocated in the sampled step and alive this many steps after it has leaked.
+LEAK_AFTER_STEPS = 3
+#: Sites / modules listed (the largest first); the summary block stays well under 2 KB.
+TOP_SITES = 5
+TOP_MODULES = 5
+
+#: Tensor methods that read a tensor's values into Python (and so sync on an accelerator).
+_READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__")
+_METHOD_OP = {"__bool__": "bool", "__float__": "float", "__int__": "int"}
+
+NOT_MEASURED_WARMUP = f"fewer than {SAMPLED_STEP + 1} warmup steps"
+NOT_MEASURED_COMPILED = "torch.compile in use"
+
+_TORCH_DIR = ""
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: torch files seen through when asking who made a call: Tensor's Python methods (the user's
+#: ``f"{loss:.3f}"``) and the wrappers a dispatch mode is called through.
+_TRANSPARENT = ("_tensor.py", "_compile.py", "eval_frame.py", "_python_dispatch.py", "_ops.py")
+
+
+def _torch_dir() -> str:
+    global _TORCH_DIR
+    if not _TORCH_DIR:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    return _TORCH_DIR
+
+
+def _site(frame: Any) -> tuple[str, bool]:
+    """(``file:line`` of the nearest frame outside torch and traceml-ci, whether the nearest
+    frame outside traceml-ci -- the one that made the call -- is such a frame)."""
+    torch_dir = _torch_dir()
+    direct: bool | None = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(_OWN_DIR):
+            frame = frame.f_back
+            continue
+        internal = path.startswith(torch_dir)
+        if direct is None and not (internal and path.endswith(_TRANSPARENT)):
+            direct = not internal
+        if not internal:
+            return f"{_display(path)}:{frame.f_lineno}", bool(direct)
+        frame = frame.f_back
+    return "?", bool(direct)
+
+
+def _display(path: str) -> str:
+    """A source path as the summary shows it: relative to the working directory when under it
+    (so runs from one checkout agree), else as it is."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+class CounterProbe:
+    """Arms on the sampled step (``begin``/``end``, never raising), checks the leak
+    ``LEAK_AFTER_STEPS`` steps later (``after_step``); ``record()`` is the summary block."""
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self.done = False  # sampled (or given up): nothing more to arm
+        self.reason: str | None = None
+        self.active = False
+        self.sample_ms: float | None = None
+        self._mode: Any = None
+        self._saved: list[tuple[str, Any]] = []
+        self._hook: Any = None
+        self._thread = 0
+        self._depth = 0
+        self._models: tuple[Any, ...] = ()
+        self._optimizers: list[Any] = []
+        #: (file:line, op) -> reads in the sampled step.
+        self.reads: dict[tuple[str, str], int] = {}
+        #: weakref(storage) -> (bytes, op, file:line), for storages the step allocated.
+        self._new: list[tuple[Any, int, str, str]] = []
+        self._check_at: int | None = None
+        self.params: dict[str, int] | None = None
+        self.optimizer: dict[str, Any] | None = None
+        self.leak: dict[str, Any] | None = None
+        self.flops: dict[str, Any] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether a step boundary still has work here (the sample, or the leak check)."""
+        return not self.done or self.active or self._check_at is not None
+
+    # -- the sampled step --------------------------------------------------------------------
+    def begin(self, step: int, warmup: int, models: tuple[Any, ...]) -> bool:
+        """At the start of step number ``step`` (0-based): arm if it is the sampled one, and a
+        warmup step (``warmup`` of them)."""
+        if self.done or step < SAMPLED_STEP:
+            return False
+        self.done = True
+        if step != SAMPLED_STEP or warmup <= SAMPLED_STEP:
+            self.reason = NOT_MEASURED_WARMUP
+            return False
+        from traceml_ci.tracer import flops
+
+        if flops.compile_in_use(models):  # a dispatch mode could fail a compiled step
+            self.reason = NOT_MEASURED_COMPILED
+            return False
+        t0 = time.perf_counter()
+        try:
+            import torch
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._models = models
+            self._thread = threading.get_ident()
+            self._patch(torch)
+            self._hook = register_optimizer_step_post_hook(self._stepped)
+            self._mode = _mode_class()(self)
+            self._mode.__enter__()
+            self.active = True
+        except Exception as exc:
+            self._restore()
+            self.reason = f"the counters failed ({type(exc).__name__})"
+            self._warn(f"counters not measured ({exc!r})")
+            return False
+        self.sample_ms = (time.perf_counter() - t0) * 1e3
+        return True
+
+    def end(self, step: int) -> None:
+        """At the end of the sampled step (``step`` steps done): disarm, read the optimizers."""
+        if not self.active:
+            return
+        t0 = time.perf_counter()
+        self._restore()
+        try:
+            self.params = _params(self._models, self._optimizers)
+            self.optimizer = _optimizer(self._optimizers)
+            self._check_at = step + LEAK_AFTER_STEPS
+        except Exception as exc:
+            self._warn(f"counters incomplete ({exc!r})")
+        self._optimizers = []
+        self._models = ()
+        self.sample_ms = (self.sample_ms or 0.0) + (time.perf_counter() - t0) * 1e3
+
+    def after_step(self, steps_done: int) -> None:
+        """After each step while pending: the leak check, once ``LEAK_AFTER_STEPS`` passed."""
+        if self._check_at is None or steps_done < self._check_at:
+            return
+        self._check_at = None
+        new, self._new = self._new, []
+        try:
+            alive = [(b, op, at) for ref, b, op, at in new if ref() is not None]
+            by_site: dict[tuple[str, str], int] = {}
+            for b, op, at in alive:
+                by_site[(op, at)] = by_site.get((op, at), 0) + b
+            top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+            self.leak = {
+                "after_steps": LEAK_AFTER_STEPS,
+                "retained_bytes_per_step": sum(b for b, _, _ in alive),
+                "top": [{"op": op, "at": at, "bytes": b} for (op, at), b in top],
+            }
+        except Exception as exc:
+            self._warn(f"leak check failed ({exc!r})")
+
+    def close(self) -> None:
+        """The run ended (or the sampled step raised): disarm, drop the references."""
+        self._restore()
+        self._new = []
+        self._check_at = None
+        self._optimizers = []
+
+    # -- what the mode and the wrapped methods call ------------------------------------------
+    def note_read(self, op: str, tensor: Any, frame: Any) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        at, direct = _site(frame)
+        on_device = getattr(getattr(tensor, "device", None), "type", "cpu") != "cpu"
+        if direct or on_device:
+            key = (at, op)
+            self.reads[key] = self.reads.get(key, 0) + 1
+
+    def note_new(self, storage: Any, nbytes: int, op: str, frame: Any) -> None:
+        at, _ = _site(frame)
+        self._new.append((weakref.ref(storage), nbytes, op, at))
+
+    def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not any(o is optimizer for o in self._optimizers):
+            self._optimizers.append(optimizer)
+
+    def _patch(self, torch: Any) -> None:
+        cls = torch.Tensor
+        for name in _READ_METHODS:
+            original = getattr(cls, name)
+            self._saved.append((name, cls.__dict__.get(name)))
+            setattr(cls, name, _reader(self, _METHOD_OP.get(name, name), original))
+
+    def _restore(self) -> None:
+        mode, self._mode = self._mode, None
+        self.active = False
+        if mode is not None:
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as exc:
+                self._warn(f"counters: {exc!r}")
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook.remove()
+        if self._saved:
+            import torch
+
+            for name, original in reversed(self._saved):
+                if original is None:
+                    delattr(torch.Tensor, name)
+                else:
+                    setattr(torch.Tensor, name, original)
+            self._saved = []
+
+    # -- the summary block -------------------------------------------------------------------
+    def record(self) -> dict[str, Any] | None:
+        """The ``counters`` block (None: nothing measured)."""
+        if not self.done or self.reason is not None or self.params is None:
+            return None
+        sites = sorted(self.reads.items(), key=lambda kv: (-kv[1], kv[0]))
+        out: dict[str, Any] = {
+            "sampled_step": SAMPLED_STEP,
+            "syncs": {
+                "per_step": sum(self.reads.values()),
+                "sites": [{"at": at, "op": op, "count": n} for (at, op), n in sites[:TOP_SITES]],
+            },
+            "params": self.params,
+        }
+        if self.optimizer is not None:
+            out["optimizer"] = self.optimizer
+        if self.leak is not None:
+            out["leak"] = self.leak
+        if self.flops is not None:
+            out["flops"] = self.flops
+        return out
+
+
+def _reader(probe: CounterProbe, op: str, original: Any) -> Any:
+    """A Tensor method that counts itself, then does what it did (nested reads uncounted)."""
+
+    def read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if probe._depth == 0:
+            try:
+                probe.note_read(op, self, sys._getframe(1))
+            except Exception:  # never into the user's step
+                pass
+        probe._depth += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            probe._depth -= 1
+
+    read.__name__ = getattr(original, "__name__", op)
+    read.__doc__ = getattr(original, "__doc__", None)
+    return read
+
+
+_MODE_CLASS: Any = None
+
+
+def _mode_class() -> Any:
+    """The dispatch mode (built on first use: torch is imported then)."""
+    global _MODE_CLASS
+    if _MODE_CLASS is not None:
+        return _MODE_CLASS
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    aten = torch.ops.aten
+    scalar_reads = {
+        aten._local_scalar_dense.default: "item",
+        aten.nonzero.default: "nonzero",
+        aten.masked_select.default: "masked_select",
+    }
+    bool_dtypes = (torch.bool, torch.uint8)
+
+    class CounterMode(TorchDispatchMode):  # type: ignore[misc]
+        def __init__(self, probe: CounterProbe) -> None:
+            super().__init__()
+            self.probe = probe
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            try:
+                self._count(func, args, kwargs or {}, out)
+            except Exception:  # never into the user's step
+                pass
+            return out
+
+        def _count(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+            probe = self.probe
+            ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+            if probe._depth == 0 and ins:
+                op = scalar_reads.get(func)
+                if (
+                    op is None
+                    and func is aten.index.Tensor
+                    and any(
+                        isinstance(i, torch.Tensor) and i.dtype in bool_dtypes
+                        for i in tree_leaves(args[1:])
+                    )
+                ):
+                    op = "mask index"
+                if op is None and func is aten._to_copy.default and ins[0].device.type != "cpu":
+                    dev = kwargs.get("device")
+                    op = "to(cpu)" if dev is not None and torch.device(dev).type == "cpu" else None
+                if op is not None:
+                    probe.note_read(op, ins[0], sys._getframe())
+            seen = {t.untyped_storage().data_ptr() for t in ins if t.layout == torch.strided}
+            for t in tree_leaves(out):
+                if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+                    continue
+                storage = t.untyped_storage()
+                nbytes = storage.nbytes()
+                if nbytes and storage.data_ptr() not in seen:
+                    name = func.overloadpacket.__name__
+                    probe.note_new(storage, nbytes, name, sys._getframe())
+
+    _MODE_CLASS = CounterMode
+    return _MODE_CLASS
+
+
+def _params(models: tuple[Any, ...], optimizers: list[Any]) -> dict[str, int]:
+    """The traced models' parameters (else the optimizers'): tensors, elements, bytes."""
+    seen: dict[int, Any] = {}
+    for model in models:
+        for p in model.parameters():
+            seen.setdefault(id(p), p)
+    if not seen:
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    seen.setdefault(id(p), p)
+    ps = list(seen.values())
+    return {
+        "tensors": len(ps),
+        "elements": sum(p.numel() for p in ps),
+        "bytes": sum(p.numel() * p.element_size() for p in ps),
+    }
+
+
+def _optimizer(optimizers: list[Any]) -> dict[str, Any] | None:
+    """The optimizers that stepped: classes, groups, and their state after that step."""
+    if not optimizers:
+        return None
+    import torch
+
+    params = state_tensors = state_bytes = groups = 0
+    for opt in optimizers:
+        groups += len(opt.param_groups)
+        for group in opt.param_groups:
+            params += len(group["params"])
+        for st in opt.state.values():
+            for v in st.values() if isinstance(st, dict) else ():
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    state_tensors += 1
+                    state_bytes += v.numel() * v.element_size()
+    return {
+        "classes": sorted({type(o).__name__ for o in optimizers}),
+        "param_groups": groups,
+        "params": params,
+        "state_tensors_per_param": round(state_tensors / params, 4) if params else 0.0,
+        "state_bytes": state_bytes,
+    }
+
+
+def flops_block(
+    per_step: int | None, counts: dict[str, int] | None, models: tuple[Any, ...]
+) -> dict[str, Any] | None:
+    """The FLOP count's figures (tracer/flops.py) as the ``counters.flops`` block: per step and
+    the leaf modules with the most FLOPs, ``{"module": "block1.0", "type": "Conv2d",
+    "flops": n}`` (names as ``named_modules`` gives them; inclusive of backward)."""
+    if not per_step or not counts:
+        return None
+    return {"per_step": int(per_step), "top_modules": _top_modules(counts, models)}
+
+
+def _top_modules(counts: dict[str, int], models: tuple[Any, ...]) -> list[dict[str, Any]]:
+    types: dict[str, str] = {}
+    for model in models[:1]:
+        for name, mod in model.named_modules():
+            types[name] = type(mod).__name__
+    totals: dict[str, int] = {}
+    for key, n in counts.items():
+        if key == "Global" or "." not in key:
+            continue
+        totals[key.split(".", 1)[1]] = int(n)
+    leaves = [n for n in totals if not any(o.startswith(n + ".") for o in totals)]
+    top = sorted(leaves, key=lambda n: (-totals[n], n))[:TOP_MODULES]
+    return [
+        {"module": n, "type": types.get(n, "?"), "flops": totals[n]} for n in top if totals[n] > 0
+    ]
