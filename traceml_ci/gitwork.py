@@ -68,13 +68,23 @@ def resolve_base(repo: Path, ref: str) -> Base:
     commit = done.stdout.strip()
     if done.returncode != 0 or not commit:
         raise UsageError(f"--base {one_line(ref)!r}: no such commit, branch or tag in {repo}")
-    full = _git(repo, "rev-parse", "--symbolic-full-name", ref).stdout.strip()
-    if not full.startswith(BRANCH_PREFIXES):
+    if not _is_branch(repo, ref):
         return Base(ref, commit, "commit")
     merged = _git(repo, "merge-base", "HEAD", commit)
     if merged.returncode != 0 or not merged.stdout.strip():
         raise UsageError(f"--base {one_line(ref)!r}: the branch shares no history with HEAD")
     return Base(ref, merged.stdout.strip(), "merge-base")
+
+
+def _is_branch(repo: Path, ref: str) -> bool:
+    """Whether ``ref`` names a local or remote-tracking branch (``main``, ``origin/main``,
+    ``refs/heads/main``) -- not HEAD, which points at one, nor a commit or tag."""
+    if ref.startswith(BRANCH_PREFIXES):
+        names = [ref]
+    else:
+        names = [prefix + ref for prefix in BRANCH_PREFIXES]
+    return any(_git(repo, "show-ref", "--verify", "--quiet", name).returncode == 0
+               for name in names)  # fmt: skip
 
 
 @contextmanager
