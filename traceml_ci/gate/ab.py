@@ -45,6 +45,9 @@ _T975: tuple[float, ...] = (
 )  # fmt: skip
 _Z975 = 1.96
 
+#: Float rounding of a bound, below any tolerance anyone sets (% or pp).
+_ROUNDING = 1e-9
+
 #: The step-time metric's name in reports and JSON.
 STEP_METRIC = "step_time"
 
@@ -163,7 +166,9 @@ class Interval:
 
     @property
     def status(self) -> Status:
-        if self.low > self.tolerance:
+        # A bound exactly at the tolerance is inside it, whatever the float rounding of
+        # log/expm1 left (1.05 -> 5.000000000000004 %).
+        if self.low > self.tolerance + _ROUNDING:
             return Status.REGRESSED
         if self.high <= self.tolerance:
             return Status.CLEARED
