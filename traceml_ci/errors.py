@@ -20,6 +20,9 @@ class ExitCode(IntEnum):
     INTERNAL = 4  # a bug in traceml-ci: one line, "please report"
     API = 5  # a call to GitHub's API failed or was refused
     MISSING_DEPENDENCY = 6  # something the command needs is not installed (torch, to trace)
+    # ab: no verdict within the rounds allowed (too noisy to tell): neither a pass nor a
+    # regression -- re-run, or allow more rounds
+    INCONCLUSIVE = 7
     INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
     BROKEN_PIPE = 141  # stdout was closed early (``| head``): 128 + SIGPIPE, as a shell says
 

@@ -29,6 +29,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "show",
     "validate",
     "diff",
+    "ab",
     "combine",
     "history",
     "report",

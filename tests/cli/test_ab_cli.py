@@ -1,0 +1,207 @@
+"""`traceml-ci ab` for real: a git repository with two commits made here, the base checked out
+as a temporary worktree, both sides traced in interleaved rounds, the verdict as exit code; and
+the command lines it refuses in one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.scripts import kill_group, run_group
+from traceml_ci.cli.ab import parse_command, side_env
+from traceml_ci.cli.main import main
+from traceml_ci.errors import UsageError
+
+CLI = [sys.executable, "-m", "traceml_ci"]
+
+#: A tiny training loop whose forward spins SPIN_S seconds (busy, so a loaded machine cannot
+#: make it shorter); the head commit sets it to 5 ms.
+TRAIN = """\
+import time
+
+import torch
+
+torch.set_num_threads(1)
+SPIN_S = 0.0
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(128, 128)
+
+    def forward(self, x):
+        end = time.perf_counter() + SPIN_S
+        while time.perf_counter() < end:
+            pass
+        return self.fc(x)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 128)
+for _ in range(30):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+"""
+SPIN_S = 0.005
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def _repo(tmp_path: Path, head_spin_s: float | None) -> Path:
+    """Two commits: the base's train.py, then the head's (spinning ``head_spin_s`` in forward;
+    None: the head only adds a README)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(TRAIN)
+    _git(repo, "add", "train.py")
+    _git(repo, "commit", "-qm", "base")
+    if head_spin_s is None:
+        (repo / "README").write_text("no change to the training\n")
+        _git(repo, "add", "README")
+    else:
+        (repo / "train.py").write_text(TRAIN.replace("SPIN_S = 0.0", f"SPIN_S = {head_spin_s}"))
+    _git(repo, "commit", "-qam", "head")
+    return repo
+
+
+def _worktrees(repo: Path) -> list[str]:
+    return [line for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
+            if line.startswith("worktree ")]  # fmt: skip
+
+
+def _ab(repo: Path, out: Path, *extra: str, timeout: float = 300):
+    return run_group([*CLI, "ab", "--base", "HEAD~1", "--out", str(out), "--format", "json",
+                      *extra, "--", "python", "train.py"], repo, timeout)  # fmt: skip
+
+
+def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_path) -> None:
+    repo = _repo(tmp_path, SPIN_S)
+    out = tmp_path / "ab"
+    done = _ab(repo, out)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == "regression"
+    regressed = {iv["metric"] for iv in doc["intervals"] if iv["status"] == "regressed"}
+    assert {"step_time", "forward"} <= regressed
+    assert "step time" in doc["reason"] and "forward share" in doc["reason"]
+    assert doc["base"]["commit"] == _git(repo, "rev-parse", "HEAD~1").strip()
+    rounds = doc["rounds"]
+    assert 2 <= len(rounds) <= 3
+    assert [r["first"] for r in rounds] == ["base", "head", "base"][: len(rounds)]  # ABBA
+    for r in rounds:
+        # the truth, known here: the head adds one 5 ms spin per step (forward runs once)
+        added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
+        assert 0.8 * SPIN_S * 1e3 < added_ms < 4 * SPIN_S * 1e3, r
+        for side in ("base", "head"):
+            assert (out / side / f"round{r['round']}.json").is_file()
+            assert (out / side / f"round{r['round']}.log").is_file()
+    assert json.loads((out / "ab.json").read_text())["verdict"] == "regression"
+    assert "REGRESSION" in (out / "report.md").read_text()
+    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]  # the base's worktree is gone
+
+
+def test_no_change_between_the_commits_is_never_a_regression(tmp_path) -> None:
+    repo = _repo(tmp_path, None)
+    done = _ab(repo, tmp_path / "ab", "--rounds-max", "2")
+    assert done.returncode in (0, 7), done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == ("pass" if done.returncode == 0 else "inconclusive")
+    if done.returncode == 7:
+        assert doc["reason"].startswith("inconclusive after 2 rounds: ")
+        assert doc["reason"].endswith("; re-run")
+    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+
+
+def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None:
+    repo = _repo(tmp_path, SPIN_S)
+    out = tmp_path / "ab"
+    done = _ab(repo, out, "--base-setup", "echo building; test -f train.py && exit 9",
+               timeout=60)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("traceml-ci: error: --base-setup exited 9 in the base worktree")
+    assert (out / "base" / "setup.log").read_text() == "building\n"  # ran in the base's tree
+    assert not list((out / "base").glob("round*"))  # no round ran
+    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+
+
+def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> None:
+    repo = _repo(tmp_path, SPIN_S)
+    cmd = [*CLI, "ab", "--base", "HEAD~1", "--out", str(tmp_path / "ab"), "--", "python",
+           "train.py"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(_worktrees(repo)) < 2:  # the base is checked out: round 1 is starting
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGTERM)  # the ab process alone, as a CI runner's cancel
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+    finally:
+        kill_group(proc)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--base", "HEAD~1", "python", "train.py"], "put -- before the command"),
+        (["--base", "HEAD~1"], "give the command after --"),
+        (["--base", "HEAD~1", "--", "python"], "names no script"),
+        (["--base", "HEAD~1", "--", "python", "-u", "train.py"], "-u: interpreter options"),
+        (["--base", "HEAD~1", "--", "python", "nope.py"], "nope.py: no such script"),
+        (["--base", "no-such-ref", "--", "python", "train.py"], "--base 'no-such-ref': no such"),
+        (["--base", "HEAD~1", "--rounds-max", "1", "--", "python", "train.py"], "--rounds-max"),
+        (["--base", "HEAD~1", "--step-tolerance", "nan", "--", "python", "train.py"],
+         "--step-tolerance 'nan'"),
+    ],
+)  # fmt: skip
+def test_unusable_command_lines_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv,
+                                                        says) -> None:  # fmt: skip
+    repo = _repo(tmp_path, SPIN_S)
+    monkeypatch.chdir(repo)
+    assert main(["ab", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1], err
+    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+
+
+def test_outside_a_git_repository_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert main(["ab", "--base", "main", "--", "python", "train.py"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"traceml-ci: error: {tmp_path}: not inside a git repository "
+                   "(ab checks the base out from it)"]  # fmt: skip
+
+
+def test_the_command_and_the_sides_environment() -> None:
+    assert parse_command(["--", "python3.11", "t.py", "--lr", "1"]).args == ("--lr", "1")
+    mod = parse_command(["--", "/usr/bin/python", "-m", "pkg.train", "-x"])
+    assert (mod.target, mod.args, mod.module) == ("pkg.train", ("-x",), True)
+    assert parse_command(["--", "t.py"]).target == "t.py"
+    with pytest.raises(UsageError, match="-m takes a MODULE"):
+        parse_command(["--", "python", "-m"])
+    env = side_env(Path("/w/base"), {"PYTHONPATH": "/site"})
+    assert env["PYTHONPATH"] == os.pathsep.join(["/w/base", "/site"])

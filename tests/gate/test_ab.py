@@ -1,0 +1,200 @@
+"""The A/B decision (gate/ab.py) on synthetic rounds: a clear slowdown is caught in few rounds,
+identical sides pass, alternating noise stays inconclusive at the cap -- never a pass and never a
+regression -- and the rounds run in ABBA order."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceml_ci.errors import ExitCode, InputError, UsageError
+from traceml_ci.gate import ab_report
+from traceml_ci.gate.ab import (
+    AbSettings,
+    AbVerdict,
+    RoundPair,
+    Side,
+    SideFigures,
+    Status,
+    decide,
+    round_order,
+    run_rounds,
+    t975,
+)
+
+SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0, "other": 5.0}
+
+
+def _fig(step_ms: float, **moved: float) -> SideFigures:
+    return SideFigures(step_ms, {**SHARES, **moved})
+
+
+def _rounds(pairs: list[tuple[SideFigures, SideFigures]]) -> list[RoundPair]:
+    return [RoundPair(i + 1, base=b, head=h) for i, (b, h) in enumerate(pairs)]
+
+
+def _measuring(base_ms, head_ms, calls: list | None = None, **head_moved):
+    """A measure function: base_ms(n) / head_ms(n) give each round's median step time."""
+
+    def measure(side: Side, n: int) -> SideFigures:
+        if calls is not None:
+            calls.append((n, side))
+        if side is Side.BASE:
+            return _fig(base_ms(n))
+        return _fig(head_ms(n), **head_moved)
+
+    return measure
+
+
+def test_rounds_alternate_abba_and_the_measure_is_called_in_that_order() -> None:
+    assert [round_order(n) for n in (1, 2, 3, 4)] == [
+        (Side.BASE, Side.HEAD), (Side.HEAD, Side.BASE),
+        (Side.BASE, Side.HEAD), (Side.HEAD, Side.BASE),
+    ]  # fmt: skip
+    calls: list = []
+    noisy = [10.0, 13.0, 9.0, 12.0, 10.0, 13.0]  # never decided: runs to the cap
+    run_rounds(_measuring(lambda n: 10.0, lambda n: noisy[n - 1], calls), AbSettings(max_rounds=4))
+    assert calls == [
+        (1, Side.BASE),
+        (1, Side.HEAD),
+        (2, Side.HEAD),
+        (2, Side.BASE),
+        (3, Side.BASE),
+        (3, Side.HEAD),
+        (4, Side.HEAD),
+        (4, Side.BASE),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-0.02, 0.02), min_size=12, max_size=12), st.floats(5.0, 500.0))
+def test_a_clear_20pct_slowdown_regresses_within_3_rounds(noise, base_ms) -> None:
+    # each run's step time off by up to ±2 %, as identical runs on a quiet machine are
+    result = run_rounds(
+        _measuring(
+            lambda n: base_ms * (1 + noise[2 * n - 2]),
+            lambda n: 1.2 * base_ms * (1 + noise[2 * n - 1]),
+        )
+    )
+    assert result.verdict is AbVerdict.REGRESSION
+    assert len(result.rounds) <= 3
+    assert [iv.label for iv in result.regressed] == ["step time"]
+    assert result.reason().startswith(f"regression after {len(result.rounds)} rounds: step time")
+    step = result.step
+    assert step is not None and step.low > 5.0
+    assert step.low <= 20.0 * 1.0 + 5 and step.high >= 20.0 - 5  # the truth is inside
+
+
+def test_identical_sides_pass_at_the_minimum() -> None:
+    result = run_rounds(_measuring(lambda n: 25.0, lambda n: 25.0))
+    assert (result.verdict, len(result.rounds)) == (AbVerdict.PASS, 2)
+    assert {iv.status for iv in result.intervals} == {Status.CLEARED}
+    assert [iv.metric for iv in result.intervals] == ["step_time", *SHARES]
+
+
+def test_alternating_15pct_noise_is_inconclusive_at_the_cap_never_pass_or_regression() -> None:
+    # the head is 15 % slower in odd rounds and 15 % faster in even ones: no consistent change
+    result = run_rounds(_measuring(lambda n: 10.0, lambda n: 10.0 * (1.15 if n % 2 else 0.85)))
+    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert len(result.rounds) == 6
+    reason = result.reason()
+    assert reason.startswith("inconclusive after 6 rounds: step time ")
+    assert reason.endswith("too noisy to decide; re-run")
+    assert "forward" not in reason  # the shares did not move: only the noisy metric is named
+
+
+def test_the_cap_is_honoured_and_undecided_rounds_carry_no_verdict() -> None:
+    pairs = [(_fig(10.0), _fig(11.5)), (_fig(10.0), _fig(8.5))]
+    assert decide(_rounds(pairs[:1])).verdict is None  # one round: no spread to judge by
+    assert decide(_rounds(pairs)).verdict is None  # two, below the cap of 6: another round
+    capped = decide(_rounds(pairs), AbSettings(max_rounds=2))
+    assert capped.verdict is AbVerdict.INCONCLUSIVE
+
+
+def test_a_share_that_grows_regresses_named_even_when_step_time_holds() -> None:
+    result = run_rounds(
+        _measuring(lambda n: 10.0, lambda n: 10.0 + 0.01 * n, forward=46.0, backward=29.0)
+    )
+    assert result.verdict is AbVerdict.REGRESSION
+    assert [iv.metric for iv in result.regressed] == ["forward"]
+    assert "forward share +6.0 pp" in result.reason()
+
+
+def test_a_clearly_faster_head_passes() -> None:
+    # the gate is one-sided: the evidence only has to rule out a regression past the tolerance
+    result = run_rounds(_measuring(lambda n: 10.0, lambda n: 8.0 * (1 + 0.001 * n)))
+    assert result.verdict is AbVerdict.PASS
+    assert result.step is not None and result.step.high < -15.0
+
+
+def test_a_phase_one_side_lacks_counts_as_zero_there() -> None:
+    base = SideFigures(10.0, {**SHARES, "dataloader": None, "other": 15.0})
+    head = SideFigures(10.0, {**SHARES, "other": 5.0})
+    pair = RoundPair(1, base=base, head=head)
+    assert pair.share_delta_pp("dataloader") == 10.0
+    both_none = RoundPair(1, base=base, head=SideFigures(10.0, {"dataloader": None}))
+    assert both_none.share_delta_pp("dataloader") is None
+    result = decide(_rounds([(base, head)] * 3))
+    assert [iv.metric for iv in result.regressed] == ["dataloader"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.5, 1.05), st.floats(-2.0, 2.0)), min_size=2, max_size=8))
+def test_rounds_all_within_tolerance_never_regress(rounds) -> None:
+    # every round's own ratio <= 1.05 and its forward and backward changes within ±2 pp: no
+    # interval can put its lower bound past the tolerance (the mean is at most the largest round)
+    pairs = [(_fig(10.0), _fig(10.0 * r, forward=40.0 + d, backward=35.0 - d)) for r, d in rounds]
+    result = decide(_rounds(pairs), AbSettings(max_rounds=8))
+    assert result.verdict is not AbVerdict.REGRESSION
+    if len(rounds) < 8:
+        assert result.verdict in (None, AbVerdict.PASS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.3, 3.0), min_size=2, max_size=6))
+def test_intervals_hold_their_estimate_and_agree_with_the_t_table(ratios) -> None:
+    result = decide(_rounds([(_fig(10.0), _fig(10.0 * r)) for r in ratios]))
+    step = result.step
+    assert step is not None and step.low <= step.estimate <= step.high
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
+    half = t975(len(logs) - 1) * sd / math.sqrt(len(logs))
+    assert step.low == pytest.approx(math.expm1(mean - half) * 100, rel=1e-9, abs=1e-9)
+    assert step.high == pytest.approx(math.expm1(mean + half) * 100, rel=1e-9, abs=1e-9)
+
+
+def test_settings_and_inputs_that_cannot_work_are_refused() -> None:
+    with pytest.raises(UsageError, match="rounds"):
+        AbSettings(min_rounds=4, max_rounds=3)
+    with pytest.raises(UsageError, match="rounds"):
+        AbSettings(min_rounds=1)
+    with pytest.raises(InputError, match="r.json: the run measured no step time"):
+        SideFigures.from_summary({"step_time": {}}, "r.json")
+    assert int(ExitCode.INCONCLUSIVE) == 7
+
+
+def test_the_reports_show_rounds_intervals_and_verdict_escaped() -> None:
+    rng = random.Random(3)
+    pairs = [
+        (_fig(10.0 * (1 + rng.uniform(-0.01, 0.01))), _fig(12.0, forward=45.0, backward=30.0))
+        for _ in range(3)
+    ]
+    result = decide(_rounds(pairs))
+    ref = "main\x1b[2J@team #1"
+    text = ab_report.render_text(result, ref)
+    assert "\x1b" not in text and "main\\x1b[2J" in text
+    assert "REGRESSION: regression after 3 rounds: step time +" in text
+    assert "1.200" in text or "1.19" in text or "1.21" in text  # the per-round ratios
+    md = ab_report.render_markdown(result, ref)
+    assert "@&#8203;team" in md and "| step time |" in md and "| forward share |" in md
+    doc = ab_report.to_json(result, ref, "abc123")
+    again = json.loads(json.dumps(doc))
+    assert again["verdict"] == "regression"
+    assert [r["first"] for r in again["rounds"]] == ["base", "head", "base"]
+    assert {i["metric"]: i["status"] for i in again["intervals"]}["forward"] == "regressed"

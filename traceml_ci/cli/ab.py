@@ -1,0 +1,363 @@
+"""``traceml-ci ab --base REF -- python SCRIPT [ARGS]``: base and head run interleaved on this
+machine, round after round, until a paired verdict (docs/gate.md, "A/B mode").
+
+The head is the working tree as it is; the base is REF checked out into a temporary git
+worktree (``gitwork.py``). Each run goes through the launcher, as ``traceml-ci run`` does, with
+its side's worktree as the working folder and on ``PYTHONPATH``; the statistics and the
+decision are ``gate/ab.py``, the report ``gate/ab_report.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceml_ci.cli.options import seconds, whole
+from traceml_ci.errors import (
+    ExitCode,
+    MissingDependencyError,
+    TracemlError,
+    UsageError,
+    one_line,
+)
+from traceml_ci.gate.ab import (
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_MIN_ROUNDS,
+    DEFAULT_SHARE_TOL_PP,
+    DEFAULT_STEP_TOL_PCT,
+    AbVerdict,
+)
+
+#: Where the runs' summaries and the report go unless --out says.
+DEFAULT_AB_OUT = os.path.join("traceml-out", "ab")
+
+#: The verdict's exit code: 1 only for a regression; never a pass when undecided.
+EXIT_CODES: Mapping[AbVerdict, ExitCode] = {
+    AbVerdict.PASS: ExitCode.OK,
+    AbVerdict.REGRESSION: ExitCode.REGRESSION,
+    AbVerdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+}
+
+#: What may stand before the script: the interpreter (the runs use traceml-ci's own, as
+#: ``traceml-ci run`` does).
+_PYTHON = re.compile(r"(?:.*[/\\])?python[0-9.]*(?:\.exe)?")
+
+
+class SideFailed(TracemlError):
+    """One side's run (or the base's setup) failed: there is nothing to compare (exit 3)."""
+
+    exit_code = ExitCode.INCOMPARABLE
+
+
+def _tolerance(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{flag} {text!r}: must be a number >= 0")
+        return value
+
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ab",
+        help="A/B: base and head run interleaved on this machine, a paired verdict",
+        description="Run the command on the base (REF checked out in a temporary git worktree) "
+        "and on the head (this working tree) in interleaved rounds -- base, head; head, base; "
+        "... -- each traced, and after each round judge the paired differences: the median "
+        "step time's ratio and every phase share's change. Stops as soon as the evidence is "
+        f"clear. Exit {int(ExitCode.OK)} pass, {int(ExitCode.REGRESSION)} regression, "
+        f"{int(ExitCode.INCONCLUSIVE)} inconclusive (too noisy within --rounds-max), "
+        f"{int(ExitCode.BAD_INPUT)} usage, {int(ExitCode.INCOMPARABLE)} a side's run failed.",
+    )
+    p.add_argument(
+        "--base",
+        metavar="REF",
+        required=True,
+        help="the base: a commit, tag or HEAD~N as it is; a branch: its merge-base with HEAD",
+    )
+    p.add_argument(
+        "--rounds-max",
+        metavar="N",
+        type=whole("--rounds-max", least=2),
+        default=DEFAULT_MAX_ROUNDS,
+        help=f"rounds at most before 'inconclusive' (default {DEFAULT_MAX_ROUNDS})",
+    )
+    p.add_argument(
+        "--rounds-min",
+        metavar="N",
+        type=whole("--rounds-min", least=2),
+        default=DEFAULT_MIN_ROUNDS,
+        help=f"rounds before any verdict (default {DEFAULT_MIN_ROUNDS})",
+    )
+    p.add_argument(
+        "--step-tolerance",
+        metavar="PCT",
+        type=_tolerance("--step-tolerance"),
+        default=DEFAULT_STEP_TOL_PCT,
+        help=f"%% slower median step time tolerated (default {DEFAULT_STEP_TOL_PCT:g})",
+    )
+    p.add_argument(
+        "--share-tolerance",
+        metavar="PP",
+        type=_tolerance("--share-tolerance"),
+        default=DEFAULT_SHARE_TOL_PP,
+        help=f"percentage points a phase share may grow (default {DEFAULT_SHARE_TOL_PP:g})",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=DEFAULT_AB_OUT,
+        help=f"where base/roundN.json, head/roundN.json, their logs, ab.json and "
+        f"report.md go (default {DEFAULT_AB_OUT})",
+    )
+    p.add_argument(
+        "--base-setup",
+        metavar="CMD",
+        help="a shell command run once in the base worktree before the first round "
+        "(build compiled extensions there: 'python setup.py build_ext --inplace')",
+    )
+    p.add_argument(
+        "--timeout",
+        metavar="S",
+        type=seconds("--timeout"),
+        help="seconds one run may take (default: no limit)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="what to print on stdout (default text)",
+    )
+    p.add_argument(
+        "training_command",  # not "command": main.py's subcommand name lives there
+        nargs=argparse.REMAINDER,
+        metavar="-- python SCRIPT [ARGS]",
+        help="the training command, after --: python SCRIPT [ARGS] or python -m MODULE [ARGS]",
+    )
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The script (or module) and its arguments, from the command after ``--``."""
+
+    target: str
+    args: tuple[str, ...]
+    module: bool
+
+
+def parse_command(words: list[str]) -> Target:
+    """``-- python SCRIPT [ARGS]`` / ``-- python -m MODULE [ARGS]`` / ``-- SCRIPT.py [ARGS]``."""
+    if not words:
+        raise UsageError("give the command after --: traceml-ci ab --base REF -- python SCRIPT")
+    if words[0] != "--":
+        raise UsageError(
+            f"put -- before the command ({one_line(' '.join(words[:3]))} ...): "
+            "traceml-ci ab --base REF -- python SCRIPT"
+        )
+    words = words[1:]
+    if words and _PYTHON.fullmatch(words[0]):
+        words = words[1:]
+    if not words:
+        raise UsageError(
+            "the command after -- names no script: python SCRIPT [ARGS] or python -m MODULE [ARGS]"
+        )
+    if words[0] == "-m":
+        if len(words) < 2:
+            raise UsageError("-m takes a MODULE name, then its arguments")
+        return Target(words[1], tuple(words[2:]), module=True)
+    if words[0].startswith("-"):
+        raise UsageError(
+            f"{one_line(words[0])}: interpreter options are not passed on; give "
+            "python SCRIPT [ARGS] or python -m MODULE [ARGS]"
+        )
+    return Target(words[0], tuple(words[1:]), module=False)
+
+
+def side_env(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of one side's runs: its worktree (and its ``src/`` when there is one)
+    first on PYTHONPATH, so each side imports its own code, not an installed copy."""
+    out = dict(os.environ if env is None else env)
+    paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    if out.get("PYTHONPATH"):
+        paths.append(out["PYTHONPATH"])
+    out["PYTHONPATH"] = os.pathsep.join(paths)
+    return out
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """A SIGTERM ends the A/B like Ctrl-C: unwinding, so the base worktree is removed."""
+
+    def unwind(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, unwind)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class Sides:
+    """Runs one side of one round: a traced launch in that side's worktree, its output in
+    ``<out>/<side>/roundN.log``, its summary moved to ``<out>/<side>/roundN.json``."""
+
+    def __init__(
+        self,
+        target: Target,
+        roots: Mapping[str, Path],
+        rel: Path,
+        out: Path,
+        timeout_s: float | None,
+    ) -> None:
+        self.target, self.roots, self.rel, self.out = target, roots, rel, out
+        self.timeout_s = timeout_s
+
+    def cwd(self, side: str) -> Path:
+        return self.roots[side] / self.rel
+
+    def setup(self, command: str) -> None:
+        """Run ``--base-setup`` in the base worktree, once."""
+        log = self.out / "base" / "setup.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as f:
+            code = subprocess.call(
+                command,
+                shell=True,
+                cwd=self.roots["base"],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=side_env(self.roots["base"]),
+                stdin=subprocess.DEVNULL,
+            )
+        if code != 0:
+            raise SideFailed(
+                f"--base-setup exited {code} in the base worktree (its output: {one_line(log)})"
+            )
+
+    def measure(self, side_name: str, number: int):
+        from traceml_ci.gate.ab import SideFigures
+        from traceml_ci.summary.io import load_summary
+        from traceml_ci.tracer.launch import LaunchSpec, launch
+
+        where = self.out / side_name
+        run_dir = where / f"round{number}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        spec = LaunchSpec(
+            target=self.target.target,
+            args=self.target.args,
+            module=self.target.module,
+            out_dir=str(run_dir),
+        )
+        done = launch(
+            spec,
+            env=side_env(self.roots[side_name]),
+            cwd=self.cwd(side_name),
+            timeout_s=self.timeout_s,
+            capture=True,
+        )
+        log = where / f"round{number}.log"
+        log.write_text(done.output or "", errors="backslashreplace")
+        if done.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+            raise KeyboardInterrupt
+        said = f"{side_name} round {number}"
+        if done.timed_out:
+            raise SideFailed(f"{said}: the command ran past --timeout (its output: {log})")
+        if done.code != 0:
+            raise SideFailed(f"{said}: the command exited {done.code} (its output: {log})")
+        path = where / f"round{number}.json"
+        try:
+            os.replace(done.summary, path)
+        except FileNotFoundError:
+            raise SideFailed(f"{said}: the command wrote no summary (its output: {log})") from None
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return SideFigures.from_summary(load_summary(path), str(path))
+
+
+def _progress(result) -> None:
+    last = result.rounds[-1]
+    step = result.step
+    judged = (
+        f"; step time {step.estimate:+.1f}% ({step.low:+.1f}% .. {step.high:+.1f}%)" if step else ""
+    )
+    first, second = ("base", "head") if last.first.value == "base" else ("head", "base")
+    print(
+        f"traceml-ci ab: round {last.number} ({first}, {second}): head/base "
+        f"{last.step_ratio:.3f}{judged}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from traceml_ci.fsutil import write_output
+    from traceml_ci.gate import ab_report
+    from traceml_ci.gate.ab import AbSettings, Side, run_rounds
+    from traceml_ci.gitwork import resolve_base, toplevel, worktree
+    from traceml_ci.tracer.launch import TORCH_MISSING, torch_available
+
+    target = parse_command(list(args.training_command))
+    settings = AbSettings(
+        min_rounds=args.rounds_min,
+        max_rounds=args.rounds_max,
+        step_tol_pct=args.step_tolerance,
+        share_tol_pp=args.share_tolerance,
+    )
+    cwd = Path.cwd()
+    if not target.module and not (cwd / target.target).is_file():
+        raise UsageError(f"{one_line(target.target)}: no such script")
+    repo = toplevel(cwd)
+    base = resolve_base(repo, args.base)
+    if not torch_available():
+        raise MissingDependencyError(TORCH_MISSING)
+    rel = cwd.resolve().relative_to(repo.resolve())
+    out = Path(args.out).resolve()
+    for side in Side:
+        (out / side.value).mkdir(parents=True, exist_ok=True)
+    print(
+        f"traceml-ci ab: base {one_line(args.base)} = {base.commit[:12]}"
+        f"{' (merge-base with HEAD)' if base.how == 'merge-base' else ''}; head: the working "
+        f"tree of {one_line(repo)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    with _sigterm_unwinds(), worktree(repo, base.commit) as base_root:
+        sides = Sides(target, {"base": base_root, "head": repo}, rel, out, args.timeout)
+        if not target.module and not (sides.cwd("base") / target.target).is_file():
+            raise SideFailed(f"{one_line(target.target)}: not in the base {base.commit[:12]}")
+        if args.base_setup:
+            sides.setup(args.base_setup)
+        result = run_rounds(
+            lambda side, n: sides.measure(side.value, n), settings, on_round=_progress
+        )
+    doc = ab_report.to_json(result, args.base, base.commit)
+    write_output(str(out / "ab.json"), json.dumps(doc, indent=1) + "\n")
+    write_output(str(out / "report.md"), ab_report.render_markdown(result, args.base))
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+    elif args.format == "markdown":
+        print(ab_report.render_markdown(result, args.base), end="")
+    else:
+        print(ab_report.render_text(result, args.base), end="")
+    return int(EXIT_CODES[result.verdict or AbVerdict.INCONCLUSIVE])

@@ -1,0 +1,310 @@
+"""A/B statistics: base and head measured in interleaved rounds on one machine, paired intervals
+on the per-round differences, and the sequential decision taken after each round (docs/gate.md,
+"A/B mode").
+
+Each round runs both sides back to back (ABBA order: base first in odd rounds, head first in
+even ones), so drift and contention on the machine hit both. The unit of evidence is a round's
+*difference*: the ratio of the median step times (head / base) and each phase share's change in
+percentage points. After each round from ``min_rounds`` on, a Student-t interval on those
+differences decides: a regression as soon as one metric's lower bound is past its tolerance, a
+pass as soon as every metric's upper bound is inside it, otherwise one more round; at
+``max_rounds`` the result is inconclusive -- never a pass, never a regression.
+
+Pure: no torch, no I/O; the caller supplies how to measure one side of one round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from traceml_ci.errors import InputError, UsageError
+from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import SummaryView
+
+#: Tolerance of the median step time, % slower (head over base).
+DEFAULT_STEP_TOL_PCT = 5.0
+#: Tolerance of a phase share's growth, percentage points.
+DEFAULT_SHARE_TOL_PP = 2.0
+#: Rounds before any decision: one round's difference has no spread to judge it by.
+DEFAULT_MIN_ROUNDS = 2
+#: Rounds at most; a decision not reached by then is inconclusive.
+DEFAULT_MAX_ROUNDS = 6
+#: The intervals' two-sided confidence level.
+CONFIDENCE = 0.95
+
+#: Student's t, 97.5th percentile, by degrees of freedom (the two-sided 95 % interval); past
+#: the table the normal quantile (1.96) is close enough.
+_T975: tuple[float, ...] = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+_Z975 = 1.96
+
+#: Float rounding of a bound, below any tolerance anyone sets (% or pp).
+_ROUNDING = 1e-9
+
+#: The step-time metric's name in reports and JSON.
+STEP_METRIC = "step_time"
+
+
+def t975(df: int) -> float:
+    """Student's t 97.5th percentile for ``df`` >= 1 degrees of freedom."""
+    if df < 1:
+        raise ValueError("an interval needs at least 2 rounds")
+    return _T975[df - 1] if df <= len(_T975) else _Z975
+
+
+class Side(str, Enum):
+    BASE = "base"
+    HEAD = "head"
+
+
+class AbVerdict(str, Enum):
+    """How an A/B ended. The CLI maps it to an exit code (inconclusive: its own, 7)."""
+
+    PASS = "pass"
+    REGRESSION = "regression"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Status(str, Enum):
+    """One metric's interval against its tolerance."""
+
+    REGRESSED = "regressed"  # the lower bound is past the tolerance
+    CLEARED = "cleared"  # the upper bound is inside it: no regression that large is plausible
+    UNDECIDED = "undecided"  # the interval straddles the tolerance: too noisy so far
+
+
+def round_order(round_no: int) -> tuple[Side, Side]:
+    """Which side runs first in round ``round_no`` (1-based): ABBA -- base, head; head, base; ..."""
+    if round_no < 1:
+        raise ValueError("rounds count from 1")
+    return (Side.BASE, Side.HEAD) if round_no % 2 else (Side.HEAD, Side.BASE)
+
+
+@dataclass(frozen=True)
+class AbSettings:
+    step_tol_pct: float = DEFAULT_STEP_TOL_PCT
+    share_tol_pp: float = DEFAULT_SHARE_TOL_PP
+    min_rounds: int = DEFAULT_MIN_ROUNDS
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.min_rounds <= self.max_rounds:
+            raise UsageError(
+                f"rounds: need 2 <= minimum ({self.min_rounds}) <= maximum ({self.max_rounds})"
+            )
+        for name, tol in (
+            ("step tolerance", self.step_tol_pct),
+            ("share tolerance", self.share_tol_pp),
+        ):
+            if not (math.isfinite(tol) and tol >= 0):
+                raise UsageError(f"{name} {tol!r}: must be a finite number >= 0")
+
+
+@dataclass(frozen=True)
+class SideFigures:
+    """What one run of one side contributes: its median step time (ms) and phase shares (%)."""
+
+    step_ms: float
+    shares: Mapping[str, float | None]
+
+    @classmethod
+    def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
+        """Read from a final_summary.json dict; InputError (naming ``source``) when the run
+        measured no step time."""
+        view = SummaryView(doc)
+        step = view.step_ms("median")
+        if step is None or step <= 0:
+            raise InputError(source, "the run measured no step time (no steps past warmup?)")
+        return cls(step_ms=step, shares=view.shares())
+
+
+@dataclass(frozen=True)
+class RoundPair:
+    """One round: both sides' figures and which ran first."""
+
+    number: int
+    base: SideFigures
+    head: SideFigures
+
+    @property
+    def first(self) -> Side:
+        return round_order(self.number)[0]
+
+    @property
+    def step_ratio(self) -> float:
+        """Head's median step time over base's."""
+        return self.head.step_ms / self.base.step_ms
+
+    def share_delta_pp(self, phase: str) -> float | None:
+        """Head's share of ``phase`` minus base's (pp); a phase one side lacks counts as 0 %
+        there; None when neither has it."""
+        b, h = self.base.shares.get(phase), self.head.shares.get(phase)
+        if b is None and h is None:
+            return None
+        return (h or 0.0) - (b or 0.0)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A metric's paired interval after some rounds. For step time the values are % change of
+    the median step time (from the mean log ratio); for a share, pp of change."""
+
+    metric: str
+    unit: str  # "%" or "pp"
+    estimate: float
+    low: float
+    high: float
+    tolerance: float
+    per_round: tuple[float, ...]
+
+    @property
+    def status(self) -> Status:
+        # A bound exactly at the tolerance is inside it, whatever the float rounding of
+        # log/expm1 left (1.05 -> 5.000000000000004 %).
+        if self.low > self.tolerance + _ROUNDING:
+            return Status.REGRESSED
+        if self.high <= self.tolerance:
+            return Status.CLEARED
+        return Status.UNDECIDED
+
+    @property
+    def label(self) -> str:
+        """How the metric is named to a person: ``step time``, ``forward share``."""
+        return "step time" if self.metric == STEP_METRIC else f"{self.metric} share"
+
+
+def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    half = t975(n - 1) * math.sqrt(var / n)
+    return mean, mean - half, mean + half
+
+
+def step_interval(rounds: Sequence[RoundPair], tol_pct: float) -> Interval:
+    """The step time's interval: a t interval on the rounds' log ratios, shown as % change."""
+    logs = [math.log(r.step_ratio) for r in rounds]
+    mean, low, high = _t_interval(logs)
+
+    def pct(x: float) -> float:
+        return math.expm1(x) * 100.0
+
+    return Interval(
+        STEP_METRIC, "%", pct(mean), pct(low), pct(high), tol_pct, tuple(pct(v) for v in logs)
+    )
+
+
+def share_intervals(rounds: Sequence[RoundPair], tol_pp: float) -> list[Interval]:
+    """One interval per phase either side measured in every round, in PHASES order."""
+    out = []
+    for phase in PHASES:
+        deltas = [r.share_delta_pp(phase) for r in rounds]
+        if any(d is None for d in deltas):
+            continue
+        values = [float(d) for d in deltas if d is not None]
+        mean, low, high = _t_interval(values)
+        out.append(Interval(phase, "pp", mean, low, high, tol_pp, tuple(values)))
+    return out
+
+
+@dataclass(frozen=True)
+class AbResult:
+    """The rounds so far, their intervals, and the verdict (None: another round is needed)."""
+
+    rounds: tuple[RoundPair, ...]
+    intervals: tuple[Interval, ...]
+    verdict: AbVerdict | None
+    settings: AbSettings = field(default_factory=AbSettings)
+
+    @property
+    def regressed(self) -> list[Interval]:
+        return [iv for iv in self.intervals if iv.status is Status.REGRESSED]
+
+    @property
+    def undecided(self) -> list[Interval]:
+        return [iv for iv in self.intervals if iv.status is Status.UNDECIDED]
+
+    @property
+    def step(self) -> Interval | None:
+        return next((iv for iv in self.intervals if iv.metric == STEP_METRIC), None)
+
+    def reason(self) -> str:
+        """The verdict in one line of plain words (metric names are our own phase names)."""
+        n = len(self.rounds)
+        rounds = f"{n} round{'s' if n != 1 else ''}"
+        if self.verdict is AbVerdict.REGRESSION:
+            moved = "; ".join(_said(iv) for iv in self.regressed)
+            return f"regression after {rounds}: {moved}"
+        if self.verdict is AbVerdict.PASS:
+            return f"pass after {rounds}: every metric within tolerance"
+        noisy = "; ".join(_said(iv) for iv in self.undecided)
+        if self.verdict is AbVerdict.INCONCLUSIVE:
+            return f"inconclusive after {rounds}: {noisy} too noisy to decide; re-run"
+        return f"undecided after {rounds}: {noisy}"
+
+
+def _signed(x: float, unit: str) -> str:
+    return f"{x:+.1f}{'%' if unit == '%' else ' pp'}"
+
+
+def _said(iv: Interval) -> str:
+    return (
+        f"{iv.label} {_signed(iv.estimate, iv.unit)} (95% interval "
+        f"{_signed(iv.low, iv.unit)} .. {_signed(iv.high, iv.unit)}, tolerance "
+        f"{_signed(iv.tolerance, iv.unit)})"
+    )
+
+
+def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> AbResult:
+    """Judge the rounds so far: regression when any metric regressed, pass when all cleared,
+    inconclusive at the cap, else undecided (verdict None: run another round)."""
+    settings = settings or AbSettings()
+    rounds = tuple(rounds)
+    n = len(rounds)
+    if n < 2:
+        return AbResult(rounds, (), None, settings)
+    intervals = (
+        step_interval(rounds, settings.step_tol_pct),
+        *share_intervals(rounds, settings.share_tol_pp),
+    )
+    statuses = {iv.status for iv in intervals}
+    verdict: AbVerdict | None = None
+    if n >= settings.min_rounds:
+        if Status.REGRESSED in statuses:
+            verdict = AbVerdict.REGRESSION
+        elif statuses == {Status.CLEARED}:
+            verdict = AbVerdict.PASS
+        elif n >= settings.max_rounds:
+            verdict = AbVerdict.INCONCLUSIVE
+    return AbResult(rounds, intervals, verdict, settings)
+
+
+#: Measures one side in one round: ``(side, round_no) -> SideFigures``.
+Measure = Callable[[Side, int], SideFigures]
+
+
+def run_rounds(
+    measure: Measure,
+    settings: AbSettings | None = None,
+    on_round: Callable[[AbResult], None] | None = None,
+) -> AbResult:
+    """Run rounds in ABBA order until :func:`decide` gives a verdict (at most ``max_rounds``).
+    ``on_round`` hears the result after each round (progress lines)."""
+    settings = settings or AbSettings()
+    rounds: list[RoundPair] = []
+    while True:
+        number = len(rounds) + 1
+        got = {side: measure(side, number) for side in round_order(number)}
+        rounds.append(RoundPair(number, base=got[Side.BASE], head=got[Side.HEAD]))
+        result = decide(rounds, settings)
+        if on_round is not None:
+            on_round(result)
+        if result.verdict is not None:
+            return result

@@ -1,0 +1,126 @@
+"""Rendering an A/B result (``traceml-ci ab``): plain text, markdown, and the JSON document.
+
+Pure: AbResult -> str or dict. Names that reach here are our own (phase names, the base ref the
+user typed, paths); they still go through the medium's escaping helper in ``gate/fmt.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from traceml_ci.gate import fmt
+from traceml_ci.gate.ab import AbResult, Interval, RoundPair
+
+#: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
+AB_JSON_VERSION = "1"
+
+
+def _ratio(r: RoundPair) -> str:
+    return f"{r.step_ratio:.3f}"
+
+
+def _interval(iv: Interval) -> str:
+    return f"{fmt.delta(iv.low, iv.unit)} .. {fmt.delta(iv.high, iv.unit)}"
+
+
+def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
+    """The rounds table and the intervals table as cells (unescaped: our own numbers)."""
+    phases = [iv.metric for iv in result.intervals if iv.unit == "pp"]
+    head = ["round", "first", "base ms", "head ms", "head/base", *(f"{p} Δ" for p in phases)]
+    rows = []
+    for r in result.rounds:
+        deltas = [fmt.delta(r.share_delta_pp(p), "pp") for p in phases]
+        rows.append(
+            [
+                str(r.number),
+                r.first.value,
+                fmt.number(r.base.step_ms),
+                fmt.number(r.head.step_ms),
+                _ratio(r),
+                *deltas,
+            ]
+        )
+    ihead = ["metric", "estimate", "95% interval", "tolerance", "status"]
+    irows = [
+        [
+            iv.label,
+            fmt.delta(iv.estimate, iv.unit),
+            _interval(iv),
+            fmt.delta(iv.tolerance, iv.unit),
+            iv.status.value,
+        ]
+        for iv in result.intervals
+    ]
+    return head, rows, ihead, irows
+
+
+def _verdict_word(result: AbResult) -> str:
+    return result.verdict.value.upper() if result.verdict else "UNDECIDED"
+
+
+def render_text(result: AbResult, base_ref: str = "") -> str:
+    """Plain text for a terminal or CI log: aligned tables, then the verdict line."""
+    head, rows, ihead, irows = _rows(result)
+    clean: Callable[[Any], str] = fmt.plain
+    lines = [
+        f"traceml-ci ab: base {clean(base_ref)} vs head (working tree), "
+        f"{len(result.rounds)} rounds, interleaved ABBA"
+    ]
+    for table_head, table_rows in ((head, rows), (ihead, irows)):
+        if not table_rows:
+            continue
+        widths = [max(len(c) for c in col) for col in zip(table_head, *table_rows, strict=False)]
+        lines.append("")
+        for cells in (table_head, *table_rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    lines += ["", f"{_verdict_word(result)}: {clean(result.reason())}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(result: AbResult, base_ref: str = "") -> str:
+    """GitHub markdown: the same tables, input text escaped."""
+    head, rows, ihead, irows = _rows(result)
+    md = fmt.markdown
+    out = [
+        f"### traceml-ci A/B: **{_verdict_word(result)}**",
+        "",
+        f"Base `{md(base_ref)}` against head (the working tree), {len(result.rounds)} rounds "
+        "run interleaved (ABBA) on one machine.",
+        "",
+    ]
+    for table_head, table_rows in ((head, rows), (ihead, irows)):
+        if not table_rows:
+            continue
+        out.append("| " + " | ".join(md(c) for c in table_head) + " |")
+        out.append("|" + "---|" * len(table_head))
+        out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in table_rows]
+        out.append("")
+    out.append(md(result.reason()))
+    return "\n".join(out) + "\n"
+
+
+def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict[str, Any]:
+    """The machine-readable document (``--format json``, ``<out>/ab.json``)."""
+    s = result.settings
+    return fmt.json_safe({
+        "ab_version": AB_JSON_VERSION,
+        "verdict": result.verdict.value if result.verdict else None,
+        "reason": result.reason(),
+        "base": {"ref": base_ref, "commit": base_commit},
+        "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
+                     "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
+        "rounds": [
+            {"round": r.number, "first": r.first.value,
+             "base": {"step_ms": r.base.step_ms, "shares_pct": dict(r.base.shares)},
+             "head": {"step_ms": r.head.step_ms, "shares_pct": dict(r.head.shares)},
+             "step_ratio": r.step_ratio}
+            for r in result.rounds
+        ],
+        "intervals": [
+            {"metric": iv.metric, "unit": iv.unit, "estimate": iv.estimate, "low": iv.low,
+             "high": iv.high, "tolerance": iv.tolerance, "status": iv.status.value,
+             "per_round": list(iv.per_round)}
+            for iv in result.intervals
+        ],
+    })  # fmt: skip
