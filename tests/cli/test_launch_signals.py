@@ -120,9 +120,12 @@ def test_sigint_to_the_launcher_alone_reaches_the_child(tmp_path) -> None:
 
 def test_group_sigterm_prints_nothing_more_than_python(tmp_path) -> None:
     script = write_script(tmp_path, "workers_forever.py")
+    # No progress lines (a run's last one, "... · ended (interrupted)", is ours to print):
+    # what is left on stderr is Python's and the summary's line.
+    env = {**os.environ, "TRACEML_CI_PROGRESS_INTERVAL": "0"}
     proc = subprocess.Popen(
         [*CLI, "--out", "out", str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
     )
     try:
         assert proc.stdout.readline().startswith("ready")

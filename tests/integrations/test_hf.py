@@ -324,7 +324,11 @@ def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path)
     assert len(evals) == steps // 8
     # Evaluations inside the measured span (after warmup, up to one of the last steps).
     assert 1 <= b["evals"] <= len(evals)
-    assert b["eval_s"] >= 0.9 * b["evals"] * min(evals)
+    # Each evaluation spins 4 batches x eval_ms in forward; the tracer's span (from the step's
+    # end to on_evaluate) holds that much at least -- the stopwatch around evaluate() also holds
+    # its set-up and logging, which a loaded machine stretches. One evaluation may be cut by an
+    # edge of the measured span.
+    assert b["eval_s"] >= (b["evals"] - 1) * 4 * eval_ms / 1e3
     assert b["eval_s"] <= 1.1 * sum(evals) + 0.01
     assert b["between_s"] >= b["eval_s"] and b["eval_pct"] <= b["between_pct"] <= 100
     assert b["eval_pct"] > 20  # ~60 ms per 8 steps of a few ms
