@@ -38,20 +38,48 @@ def assert_shares_match(doc: dict, watch: Stopwatch, walls: list[float], skip: i
     """Each phase's share within 2 pp of the stopwatch's share of the same steps' wall time.
     The tracer leaves far outliers out: the same steps are left out of the stopwatch's sums
     (chosen from the tracer's own step times when given, so that a step near the fence on a
-    loaded machine is in or out of both)."""
+    loaded machine is in or out of both).
+
+    With the tracer given, the tolerance widens by what this run measured the two clocks to
+    disagree on, in the few steps where they did by over 1 ms: a busy runner preempts the
+    process for tens of ms, and when that lands in the microseconds between the stopwatch's
+    mark and the tracer's (seen with no tracer at all: around ``model(x)`` against inside
+    ``forward``), the two put that time in different phases. A tracer that misattributes
+    time does so in most steps: ``assert_matches_stopwatch`` fails it, and here more than a
+    fifth of the steps disagreeing fails outright."""
     from traceml_ci.summary.stats import tukey_keep_mask
+    from traceml_ci.tracer.recorder import PHASE_INDEX
     from traceml_ci.tracer.steps import STEP
 
     walls = walls[skip:]
     steps = tracer.store.column(STEP) if tracer is not None else walls
     keep = tukey_keep_mask(steps, 3.0)
     wall = sum(w for w, k in zip(walls, keep, strict=True) if k)
+    moved = {phase: 0.0 for phase in ALL}
+    if tracer is not None:
+        off = [False] * len(walls)
+        for phase in ALL:
+            traced = tracer.store.column(1 + PHASE_INDEX[phase])
+            for i, (a, b) in enumerate(zip(traced, watch.column(phase, skip), strict=True)):
+                off[i] = off[i] or abs(a - b) > 1.0
+        assert sum(off) <= len(off) // 5, off
+        for phase in ALL:
+            traced = tracer.store.column(1 + PHASE_INDEX[phase])
+            truth = watch.column(phase, skip)
+            moved[phase] = sum(
+                abs(a - b)
+                for a, b, o, k in zip(traced, truth, off, keep, strict=True)
+                if o and k
+            )
     for phase in ALL:
         spent = sum(v for v, k in zip(watch.column(phase, skip), keep, strict=True) if k)
-        assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=2.0), phase
+        slack = 100.0 * moved[phase] / wall
+        assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=2.0 + slack), phase
 
 
 def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer) -> None:
+    from traceml_ci.summary.stats import median
+
     tracer = fresh_tracer(warmup_steps=2)
     model = BusyModel(3.0, 4.0)
     optimizer = BusySGD(model.parameters(), step_ms=2.0)
@@ -59,11 +87,23 @@ def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer
     assert_matches_stopwatch(tracer, watch, ALL)
     doc = finish_and_load(tracer)
     assert_shares_match(doc, watch, walls, 2, tracer)
-    # Before: all of forward and backward was charged to the optimizer (~90 %). Relative to
-    # them, not to a constant: a loaded machine stretches every spin alike.
+    # Before: all of forward and backward was charged to the optimizer (~90 %). Against the
+    # stopwatch's optimizer (its own time) of the same steps, not a ratio to the other phases:
+    # on a busy runner preemption lands in the optimizer's spin more than in others' (the
+    # untraced loop shows it too), while the bug adds the whole closure (>= 7 ms) to each step.
     ms = doc["step_time"]["phase_ms"]
-    assert ms["optimizer"] < 0.5 * (ms["forward"] + ms["backward"])
-    assert doc["step_time"]["diagnosis"] != "OPTIMIZER_BOUND"
+    own = median(watch.column("optimizer", 2))
+    nested = median([f + b for f, b in zip(watch.column("forward", 2),
+                                           watch.column("backward", 2), strict=True)])
+    assert ms["optimizer"] < own + 0.5 * nested, (ms, own, nested)
+    assert ms["forward"] + ms["backward"] > 0.5 * nested, (ms, nested)
+    # Not optimizer-bound where the stopwatch says the optimizer's own share is clearly under
+    # the threshold (on a busy runner it can truly be over it: then the label is right).
+    from traceml_ci.summary.thresholds import Thresholds
+
+    share = 100.0 * sum(watch.column("optimizer", 2)) / sum(walls[2:])
+    if share < Thresholds().optimizer_bound_pct - 5.0:
+        assert doc["step_time"]["diagnosis"] != "OPTIMIZER_BOUND", share
 
 
 def test_lbfgs_runs_the_closure_several_times_each_counted(fresh_tracer) -> None:
