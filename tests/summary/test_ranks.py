@@ -55,6 +55,31 @@ def test_a_rank_slow_in_its_dataloader_is_an_input_straggler_not_the_waiters() -
     assert summary_problems(out) == []
 
 
+def test_a_balanced_job_slowed_alike_by_a_loaded_cpu_is_not_a_straggler() -> None:
+    # Measured beside two busy loops on 2 vCPUs, a balanced tiny job: one rank's own work was
+    # +36 % in every phase (1.60 vs 1.18 ms), past both percentages, yet a fraction of one
+    # scheduler time slice.
+    small = {"dataloader": 0.23, "forward": 0.38, "backward": 6.37, "optimizer": 0.33,
+             "other": 0.23}
+    slowed = {"dataloader": 0.32, "forward": 0.56, "backward": 4.49, "optimizer": 0.43,
+              "other": 0.29}
+    s = merge_ranks([rank(0, slowed), rank(1, small)], world_size=2)["distributed"]["straggler"]
+    assert s["score_pct"] > 15 and (s["label"], s["rank"]) == (BALANCED, None)
+
+
+def test_an_excess_within_the_runs_window_noise_is_not_a_straggler() -> None:
+    # 3 ms more forward on a rank whose own work moves by ~3.7 ms between windows of the run.
+    noisy = [rank(0, shift(forward=3.0)), rank(1, shift(backward=3.0))]
+    for pct in noisy[0]["step_time"]["noise"]["pct"].values():
+        pct["iqr"] = 4.0  # pp per own-work phase: 16 % of a 23 ms step
+    s = merge_ranks(noisy, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (BALANCED, None) and "noisy" in s
+    # The same excess, steady across the windows, is named.
+    steady = [rank(0, shift(forward=3.0)), rank(1, shift(backward=3.0))]
+    s = merge_ranks(steady, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 0)
+
+
 def test_a_rank_slow_in_forward_is_a_compute_straggler() -> None:
     docs = [rank(0, shift(forward=4.0)), rank(1, shift(backward=4.0))]
     s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
