@@ -380,6 +380,71 @@ class Wide(nn.Module):
         return self.out(torch.relu(self.wide(torch.relu(self.inp(x)))))
 
 
+class Stopwatch:
+    """Host stopwatches on ``names``' own calls in the steps the tracer samples (its hooks on the
+    module beside these): forward from the call to its return; backward from the gradient
+    reaching the module's output to the gradient of its input, or of its last parameter where
+    no input takes one. On CPU these time the very calls the tracer's host clock timed, under
+    the same load: what the tracer ranks first must be what they rank first."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
+        self.ms: dict[str, dict[str, list[float]]] = {"forward": {}, "backward": {}}
+        self.handles: list[Any] = []
+        for name in names:
+            module = model.get_submodule(name)
+            self.handles.append(module.register_forward_pre_hook(self._pre(name)))
+            self.handles.append(module.register_forward_hook(self._post(name)))
+
+    def _pre(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any) -> None:
+            sampled = len(module._forward_pre_hooks) > 1  # the tracer's hook beside this one
+            module._stopwatch = (time.perf_counter(), sampled)  # type: ignore[assignment]
+
+        return hook
+
+    def _post(self, name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            t0, sampled = module._stopwatch  # type: ignore[misc]
+            if not sampled:
+                return
+            self.ms["forward"].setdefault(name, []).append((time.perf_counter() - t0) * 1000)
+            start: list[float] = []
+            ends = [t for t in args if isinstance(t, torch.Tensor) and t.requires_grad]
+            if not ends:
+                ends = [p for p in module.parameters() if p.requires_grad]
+            left = [len(ends)]
+
+            def begin(grad: Any) -> None:
+                start.append(time.perf_counter())
+
+            def end(grad: Any) -> None:
+                left[0] -= 1
+                if left[0] == 0 and start:
+                    ms = (time.perf_counter() - start[0]) * 1000
+                    self.ms["backward"].setdefault(name, []).append(ms)
+
+            if isinstance(output, torch.Tensor) and output.requires_grad and ends:
+                output.register_hook(begin)
+                for t in ends:
+                    hook_handle = t.register_hook(end)
+                    if isinstance(t, nn.Parameter):  # one step's hook, not every step's
+                        self.handles.append(hook_handle)
+
+        return hook
+
+    def mean_ms(self, phase: str) -> dict[str, float]:
+        return {name: statistics.fmean(ms) for name, ms in self.ms[phase].items() if ms}
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+#: The tracer's first module may trail the stopwatches' first by this fraction and still lead:
+#: the two clocks differ by a hook's work, and the tracer leaves out samples it could not close.
+STOPWATCH_TIE = 0.75
+
+
 @check("modules, FLOPs, profile")
 def pinpoint(device: str, out: Path) -> str:
     """Module times on the phases' clock (device events on CUDA), the slow block named in
@@ -398,12 +463,14 @@ def pinpoint(device: str, out: Path) -> str:
     # machine runs fewer steps a second, and at most one step in MIN_STEP_GAP is sampled.
     min_steps = warmup + profiled + (samples + 2) * MIN_STEP_GAP
     steps = 0
+    stopwatch = Stopwatch(model, ("inp", "wide", "out"))
     try:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 2.0 or steps < min_steps:
             train(model, opt, batches, 10, device)
             steps += 10
     finally:
+        stopwatch.remove()
         path = tracer.finish()
         if path is not None:
             holder.update(json.loads(Path(path).read_text()))
@@ -413,9 +480,22 @@ def pinpoint(device: str, out: Path) -> str:
     assert mods["sampled_steps"] >= samples and mods.get("backward_steps", 0) >= samples, (
         f"{steps} steps run: {mods}"
     )
+    timed = {}
     for phase in ("forward", "backward"):
         top = mods[phase][0]
-        assert top["name"] == "wide", f"{phase}: {mods[phase][:3]}"
+        if cuda:  # device time: four times the width is the slow block, whatever the CPU does
+            assert top["name"] == "wide", f"{phase}: {mods[phase][:3]}"
+            continue
+        # Host time, on a CPU that other work may take at any moment: a module the scheduler
+        # paused in a sampled call took that long, for the tracer and for a stopwatch alike.
+        # The tracer must rank first what the stopwatches on the same calls rank first.
+        watch = stopwatch.mean_ms(phase)
+        timed[phase] = ", ".join(f"{k} {v:.2f}" for k, v in watch.items())
+        owner = top["name"].split(".")[0]  # a child of the block leads: the block's time
+        assert watch and owner in watch, f"{phase}: {mods[phase][:3]}; stopwatch ms {watch}"
+        assert watch[owner] >= STOPWATCH_TIE * max(watch.values()), (
+            f"{phase}: tracer {mods[phase][:3]}; stopwatch ms on the sampled calls {watch}"
+        )
     eff = holder["efficiency"]
     assert eff.get("flops_per_step"), eff
     if cuda:
@@ -432,8 +512,10 @@ def pinpoint(device: str, out: Path) -> str:
         assert device_ms <= 1.5 * step_ms, f"device self {device_ms:.2f} ms > step {step_ms} ms"
     fwd = mods["forward"][0]
     bwd = mods["backward"][0]
+    watched = "".join(f"; stopwatch {p} ms: {t}" for p, t in timed.items())
     return (
-        f"wide: fwd {fwd['share_pct']} %, bwd {bwd['share_pct']} % ({mods['clock']}); "
+        f"{fwd['name']}: fwd {fwd['share_pct']} %, {bwd['name']}: bwd {bwd['share_pct']} % "
+        f"({mods['clock']}{watched}); "
         f"{eff['flops_per_step'] / 1e9:.2f} GFLOP/step, {eff.get('achieved_tflops')} TFLOP/s,"
         f" MFU {eff.get('mfu_pct')}; profile top {ops.ops[0].name} of {total:.2f} ms/step"
     )

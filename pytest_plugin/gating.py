@@ -178,7 +178,7 @@ def _judge(
     what = "regression" if verdict is Verdict.REGRESSION else "not comparable with the baseline"
     message = (
         f"traceml: {what} for {key}{combined} against {opts.baseline}\n\n"
-        + render_text(comparison, width=TABLE_WIDTH).rstrip()
+        + render_text(comparison, width=TABLE_WIDTH, wrap_reasons=False).rstrip()
         + "\n\n"
         + (ACCEPT_HINT if verdict is Verdict.REGRESSION else
            "Record a baseline on this kind of machine: run with --traceml-update-baseline.")

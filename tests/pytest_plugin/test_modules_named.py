@@ -4,6 +4,8 @@ the plugin's default module sampling for smoke tests."""
 
 from __future__ import annotations
 
+import re
+
 from tests.pytest_plugin.conftest import SmokeProject
 
 #: A model whose ``layer.<SLOW_LAYER>`` spins SLOW_LAYER_MS in its forward, fed by a loader
@@ -110,7 +112,9 @@ def test_a_slower_submodule_is_named_with_its_share_in_the_failure_and_the_repor
     # The forward row's note names layer.3, what it moved and its share of forward now.
     slowed.stdout.re_match_lines(
         [r".*step_time\.forward_pct.*regressed — layer\.3 \(Block\) \+\d+\.\d pp.*"])
-    assert "% of forward)" in out, out
+    # ... and the failure's reason line says it whole, whatever the table's width wraps.
+    reason = next((ln for ln in out.splitlines() if ln.startswith("• step_time.forward_pct:")), "")
+    assert re.search(r" — layer\.3 \(Block\) \+\d+\.\d pp \(\d+ % of forward\)", reason), out
     md = report.read_text()
     assert "layer.3 (Block) +" in md and "% of forward)" in md, md
 

@@ -380,6 +380,10 @@ def _rich_table(rows: list[Row]) -> Any:
     return table
 
 
+class _Reason(str):
+    """A reason line: printed as rich Text, wrapped at the width or not (render_text)."""
+
+
 def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> list[Any]:
     from rich.text import Text
 
@@ -390,7 +394,7 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
         base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
         parts.append(Text(f"base {base} → head {head}", style="dim"))
     for reason in c.reasons:
-        parts.append(Text(f"• {fmt.plain(reason)}"))
+        parts.append(_Reason(f"• {fmt.plain(reason)}"))
     table_rows = [r for r in c.rows if r.gating or r.note or r.status is not Status.OK]
     if table_rows:
         parts.append(_rich_table(table_rows))
@@ -409,8 +413,11 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     return parts
 
 
-def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool = False) -> str:
-    """Terminal text through rich: ``width`` in columns; ``colour`` adds ANSI styles."""
+def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool = False,
+                wrap_reasons: bool = True) -> str:
+    """Terminal text through rich: ``width`` in columns; ``colour`` adds ANSI styles.
+    ``wrap_reasons=False``: each reason line whole on one line, however long (a failure message
+    that a reader searches, or a terminal wraps itself); the table still fits ``width``."""
     from io import StringIO
 
     from rich.console import Console
@@ -421,17 +428,24 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
                       force_terminal=colour, no_color=not colour, highlight=False,
                       emoji=False, soft_wrap=False)
     console.print(Text(f"traceml-ci {_headline(c)}", style=VERDICT_STYLE[c.verdict]))
+
+    def put(part: Any) -> None:
+        if isinstance(part, _Reason):
+            console.print(Text(part), soft_wrap=not wrap_reasons)
+        else:
+            console.print(part)
+
     if isinstance(c, Comparison):
         for part in _rich_comparison(c, width):
-            console.print(part)
+            put(part)
     else:
         for reason in c.reasons:
-            console.print(Text(f"• {fmt.plain(reason)}"))
+            put(_Reason(f"• {fmt.plain(reason)}"))
         for key, item in c.items.items():
             console.print()
             title = f"{fmt.plain(key)}: {item.verdict.value}"
             for part in _rich_comparison(item, width, title=title):
-                console.print(part)
+                put(part)
     console.print(Text(f"rules: {fmt.plain(c.rules_source)}", style="dim"))
     return buf.getvalue()
 

@@ -220,6 +220,14 @@ def describe(row: Row) -> str:
     change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
     d = fmt.delta(row.delta, row.delta_unit)
     detail = "; ".join(x for x in (d, f"tolerance {row.tolerance}" if row.tolerance else "") if x)
-    # A counter's row carries the sentence that says what changed (gate/counters.py).
-    said = f": {row.note}" if row.name.startswith(COUNTERS_PREFIX) and row.note else ""
+    # A counter's row carries the sentence that says what changed (gate/counters.py); any
+    # other regressed row's note says what moved it (the sampled modules a forward or backward
+    # share names, a label's change): the line must say it whole, not only a table cell that
+    # a terminal's width may wrap.
+    if not row.note:
+        said = ""
+    elif row.name.startswith(COUNTERS_PREFIX):
+        said = f": {row.note}"
+    else:
+        said = f" — {row.note}"
     return f"{row.name}: {change}" + (f" ({detail})" if detail else "") + said
