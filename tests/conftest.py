@@ -14,6 +14,18 @@ EXAMPLES = REPO / "examples"
 FIXTURES = REPO / "tests" / "data"
 
 
+def stopwatch_tolerance_pp(doc: dict, quiet_pp: float) -> float:
+    """How far a summary's share may sit from a stopwatch's in the same run: ``quiet_pp`` on a
+    quiet CPU, widened by the run's own measured contention (``run.contention``). A process
+    preempted for tens of ms between the stopwatch's mark and the tracer's puts that time in
+    different phases on the two clocks; the more the run waited for a CPU, the more such
+    slices. At 50 % runqueue wait the tolerance doubles; a tracer that misattributes time
+    does so whatever the load, and still fails."""
+    wait = ((doc.get("run") or {}).get("contention") or {}).get("runqueue_wait_pct")
+    wait = wait if isinstance(wait, (int, float)) and 0 <= wait < 100 else 0.0
+    return quiet_pp * (1.0 + 2.0 * wait / 100.0)
+
+
 def busy(ms: float) -> None:
     """Spin for ``ms`` wall-clock milliseconds: a known cost, robust to preemption."""
     end = time.perf_counter() + ms / 1000.0
