@@ -213,7 +213,8 @@ def test_a_deselected_test_gives_the_same_verdict_in_report_and_outputs(
     report = Path(result.outputs["report-path"]).read_text()
     comparison = json.loads(Path(gate.outputs["comparison-path"]).read_text())
     verdict = result.outputs["verdict"]
-    assert verdict == comparison["verdict"] and verdict in ("pass", "warn")  # warn: a busy host
+    assert verdict == comparison["verdict"] and verdict in ("pass", "warn"), (  # warn: busy
+        comparison.get("reasons"))
     assert report.splitlines()[1].startswith(f"**{'✅' if verdict == 'pass' else '⚠️'} "
                                              f"traceml-ci {verdict}: 1 compared")
     assert "not run in this session (not compared): deselected" in report
