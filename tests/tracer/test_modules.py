@@ -3,6 +3,7 @@ stopwatch inside the model, and no hook outlives its sampled step."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -92,13 +93,28 @@ def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
     assert names[0] == "encoder"
     layers = [m for m in top if m["name"].startswith("encoder.layer.")]
     assert layers[0]["name"] == "encoder.layer.3"
-    # Its share of forward against the model's own stopwatch in the same, sampled, steps.
+    # Its share of forward against the model's own stopwatch, bracketed: in the sampled steps
+    # the stopwatch counts the hooks' cost (the tracer leaves their own work out), in the
+    # unsampled ones there is none to count (the tracer still has the hooks' dispatch, issue
+    # 23). The share lies between the two, within the tolerance of the run's contention.
+    assert sum(s for _, s in model.forward_log) == mods["sampled_steps"]
     layer3 = sum(ms for ms, sampled in model.logs[3] if sampled)
     forward = sum(ms for ms, sampled in model.forward_log if sampled)
-    assert sum(s for _, s in model.forward_log) == mods["sampled_steps"]
-    truth = 100.0 * layer3 / forward
+    hooked = 100.0 * layer3 / forward
+    plain = [i for i, (_, s) in enumerate(model.forward_log) if not s][2:]  # after warmup
+    bare = (
+        100.0
+        * statistics.median(model.logs[3][i][0] for i in plain)
+        / statistics.median(model.forward_log[i][0] for i in plain)
+    )
     tolerance = stopwatch_tolerance_pp(doc, 3.0)
-    assert abs(layers[0]["share_pct"] - truth) < tolerance, (layers[0], truth)
+    share = layers[0]["share_pct"]
+    assert min(hooked, bare) - tolerance < share < max(hooked, bare) + tolerance, (
+        layers[0],
+        hooked,
+        bare,
+        tolerance,
+    )
     # No hook is left on any module once the run is over.
     for module in model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks

@@ -520,7 +520,7 @@ class Tracer:
         """Wall time after the warmup not in any step, between two of the store's housekeeping
         marks (host ns at a step's end); the evaluations noted inside that span."""
         store = self.store
-        first, last = store.wall_first, store.wall_last
+        first, last = store.analysed_window()
         if first is None or last is None or last[0] <= first[0] or last[1] <= first[1]:
             return None
         steps_ms = store.column(STEP)

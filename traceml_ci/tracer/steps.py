@@ -56,6 +56,11 @@ class StepStore:
         #: steps -- an evaluation, checkpointing (``between_steps``); read ~10 times a second.
         self.wall_first: tuple[int, int] | None = None
         self.wall_last: tuple[int, int] | None = None
+        #: Host steps know their window exactly: the last warmup step's end and the newest
+        #: analysed step's end (host ns; None until seen). A window cut at housekeeping marks
+        #: lost up to a tick at each end, and the evaluations in it, on short runs.
+        self.warm_exit: int | None = None
+        self.exit_last: int | None = None
         #: Called with the host clock's time between steps, every ``tick_ns`` at most: module
         #: sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
@@ -115,17 +120,30 @@ class StepStore:
             acc[p] += t1 - t0
         self.resolved = n  # host steps resolve at once, in order
         if n > self.warmup_steps:
+            self.exit_last = exit_
             self.samples_analyzed += acc[5]
             # Nanoseconds: the columns of a host store are scaled to ms when read (column()).
             self.columns.append_host(
                 exit_ - enter + before, acc[0] + acc[4], acc[1], acc[2], acc[3]
             )
+        else:  # the analysed window opens where the last warmup step ends
+            self.warm_exit = exit_
 
     def _wall(self, n: int, now_ns: int) -> None:
         if n > self.warmup_steps:
             self.wall_last = (n, now_ns)
             if self.wall_first is None:
                 self.wall_first = self.wall_last
+
+    def analysed_window(self) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """(step number, host ns) at the window's two ends: exact for host steps, else the
+        housekeeping marks (rows after the first's step number are inside)."""
+        first, last = self.wall_first, self.wall_last
+        if self.host and self.exit_last is not None:
+            last = (self.steps_total, self.exit_last)
+            if self.warm_exit is not None:
+                first = (self.warmup_steps, self.warm_exit)
+        return first, last
 
     def column(self, i: int) -> list[float]:
         """Column ``i`` of the kept rows, times in milliseconds."""
