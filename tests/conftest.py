@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,12 @@ def stopwatch_tolerance_pp(doc: dict, quiet_pp: float) -> float:
     wait = ((doc.get("run") or {}).get("contention") or {}).get("runqueue_wait_pct")
     wait = wait if isinstance(wait, (int, float)) and 0 <= wait < 100 else 0.0
     return quiet_pp * (1.0 + 2.0 * wait / 100.0)
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child a test will send SIGINT: a suite run as a background job
+    inherits SIGINT ignored, and Python leaves an ignored SIGINT ignored in its children."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def busy(ms: float) -> None:

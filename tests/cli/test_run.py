@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.scripts import kill_group, run_group, write_script
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, sigint_default
 from traceml_ci.cli.main import main
 from traceml_ci.summary.schema import summary_problems
 
@@ -145,15 +145,10 @@ def _start(tmp_path: Path, out: Path, name: str, **popen: object) -> tuple[subpr
     return proc, int(line.split()[1])
 
 
-def _sigint_default() -> None:
-    # The suite may run as a background job, where SIGINT is inherited as ignored.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signals_give_interrupted(tmp_path, sig, code) -> None:
     out = tmp_path / "out"
-    proc, _ = _start(tmp_path, out, "plain_forever.py", preexec_fn=_sigint_default)
+    proc, _ = _start(tmp_path, out, "plain_forever.py", preexec_fn=sigint_default)
     try:
         proc.send_signal(sig)  # to the launcher alone, which passes it on
         assert proc.wait(timeout=60) == code

@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from tests.cli.live_snapshots import snapshot, write
+from tests.conftest import sigint_default
 from traceml_ci.cli.main import main
 from traceml_ci.cli.watch import follow, gone_for
 from traceml_ci.errors import ExitCode, InputError
@@ -280,7 +281,7 @@ def test_ctrl_c_stops_watching_with_130_and_leaves_the_job_alone(tmp_path) -> No
     before = snapshot_path(tmp_path, 0).read_bytes()
     watcher = subprocess.Popen([*CLI, str(tmp_path), "--interval", "0.2"], cwd=REPO,
                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=sigint_default)
     try:
         assert watcher.stdout.readline().startswith("traceml-ci: step 1200")
         watcher.send_signal(signal.SIGINT)

@@ -331,11 +331,13 @@ def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path)
     assert b["eval_s"] >= (b["evals"] - 1) * 4 * eval_ms / 1e3
     assert b["eval_s"] <= 1.1 * sum(evals) + 0.01
     assert b["between_s"] >= b["eval_s"] and b["eval_pct"] <= b["between_pct"] <= 100
-    assert b["eval_pct"] > 20  # ~60 ms per 8 steps of a few ms
-    # Training throughput from training steps only. Had the evaluations (~half the wall time)
-    # been in the steps, samples/s would be samples over the wall time between step ends.
+    assert b["eval_pct"] > 10  # ~60 ms per 8 steps of a few ms (quiet: ~35 %; loaded: ~20 %)
+    # Training throughput from training steps only. Had the evaluations been in the steps,
+    # samples/s would be samples over the wall time between step ends; without them it is over
+    # that wall time less the evaluations (most of each stopwatch: it also holds set-up).
     tput = st["throughput"]
     assert tput["samples_per_step"] == BATCH
     wall = ends[-1] - ends[3]  # after the 4 warmup steps
     with_evals = BATCH * (len(ends) - 4) / wall
-    assert tput["samples_per_s"] > 1.3 * with_evals, (tput, with_evals, b)
+    without = with_evals * wall / (wall - 0.8 * sum(evals))
+    assert tput["samples_per_s"] > without, (tput, with_evals, without, b)

@@ -63,7 +63,7 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
         f"traceml: regression for test_smoke.py::test_mlp (3 runs combined) against "
         f"{smoke.baseline}",
         "confirmed: 3 runs combined still regress (2 re-run(s))",
-        "traceml-ci regression: * beyond tolerance and noise",
+        "traceml-ci regression: * beyond tolerance and noise*",
         "*step_time.diagnosis: COMPUTE_BOUND → INPUT_BOUND*",
         "*step_time.dataloader_pct*regressed*",
         "If this change is intended, run with --traceml-update-baseline to accept it.",

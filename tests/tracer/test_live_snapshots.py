@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import traceml_ci as traceml
+from tests.conftest import sigint_default
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog
 from tests.tracer.loops import (
@@ -202,7 +203,8 @@ def test_last_snapshot_says_how_the_run_ended(tmp_path: Path, ending: str) -> No
     path = snapshot_path(out, 0)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", ENV_LIVE)}
     proc = subprocess.Popen([sys.executable, str(script), str(out), ending], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     try:
         # A running snapshot shows up while the loop goes (for the signals: then we send one).
         running = wait_for(lambda: (s := read_snapshot(path)) and s["steps_done"] >= 20 and s)
