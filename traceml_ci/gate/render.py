@@ -77,6 +77,16 @@ def _headline(c: Comparison | SetComparison) -> str:
     return f"{c.verdict.value}: {tail}"
 
 
+def cause_label(c: Comparison) -> str:
+    """What a comparison's causes are called in its headline: the causes of a regression or a
+    warning; on a pass only what changed (said, nothing to fix); none when incomparable."""
+    if not c.causes or c.verdict is Verdict.INCOMPARABLE:
+        return ""
+    if c.verdict is Verdict.PASS:
+        return "changed"
+    return "cause" if len(c.causes) == 1 else "causes"
+
+
 def _delta(row: Row) -> str:
     if isinstance(row.base, str) or isinstance(row.head, str):
         return "changed" if row.base != row.head and None not in (row.base, row.head) else ""
@@ -241,10 +251,24 @@ def _md_rows(rows: list[Row]) -> str:
     return github_table(table, ["metric", "base", "head", "Δ", "tolerance", "status"])
 
 
+def _md_causes(c: Comparison) -> list[str]:
+    """The causes under the headline, before any table: one line, or a list of them."""
+    label = cause_label(c)
+    if not label:
+        return []
+    title = label.capitalize() + ":"
+    if c.verdict is not Verdict.PASS:
+        title = f"**{title}**"
+    if len(c.causes) == 1:
+        return [f"{title} {md_escape(c.causes[0])}", ""]
+    return [title, "", *(f"- {md_escape(x)}" for x in c.causes), ""]
+
+
 def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> list[str]:
     out: list[str] = []
     if heading:
         out += [heading, ""]
+    out += _md_causes(c)
     if c.base_run or c.head_run:
         base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
@@ -302,8 +326,15 @@ _VERDICT_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 
                   Verdict.PASS: 3}
 
 
-def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str, int]:
-    """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut."""
+#: Causes named in a key's row of the sets' table (the rest: "+N more", all in its section).
+CAUSES_IN_ROW = 2
+
+
+def _md_key_table(
+    items: list[tuple[str, Comparison]], budget: int, *, causes: bool = False
+) -> tuple[str, int]:
+    """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut.
+    ``causes``: a column of each key's causes, first (the flagged keys' table)."""
     rows, used = [], 0
     for key, item in items:
         changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
@@ -311,14 +342,18 @@ def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str
         what = ", ".join(
             f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
         ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
-        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}",
-               what or "—"]
+        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}"]
+        if causes:
+            named = "; ".join(md_escape(x) for x in item.causes[:CAUSES_IN_ROW])
+            more = len(item.causes) - CAUSES_IN_ROW
+            row.append((named + (f" (+{more} more)" if more > 0 else "")) or "—")
+        row.append(what or "—")
         used += sum(len(x) + 3 for x in row) + 2
         if used > budget and rows:
             break
         rows.append(row)
-    table = github_table(rows, ["key", "verdict", "changed"])
-    return table, len(items) - len(rows)
+    headers = ["key", "verdict", *(["cause"] if causes else []), "changed"]
+    return github_table(rows, headers), len(items) - len(rows)
 
 
 def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
@@ -330,7 +365,9 @@ def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
     passed = [(k, v) for k, v in ranked if v.verdict is Verdict.PASS]
     budget = max_chars // 2
     if flagged:
-        table, cut = _md_key_table(flagged, budget)
+        table, cut = _md_key_table(
+            flagged, budget, causes=any(item.causes for _, item in flagged)
+        )
         out += [table, ""]
         if cut:
             out += [f"*…and {cut} more not shown (use --format json)*", ""]
@@ -390,6 +427,9 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     parts: list[Any] = []
     if title:
         parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
+    label = cause_label(c)
+    for cause in c.causes if label else ():
+        parts.append(_Reason(f"{label.removesuffix('s')}: {fmt.plain(cause)}"))
     if c.base_run or c.head_run:
         base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
         parts.append(Text(f"base {base} → head {head}", style="dim"))
