@@ -61,6 +61,16 @@ def known_causes(
     return causes
 
 
+def label(count: int, *, passed: bool) -> str:
+    """What a headline calls its ``count`` causes: the ``cause``/``causes`` of a regression, a
+    warning or an undecided result; on a pass only what ``changed`` (nothing to fix)."""
+    if not count:
+        return ""
+    if passed:
+        return "changed"
+    return "cause" if count == 1 else "causes"
+
+
 def _value(x: Any) -> str:
     return "none" if x is None else str(x)
 

@@ -9,10 +9,10 @@ through its medium's escaping helper in gate/fmt.py: ``fmt.markdown`` for markdo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.gate import fmt
+from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
 from traceml_ci.summary.keys import PHASES
 
@@ -77,14 +77,30 @@ def _headline(c: Comparison | SetComparison) -> str:
     return f"{c.verdict.value}: {tail}"
 
 
-def cause_label(c: Comparison) -> str:
-    """What a comparison's causes are called in its headline: the causes of a regression or a
-    warning; on a pass only what changed (said, nothing to fix); none when incomparable."""
-    if not c.causes or c.verdict is Verdict.INCOMPARABLE:
-        return ""
-    if c.verdict is Verdict.PASS:
-        return "changed"
-    return "cause" if len(c.causes) == 1 else "causes"
+def shown_causes(c: Comparison | SetComparison) -> tuple[str, ...]:
+    """The causes a comparison's headline names: none when it is incomparable (and a set's
+    own headline names none: each key's section names its own)."""
+    if isinstance(c, SetComparison) or c.verdict is Verdict.INCOMPARABLE:
+        return ()
+    return tuple(c.causes)
+
+
+def markdown_causes(items: Sequence[str], *, passed: bool) -> list[str]:
+    """Markdown lines naming ``items`` (gate/causes.py) under a headline, before any table: one
+    line, or a list; in bold unless the verdict ``passed``. Escaped here."""
+    label = causes.label(len(items), passed=passed).capitalize()
+    if not label:
+        return []
+    title = f"{label}:" if passed else f"**{label}:**"
+    if len(items) == 1:
+        return [f"{title} {md_escape(items[0])}", ""]
+    return [title, "", *(f"- {md_escape(x)}" for x in items), ""]
+
+
+def text_causes(items: Sequence[str], *, passed: bool) -> list[str]:
+    """Terminal lines naming ``items``, one each (``cause: …``), escaped for a terminal."""
+    label = causes.label(len(items), passed=passed).removesuffix("s")
+    return [f"{label}: {fmt.plain(x)}" for x in items]
 
 
 def _delta(row: Row) -> str:
@@ -251,24 +267,11 @@ def _md_rows(rows: list[Row]) -> str:
     return github_table(table, ["metric", "base", "head", "Δ", "tolerance", "status"])
 
 
-def _md_causes(c: Comparison) -> list[str]:
-    """The causes under the headline, before any table: one line, or a list of them."""
-    label = cause_label(c)
-    if not label:
-        return []
-    title = label.capitalize() + ":"
-    if c.verdict is not Verdict.PASS:
-        title = f"**{title}**"
-    if len(c.causes) == 1:
-        return [f"{title} {md_escape(c.causes[0])}", ""]
-    return [title, "", *(f"- {md_escape(x)}" for x in c.causes), ""]
-
-
 def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> list[str]:
     out: list[str] = []
     if heading:
         out += [heading, ""]
-    out += _md_causes(c)
+    out += markdown_causes(shown_causes(c), passed=c.verdict is Verdict.PASS)
     if c.base_run or c.head_run:
         base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
@@ -331,10 +334,10 @@ CAUSES_IN_ROW = 2
 
 
 def _md_key_table(
-    items: list[tuple[str, Comparison]], budget: int, *, causes: bool = False
+    items: list[tuple[str, Comparison]], budget: int, *, with_causes: bool = False
 ) -> tuple[str, int]:
     """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut.
-    ``causes``: a column of each key's causes, first (the flagged keys' table)."""
+    ``with_causes``: a column of each key's causes before what changed (the flagged keys')."""
     rows, used = [], 0
     for key, item in items:
         changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
@@ -343,7 +346,7 @@ def _md_key_table(
             f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
         ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
         row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}"]
-        if causes:
+        if with_causes:
             named = "; ".join(md_escape(x) for x in item.causes[:CAUSES_IN_ROW])
             more = len(item.causes) - CAUSES_IN_ROW
             row.append((named + (f" (+{more} more)" if more > 0 else "")) or "—")
@@ -352,7 +355,7 @@ def _md_key_table(
         if used > budget and rows:
             break
         rows.append(row)
-    headers = ["key", "verdict", *(["cause"] if causes else []), "changed"]
+    headers = ["key", "verdict", *(["cause"] if with_causes else []), "changed"]
     return github_table(rows, headers), len(items) - len(rows)
 
 
@@ -366,7 +369,7 @@ def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
     budget = max_chars // 2
     if flagged:
         table, cut = _md_key_table(
-            flagged, budget, causes=any(item.causes for _, item in flagged)
+            flagged, budget, with_causes=any(item.causes for _, item in flagged)
         )
         out += [table, ""]
         if cut:
@@ -420,6 +423,14 @@ def _rich_table(rows: list[Row]) -> Any:
 class _Reason(str):
     """A reason line: printed as rich Text, wrapped at the width or not (render_text)."""
 
+    style = ""
+
+
+class _Cause(_Reason):
+    """A cause under a headline: a reason line, in bold."""
+
+    style = "bold"
+
 
 def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> list[Any]:
     from rich.text import Text
@@ -427,9 +438,8 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     parts: list[Any] = []
     if title:
         parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
-    label = cause_label(c)
-    for cause in c.causes if label else ():
-        parts.append(_Reason(f"{label.removesuffix('s')}: {fmt.plain(cause)}"))
+    for line in text_causes(shown_causes(c), passed=c.verdict is Verdict.PASS):
+        parts.append(_Cause(line))
     if c.base_run or c.head_run:
         base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
         parts.append(Text(f"base {base} → head {head}", style="dim"))
@@ -471,7 +481,7 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
 
     def put(part: Any) -> None:
         if isinstance(part, _Reason):
-            console.print(Text(part), soft_wrap=not wrap_reasons)
+            console.print(Text(part, style=part.style), soft_wrap=not wrap_reasons)
         else:
             console.print(part)
 
