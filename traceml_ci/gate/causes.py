@@ -26,6 +26,9 @@ DATALOADER_SETTINGS: tuple[str, ...] = (
     "persistent_workers",
     "prefetch_factor",
 )
+#: Settings of the worker processes: without workers torch sets them itself (prefetch_factor
+#: None, persistent_workers False), so they are named only when both sides have workers.
+WORKER_SETTINGS = frozenset({"persistent_workers", "prefetch_factor"})
 
 #: The counter rows whose causes are named, in priority order: what the code was told to do
 #: differently (optimizer), how much work a step does (FLOPs), then what it does per step that
@@ -71,6 +74,11 @@ def label(count: int, *, passed: bool) -> str:
     return "cause" if count == 1 else "causes"
 
 
+def _workers(settings: Mapping[str, Any]) -> bool:
+    n = settings.get("num_workers")
+    return isinstance(n, int) and n > 0
+
+
 def _value(x: Any) -> str:
     return "none" if x is None else str(x)
 
@@ -86,10 +94,12 @@ def dataloader_change(
         return ""
     b, h = st_b.get("dataloader"), st_h.get("dataloader")
     if isinstance(b, Mapping) and isinstance(h, Mapping):
+        workers = all(_workers(x) for x in (b, h))
         changed = [
             f"{key} {_value(b.get(key))} → {_value(h.get(key))}"
             for key in DATALOADER_SETTINGS
             if key in b and key in h and b.get(key) != h.get(key)
+            and (workers or key not in WORKER_SETTINGS)
         ]
         return "DataLoader " + ", ".join(changed) if changed else ""
     if isinstance(b, Mapping) and h is None:
