@@ -9,7 +9,7 @@ import html
 
 from tests.gate.traced import HOSTILE_FILE, HOSTILE_MODULE, item_site
 from traceml_ci.gate import fmt
-from traceml_ci.gate.causes import known_causes
+from traceml_ci.gate.causes import dataloader_change, known_causes
 from traceml_ci.gate.compare import Comparison, Status, Verdict, compare, compare_sets
 from traceml_ci.gate.html_report import Run, build_html
 from traceml_ci.gate.render import render_json, render_markdown, render_text
@@ -153,3 +153,18 @@ def test_an_incomparable_comparison_names_no_cause(traced) -> None:
     c = compare(traced["base"], head)
     assert isinstance(c, Comparison) and c.verdict is Verdict.INCOMPARABLE
     assert c.causes == []
+
+
+def test_a_dataloader_on_one_side_only_is_named_and_an_older_summary_names_nothing(traced) -> None:
+    base = traced["base"]
+    none = dict(base, step_time=dict(base["step_time"], dataloader=None))  # manual mode's null
+    assert dataloader_change(base, none) == "DataLoader in base only (head recorded none)"
+    assert dataloader_change(none, base) == "DataLoader in head only (base recorded none)"
+    older = dict(base, step_time={k: v for k, v in base["step_time"].items() if k != "dataloader"})
+    assert dataloader_change(base, older) == "" and dataloader_change(older, none) == ""
+    # with workers on both sides their own settings count; without, torch sets them itself
+    more = dict(base, step_time=dict(base["step_time"], dataloader=dict(
+        base["step_time"]["dataloader"], num_workers=4, prefetch_factor=8, pin_memory=True)))
+    assert dataloader_change(base, more) == (
+        "DataLoader num_workers 2 → 4, pin_memory False → True, prefetch_factor 2 → 8"
+    )

@@ -103,7 +103,7 @@ def dataloader_change(
         ]
         return "DataLoader " + ", ".join(changed) if changed else ""
     if isinstance(b, Mapping) and h is None:
-        return "DataLoader in base only (head iterated none)"
+        return "DataLoader in base only (head recorded none)"
     if b is None and isinstance(h, Mapping):
-        return "DataLoader in head only (base iterated none)"
+        return "DataLoader in head only (base recorded none)"
     return ""
