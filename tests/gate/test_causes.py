@@ -168,3 +168,12 @@ def test_a_dataloader_on_one_side_only_is_named_and_an_older_summary_names_nothi
     assert dataloader_change(base, more) == (
         "DataLoader num_workers 2 → 4, pin_memory False → True, prefetch_factor 2 → 8"
     )
+
+
+def test_the_pytest_plugins_row_for_a_test_names_the_cause(traced) -> None:
+    from pytest_plugin.gating import _first_reason
+
+    assert _first_reason(compare(traced["base"], traced["item"])) == f"cause: {item_site()}"
+    # no cause known: the reason naming the first regressed row, as before
+    same = compare(traced["base"], traced["base"])
+    assert same.causes == [] and not _first_reason(same).startswith("cause:")
