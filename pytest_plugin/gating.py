@@ -187,8 +187,14 @@ def _judge(
 
 
 def _first_reason(comparison: Any) -> str:
-    """The reason naming the first regressed metric (rows are in a meaningful order: labels,
+    """The first cause the gate names (gate/causes.py: a DataLoader setting, a counter), else
+    the reason naming the first regressed metric (rows are in a meaningful order: labels,
     shares, then times), else the first reason the gate gave."""
+    from traceml_ci.gate.render import shown_causes, text_causes
+
+    causes = shown_causes(comparison)
+    if causes:
+        return text_causes(causes[:1], passed=False)[0]
     regressed = [r.name for r in comparison.rows if r.status.value == "regressed"]
     for name in regressed[:1]:
         for reason in comparison.reasons:

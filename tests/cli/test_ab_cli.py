@@ -131,6 +131,50 @@ def test_no_change_between_the_commits_is_never_a_regression(tmp_path) -> None:
     assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
 
 
+#: A loop that calls trace_step itself (the counters are counted on its steps); the head commit
+#: reads the loss as a Python float each step.
+TRACED = """\
+import torch
+import traceml_ci as traceml
+
+torch.set_num_threads(1)
+model = torch.nn.Linear(128, 128)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 128)
+for _ in range(30):
+    with traceml.trace_step(model):
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        pass  # READ
+"""
+
+
+def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(tmp_path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(TRACED)
+    _git(repo, "add", "train.py")
+    _git(repo, "commit", "-qm", "base")
+    (repo / "train.py").write_text(TRACED.replace("pass  # READ", "loss.item()"))
+    _git(repo, "commit", "-qam", "head")
+    line = TRACED.splitlines().index("        pass  # READ") + 1
+    said = f"adds 1 scalar read per step at train.py:{line} (item)"
+    out = tmp_path / "ab"
+    done = _ab(repo, out, "--rounds-max", "2")
+    # the timings alone may say anything; the counter decides
+    assert done.returncode == 1, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == "regression" and doc["causes"] == [said]
+    assert said in doc["reason"]
+    syncs = {r["name"]: r for r in doc["counters"]}["counters.syncs_per_step"]
+    assert (syncs["base"], syncs["head"], syncs["status"]) == (0, 1, "regressed")
+    assert (out / "report.md").read_text().splitlines()[4] == f"**Cause:** {said}"
+    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+
+
 def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None:
     repo = _repo(tmp_path, SPIN_S)
     out = tmp_path / "ab"

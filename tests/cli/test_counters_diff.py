@@ -112,8 +112,16 @@ def test_the_same_code_twice_passes_every_counter(runs) -> None:
 def test_an_added_item_each_step_regresses_at_its_line(runs) -> None:
     done = _diff(runs["base"], runs["item"])
     assert done.returncode == 1, done.stdout + done.stderr
-    text = " ".join(done.stdout.split())  # the terminal wraps long lines
-    assert f"adds 1 scalar read per step at train.py:{ITEM_LINE} (item)" in text
+    said = f"adds 1 scalar read per step at train.py:{ITEM_LINE} (item)"
+    # named in the headline, right under the verdict, before the reasons and the table
+    assert done.stdout.splitlines()[1] == f"cause: {said}"
+    md = _diff(runs["base"], runs["item"], "--format", "markdown")
+    assert md.returncode == 1 and md.stdout.splitlines()[3] == f"**Cause:** {said}"
+    report = runs["base"].parent / "report.md"
+    quiet = _diff(runs["base"], runs["item"], "--format", "markdown", "-o", str(report))
+    assert quiet.returncode == 1 and quiet.stdout == ""
+    assert quiet.stderr == f"traceml-ci: regression: {said} (report in {report})\n"
+    assert report.read_text() == md.stdout
     assert _rows(runs["item"], runs["base"])["counters.syncs_per_step"]["status"] == "improved"
 
 
@@ -133,8 +141,10 @@ def test_an_optimizer_change_regresses_and_says_so(runs) -> None:
 def test_a_flop_change_names_the_module(runs) -> None:
     row = _rows(runs["base"], runs["wide"])["counters.flops_per_step"]
     assert row["status"] == "regressed"
-    # Both layers double (16→32→4 becomes 16→64→4): +100 %; the first layer moved most.
-    assert row["note"] == "FLOPs per step +100 % (0 Linear)"
+    # Both layers double (16→32→4 becomes 16→64→4): +100 %. The first layer moved most: its
+    # forward 2·8·16·32 and its weight's gradient as much again (its input needs none); the
+    # second's forward 2·8·32·4 and both gradients, three times that.
+    assert row["note"] == "FLOPs per step +100 % (0 Linear +16.4 kFLOP, 2 Linear +6.14 kFLOP)"
     assert _rows(runs["base"], runs["wide"])["counters.parameters"]["note"] == (
         "parameters 676 → 1,348"
     )

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
-from traceml_ci.gate import ab_report
+from traceml_ci.gate import ab_report, fmt
 from traceml_ci.gate.ab import (
     AbSettings,
     AbVerdict,
@@ -198,3 +199,48 @@ def test_the_reports_show_rounds_intervals_and_verdict_escaped() -> None:
     assert again["verdict"] == "regression"
     assert [r["first"] for r in again["rounds"]] == ["base", "head", "base"]
     assert {i["metric"]: i["status"] for i in again["intervals"]}["forward"] == "regressed"
+
+
+def test_a_scalar_read_added_per_step_fails_the_ab_naming_its_line(traced) -> None:
+    # Real summaries of a loop without and with a loss.item() per step (tests/gate/traced.py),
+    # with equal step times and shares every round: the intervals alone would pass.
+    def measure(side: Side, n: int) -> SideFigures:
+        return _fig(10.0) if n > 1 else SideFigures(
+            10.0, SHARES, summary=traced["item" if side is Side.HEAD else "base"]
+        )
+
+    result = run_rounds(measure)
+    assert (result.verdict, len(result.rounds)) == (AbVerdict.REGRESSION, 2)
+    assert {iv.status for iv in result.intervals} == {Status.CLEARED}
+    said = item_site()
+    assert result.causes == (said,)
+    assert [r.name for r in result.counters.regressed] == ["counters.syncs_per_step"]
+    assert result.reason() == f"regression after 2 rounds: {said}"
+    text = ab_report.render_text(result, "main").splitlines()
+    assert text[1] == f"cause: {said}"
+    assert text[-1] == f"REGRESSION: regression after 2 rounds: {said}"
+    md = ab_report.render_markdown(result, "main").splitlines()
+    assert md[4] == f"**Cause:** {fmt.markdown(said)}"
+    doc = json.loads(json.dumps(ab_report.to_json(result, "main", "abc123")))
+    assert doc["verdict"] == "regression" and doc["causes"] == [said]
+    syncs = {r["name"]: r for r in doc["counters"]}["counters.syncs_per_step"]
+    assert (syncs["base"], syncs["head"], syncs["status"]) == (0, 1, "regressed")
+
+
+def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced) -> None:
+    base, workers0 = traced["base"], traced["workers0"]
+    fig = SideFigures.from_summary(workers0, "head.json")
+    assert fig.summary is workers0 and fig == SideFigures(fig.step_ms, fig.shares)
+    # A changed DataLoader setting is named, and judged by the timings alone: a pass here.
+    same = [(_fig(10.0), _fig(10.0))] * 2
+    rounds = _rounds([(SideFigures(10.0, SHARES, summary=base),
+                       SideFigures(10.0, SHARES, summary=workers0)), *same[1:]])
+    result = decide(rounds)
+    assert result.verdict is AbVerdict.PASS and result.causes == ("DataLoader num_workers 2 → 0",)
+    assert ab_report.render_text(result).splitlines()[1] == "changed: DataLoader num_workers 2 → 0"
+    # Without summaries (the figures alone), nothing is compared and nothing named.
+    assert decide(_rounds(same)).counters.rows == () and decide(_rounds(same)).causes == ()
+    # The same code on both sides: every counter row ok, no cause.
+    equal = decide(_rounds([(SideFigures(10.0, SHARES, summary=base),) * 2, *same[1:]]))
+    assert equal.verdict is AbVerdict.PASS and equal.causes == ()
+    assert equal.counters.rows and not equal.counters.regressed

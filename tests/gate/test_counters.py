@@ -77,9 +77,9 @@ def test_flops_beyond_one_percent_regress_naming_the_module_either_way() -> None
     c = compare(_doc(), head)
     row = c.row("counters.flops_per_step")
     assert row is not None and row.status is Status.REGRESSED
-    assert row.note == "FLOPs per step +114 % (block1.0 Conv2d)"
+    assert row.note == "FLOPs per step +114 % (block1.0 Conv2d +1.14 kFLOP)"
     assert c.verdict is Verdict.REGRESSION
-    assert any("FLOPs per step +114 % (block1.0 Conv2d)" in r for r in c.reasons)
+    assert any("FLOPs per step +114 % (block1.0 Conv2d +1.14 kFLOP)" in r for r in c.reasons)
     small = _doc()
     small["counters"]["flops"]["per_step"] = 1009  # +0.9 %: within the 1 %
     assert _counter_rows(_doc(), small)["counters.flops_per_step"].status is Status.OK

@@ -49,7 +49,29 @@ def _set():
     return compare_sets(base, head)
 
 
+def _causes():
+    """A head that changed what the summaries can name: the DataLoader's workers, the
+    optimizer, a scalar read per step (its file name hostile)."""
+    import copy
+
+    from tests.gate.test_counters import COUNTERS
+
+    loader = {"num_workers": 2, "pin_memory": False, "persistent_workers": False,
+              "prefetch_factor": 2, "batch_size": 16, "device": "cpu"}
+    base, head = make(name="main"), make(name="pr-7")
+    base["counters"], head["counters"] = copy.deepcopy(COUNTERS), copy.deepcopy(COUNTERS)
+    base["step_time"]["dataloader"] = loader
+    head["step_time"]["dataloader"] = dict(loader, num_workers=0, prefetch_factor=None)
+    head["counters"]["optimizer"] = dict(COUNTERS["optimizer"], classes=["AdamW"],
+                                         state_tensors_per_param=2.0, state_bytes=5408)
+    head["counters"]["syncs"] = {"per_step": 2, "sites": [
+        {"at": "train.py:42", "op": "item", "count": 1},
+        {"at": "lib/<b>@ops|x.py:7", "op": "item", "count": 1}]}
+    return compare(base, head)
+
+
 CASES = {
+    "causes.md": _causes,
     "pass.md": lambda: compare(real("input_bound_a"), real("input_bound_b")),
     "regression.md": _regression,
     "set.md": _set,

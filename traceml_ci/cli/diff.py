@@ -105,9 +105,17 @@ def run(args: argparse.Namespace) -> int:
     report = render(result, args.format, width=max(width, MIN_WIDTH), colour=colour)
     if args.output:
         from traceml_ci.fsutil import write_output
+        from traceml_ci.gate.fmt import plain
+        from traceml_ci.gate.render import shown_causes
 
         write_output(args.output, report)
-        print(f"traceml-ci: {result.verdict.value} (report in {args.output})", file=sys.stderr)
+        # The headline's first cause, when it names one (gate/causes.py), beside the verdict.
+        cause = shown_causes(result)
+        said = f": {plain(cause[0])}" if cause else ""
+        print(
+            f"traceml-ci: {result.verdict.value}{said} (report in {plain(args.output)})",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(report)
     return exit_code(result.verdict)

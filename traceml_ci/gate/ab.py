@@ -10,6 +10,12 @@ differences decides: a regression as soon as one metric's lower bound is past it
 pass as soon as every metric's upper bound is inside it, otherwise one more round; at
 ``max_rounds`` the result is inconclusive -- never a pass, never a regression.
 
+The deterministic counters (scalar reads per step, bytes kept from each step, optimizer, FLOPs)
+count the same on every run of the same code, so one pair of summaries says all they can: the
+first round's, compared as the stored-baseline gate compares them (gate/counters.py). A counter
+that regresses there makes the verdict a regression once ``min_rounds`` have run, whatever the
+intervals say; what changed is named as the gate names it (gate/causes.py).
+
 Pure: no torch, no I/O; the caller supplies how to measure one side of one round.
 """
 
@@ -22,6 +28,10 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError, UsageError
+from traceml_ci.gate.causes import known_causes
+from traceml_ci.gate.counters import counter_rows
+from traceml_ci.gate.results import Row
+from traceml_ci.gate.results import Status as RowStatus
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.view import SummaryView
 
@@ -109,10 +119,13 @@ class AbSettings:
 
 @dataclass(frozen=True)
 class SideFigures:
-    """What one run of one side contributes: its median step time (ms) and phase shares (%)."""
+    """What one run of one side contributes: its median step time (ms) and phase shares (%),
+    and the summary they came from (its counters and DataLoader settings; None when the caller
+    has only the figures)."""
 
     step_ms: float
     shares: Mapping[str, float | None]
+    summary: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
@@ -122,7 +135,7 @@ class SideFigures:
         step = view.step_ms("median")
         if step is None or step <= 0:
             raise InputError(source, "the run measured no step time (no steps past warmup?)")
-        return cls(step_ms=step, shares=view.shares())
+        return cls(step_ms=step, shares=view.shares(), summary=doc)
 
 
 @dataclass(frozen=True)
@@ -215,13 +228,42 @@ def share_intervals(rounds: Sequence[RoundPair], tol_pp: float) -> list[Interval
 
 
 @dataclass(frozen=True)
+class Counters:
+    """The first round's summaries compared by the gate's counter code: the rows, and what
+    changed (DataLoader settings, counters) as a headline names it."""
+
+    rows: tuple[Row, ...] = ()
+    causes: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, first: RoundPair) -> Counters:
+        """Nothing when either side came without its summary."""
+        b, h = first.base.summary, first.head.summary
+        if b is None or h is None:
+            return cls()
+        rows = counter_rows(b, h)
+        return cls(tuple(rows), tuple(known_causes(b, h, rows)))
+
+    @property
+    def regressed(self) -> list[Row]:
+        return [r for r in self.rows if r.status is RowStatus.REGRESSED]
+
+
+@dataclass(frozen=True)
 class AbResult:
-    """The rounds so far, their intervals, and the verdict (None: another round is needed)."""
+    """The rounds so far, their intervals, the counters of the first round, and the verdict
+    (None: another round is needed)."""
 
     rounds: tuple[RoundPair, ...]
     intervals: tuple[Interval, ...]
     verdict: AbVerdict | None
     settings: AbSettings = field(default_factory=AbSettings)
+    counters: Counters = field(default_factory=Counters)
+
+    @property
+    def causes(self) -> tuple[str, ...]:
+        """What the summaries say changed, the surest first (gate/causes.py)."""
+        return self.counters.causes
 
     @property
     def regressed(self) -> list[Interval]:
@@ -240,7 +282,9 @@ class AbResult:
         n = len(self.rounds)
         rounds = f"{n} round{'s' if n != 1 else ''}"
         if self.verdict is AbVerdict.REGRESSION:
-            moved = "; ".join(_said(iv) for iv in self.regressed)
+            moved = "; ".join(
+                [_said(iv) for iv in self.regressed] + [r.note for r in self.counters.regressed]
+            )
             return f"regression after {rounds}: {moved}"
         if self.verdict is AbVerdict.PASS:
             return f"pass after {rounds}: every metric within tolerance"
@@ -263,13 +307,14 @@ def _said(iv: Interval) -> str:
 
 
 def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> AbResult:
-    """Judge the rounds so far: regression when any metric regressed, pass when all cleared,
-    inconclusive at the cap, else undecided (verdict None: run another round)."""
+    """Judge the rounds so far: regression when any metric or counter regressed, pass when all
+    cleared, inconclusive at the cap, else undecided (verdict None: run another round)."""
     settings = settings or AbSettings()
     rounds = tuple(rounds)
     n = len(rounds)
+    counters = Counters.of(rounds[0]) if rounds else Counters()
     if n < 2:
-        return AbResult(rounds, (), None, settings)
+        return AbResult(rounds, (), None, settings, counters)
     intervals = (
         step_interval(rounds, settings.step_tol_pct),
         *share_intervals(rounds, settings.share_tol_pp),
@@ -277,13 +322,13 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     statuses = {iv.status for iv in intervals}
     verdict: AbVerdict | None = None
     if n >= settings.min_rounds:
-        if Status.REGRESSED in statuses:
+        if Status.REGRESSED in statuses or counters.regressed:
             verdict = AbVerdict.REGRESSION
         elif statuses == {Status.CLEARED}:
             verdict = AbVerdict.PASS
         elif n >= settings.max_rounds:
             verdict = AbVerdict.INCONCLUSIVE
-    return AbResult(rounds, intervals, verdict, settings)
+    return AbResult(rounds, intervals, verdict, settings, counters)
 
 
 #: Measures one side in one round: ``(side, round_no) -> SideFigures``.

@@ -1,7 +1,8 @@
 """Rendering an A/B result (``traceml-ci ab``): plain text, markdown, and the JSON document.
 
 Pure: AbResult -> str or dict. Names that reach here are our own (phase names, the base ref the
-user typed, paths); they still go through the medium's escaping helper in ``gate/fmt.py``.
+user typed, paths) or the summaries' (the causes' module names and file paths); all go through
+the medium's escaping helper in ``gate/fmt.py``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab import AbResult, Interval, RoundPair
+from traceml_ci.gate.ab import AbResult, AbVerdict, Interval, RoundPair
+from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
 AB_JSON_VERSION = "1"
@@ -67,6 +69,7 @@ def render_text(result: AbResult, base_ref: str = "") -> str:
         f"traceml-ci ab: base {clean(base_ref)} vs head (working tree), "
         f"{len(result.rounds)} rounds, interleaved ABBA"
     ]
+    lines += text_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
     for table_head, table_rows in ((head, rows), (ihead, irows)):
         if not table_rows:
             continue
@@ -89,6 +92,7 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
         "run interleaved (ABBA) on one machine.",
         "",
     ]
+    out += markdown_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
     for table_head, table_rows in ((head, rows), (ihead, irows)):
         if not table_rows:
             continue
@@ -107,6 +111,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "ab_version": AB_JSON_VERSION,
         "verdict": result.verdict.value if result.verdict else None,
         "reason": result.reason(),
+        "causes": list(result.causes),
         "base": {"ref": base_ref, "commit": base_commit},
         "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
@@ -123,4 +128,5 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
              "per_round": list(iv.per_round)}
             for iv in result.intervals
         ],
+        "counters": [r.to_dict() for r in result.counters.rows],
     })  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceml_ci.gate.causes import known_causes
 from traceml_ci.gate.context import (
     FLOPS_CHANGED,
     distributed_block,
@@ -118,5 +119,11 @@ def compare(
     notes = list(reasons)
     reasons += [describe(row) for row in rows if row.status is Status.REGRESSED]
     return Comparison(
-        verdict=verdict, rows=rows, reasons=reasons, notes=notes, skipped=skipped, **named
+        verdict=verdict,
+        rows=rows,
+        reasons=reasons,
+        notes=notes,
+        skipped=skipped,
+        causes=known_causes(bv, hv, rows),
+        **named,
     )

@@ -5,7 +5,9 @@ traceml-ai one, a run too short to sample) makes no row.
 Defaults: an added scalar read per step, or bytes retained from each step, regress; so does a
 change of optimizer (or of its state per parameter) and a FLOP count per step that moved beyond
 ``FLOPS_REL_PCT`` either way. A change of parameters is said, never judged. Each row's note is
-the sentence that says what changed; ``compare()`` puts it in the reasons (docs/gate.md).
+the sentence that says what changed; ``compare()`` puts it in the reasons (docs/gate.md). Its
+``cause`` is that sentence's first part, what a headline names (gate/causes.py): the note only
+adds why it matters or what to do.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
@@ -22,8 +25,11 @@ from traceml_ci.summary.view import SummaryView, as_view, finite
 PREFIX = COUNTERS_PREFIX
 #: FLOPs per step may move this much (percent, either way) before it regresses.
 FLOPS_REL_PCT = 1.0
-#: Sites named in a note (the largest changes first).
+#: Sites (and modules) named in a note (the largest changes first).
 SITES_NAMED = 3
+#: A module is named beside the one whose FLOPs moved most only when its own move is at least
+#: this fraction of that one's (a bias or a norm that moved with it is not news).
+MODULE_MOVE_SHARE = 0.1
 
 _EXACT = Rule(abs=0.0, direction=Direction.WORSE)
 _ANY = Rule(direction=Direction.ANY)
@@ -56,11 +62,14 @@ def _row(
     delta_unit: str,
     worse: bool,
     better: bool,
-    note: str,
+    cause: str,
+    why: str = "",
 ) -> Row:
+    """A counter's row; its note is ``cause`` and then ``why`` (empty when nothing changed)."""
     status = Status.REGRESSED if worse else Status.IMPROVED if better else Status.OK
     tol = Tolerance(rule, kind, unit) if rule is not None else None
-    return Row(PREFIX + name, b, h, delta, tol, status, unit, delta_unit, None, note)
+    note = cause + why if cause else ""
+    return Row(PREFIX + name, b, h, delta, tol, status, unit, delta_unit, None, note, cause)
 
 
 def _int(x: Any) -> int | None:
@@ -132,7 +141,7 @@ def _leak(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     bn, hn = _int(b.get("retained_bytes_per_step")), _int(h.get("retained_bytes_per_step"))
     if bn is None or hn is None:
         return None
-    note = ""
+    note = why = ""
     if hn != bn:
         top = h.get("top") if hn > bn else b.get("top")
         first = top[0] if isinstance(top, list) and top and isinstance(top[0], Mapping) else {}
@@ -143,10 +152,8 @@ def _leak(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         )
         after = _int(h.get("after_steps")) or 0
         if hn > bn:
-            note = (
-                f"retains {_bytes(hn - bn)} more per step{where}: made in a step, still "
-                f"alive {after} steps later"
-            )
+            note = f"retains {_bytes(hn - bn)} more per step{where}"
+            why = f": made in a step, still alive {after} steps later"
         else:
             note = f"retains {_bytes(bn - hn)} less per step{where}"
     return _row(
@@ -161,6 +168,7 @@ def _leak(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         hn > bn,
         hn < bn,
         note,
+        why,
     )
 
 
@@ -179,9 +187,8 @@ def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         note = f"optimizer {bn} → {hn}" + (f" ({state})" if state else "")
     elif state:
         note = f"optimizer {hn}: {state}"
-    if note:
-        note += "; accepted by updating the baseline"
-    return _row("optimizer", bn, hn, None, _ANY, Kind.LABEL, "", "", bool(note), False, note)
+    why = "; accepted by updating the baseline"
+    return _row("optimizer", bn, hn, None, _ANY, Kind.LABEL, "", "", bool(note), False, note, why)
 
 
 def _flops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
@@ -200,8 +207,9 @@ def _flops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
 
 
 def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
-    """The listed module whose FLOPs moved most (one listed on one side counts as 0 on the
-    other)."""
+    """The listed modules whose FLOPs moved most, with their change (one listed on one side
+    counts as 0 on the other): at most SITES_NAMED, each at least MODULE_MOVE_SHARE of the
+    largest move."""
 
     def table(block: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
         out: dict[str, tuple[float, str]] = {}
@@ -214,13 +222,19 @@ def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
         return out
 
     bt, ht = table(b), table(h)
-    moves = [(abs(ht.get(k, (0.0, ""))[0] - bt.get(k, (0.0, ""))[0]), k) for k in set(bt) | set(ht)]
-    moves = [m for m in moves if m[0] > 0]
+    moves = [(ht.get(k, (0.0, ""))[0] - bt.get(k, (0.0, ""))[0], k) for k in set(bt) | set(ht)]
+    moves = sorted((m for m in moves if m[0] != 0), key=lambda m: (-abs(m[0]), m[1]))
     if not moves:
         return ""
-    _, name = max(moves, key=lambda m: (m[0], m[1]))
-    kind = (ht.get(name) or bt.get(name) or (0.0, ""))[1]
-    return f"{name} {kind}".strip()
+    largest = abs(moves[0][0])
+    named = []
+    for d, name in moves[:SITES_NAMED]:
+        if abs(d) < MODULE_MOVE_SHARE * largest:
+            break
+        kind = (ht.get(name) or bt.get(name) or (0.0, ""))[1]
+        sign = "+" if d > 0 else "−"
+        named.append(f"{name} {kind}".strip() + f" {sign}{fmt.flops(abs(d))}")
+    return ", ".join(named)
 
 
 def _params(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceml_ci._version import __version__
-from traceml_ci.gate import fmt
+from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.chart import PHASE_COLOURS
 from traceml_ci.gate.compare import Comparison, SetComparison, Status, Verdict
+from traceml_ci.gate.render import shown_causes
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.view import SummaryView
 
@@ -290,6 +291,16 @@ def _rows_table(c: Comparison) -> str:
             "</tr>" + "".join(body) + "</table>")
 
 
+def _causes(c: Comparison) -> str:
+    """The comparison's causes (gate/causes.py), above its rows; empty when it names none."""
+    shown = shown_causes(c)
+    if not shown:
+        return ""
+    label = causes.label(len(shown), passed=c.verdict is Verdict.PASS).capitalize()
+    items = "".join(f"<li>{_e(x)}</li>" for x in shown)
+    return f"<p>{label}:</p><ul>{items}</ul>"
+
+
 def _verdict(c: Comparison | SetComparison) -> str:
     return (f'<p>Verdict: <span class="{_VERDICT_CLASS[c.verdict]}">{_e(c.verdict.value)}'
             f"</span> · rules: {_e(c.rules_source)}</p>")
@@ -323,7 +334,7 @@ def build_html(runs: Sequence[Run], *, base: Sequence[Run] = (),
                 Run("head", h.source, h.doc)]
             body.append(_run_section(charts, sides, heading))
             if item is not None:
-                body += ["<h3>Compared</h3>", _rows_table(item)]
+                body += ["<h3>Compared</h3>", _causes(item), _rows_table(item)]
     else:
         if len(runs) >= 3:
             body += ["<h2>Trend</h2>",

@@ -9,10 +9,10 @@ through its medium's escaping helper in gate/fmt.py: ``fmt.markdown`` for markdo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.gate import fmt
+from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
 from traceml_ci.summary.keys import PHASES
 
@@ -75,6 +75,32 @@ def _headline(c: Comparison | SetComparison) -> str:
     if counts[Status.IMPROVED]:
         tail += f", {counts[Status.IMPROVED]} improved"
     return f"{c.verdict.value}: {tail}"
+
+
+def shown_causes(c: Comparison | SetComparison) -> tuple[str, ...]:
+    """The causes a comparison's headline names: none when it is incomparable (and a set's
+    own headline names none: each key's section names its own)."""
+    if isinstance(c, SetComparison) or c.verdict is Verdict.INCOMPARABLE:
+        return ()
+    return tuple(c.causes)
+
+
+def markdown_causes(items: Sequence[str], *, passed: bool) -> list[str]:
+    """Markdown lines naming ``items`` (gate/causes.py) under a headline, before any table: one
+    line, or a list; in bold unless the verdict ``passed``. Escaped here."""
+    label = causes.label(len(items), passed=passed).capitalize()
+    if not label:
+        return []
+    title = f"{label}:" if passed else f"**{label}:**"
+    if len(items) == 1:
+        return [f"{title} {md_escape(items[0])}", ""]
+    return [title, "", *(f"- {md_escape(x)}" for x in items), ""]
+
+
+def text_causes(items: Sequence[str], *, passed: bool) -> list[str]:
+    """Terminal lines naming ``items``, one each (``cause: …``), escaped for a terminal."""
+    label = causes.label(len(items), passed=passed).removesuffix("s")
+    return [f"{label}: {fmt.plain(x)}" for x in items]
 
 
 def _delta(row: Row) -> str:
@@ -245,6 +271,7 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
     out: list[str] = []
     if heading:
         out += [heading, ""]
+    out += markdown_causes(shown_causes(c), passed=c.verdict is Verdict.PASS)
     if c.base_run or c.head_run:
         base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
@@ -302,8 +329,15 @@ _VERDICT_ORDER = {Verdict.REGRESSION: 0, Verdict.INCOMPARABLE: 1, Verdict.WARN: 
                   Verdict.PASS: 3}
 
 
-def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str, int]:
-    """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut."""
+#: Causes named in a key's row of the sets' table (the rest: "+N more", all in its section).
+CAUSES_IN_ROW = 2
+
+
+def _md_key_table(
+    items: list[tuple[str, Comparison]], budget: int, *, with_causes: bool = False
+) -> tuple[str, int]:
+    """The per-key summary table, cut to ``budget`` characters; returns it and the rows cut.
+    ``with_causes``: a column of each key's causes before what changed (the flagged keys')."""
     rows, used = [], 0
     for key, item in items:
         changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
@@ -311,14 +345,18 @@ def _md_key_table(items: list[tuple[str, Comparison]], budget: int) -> tuple[str
         what = ", ".join(
             f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
         ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
-        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}",
-               what or "—"]
+        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}"]
+        if with_causes:
+            named = "; ".join(md_escape(x) for x in item.causes[:CAUSES_IN_ROW])
+            more = len(item.causes) - CAUSES_IN_ROW
+            row.append((named + (f" (+{more} more)" if more > 0 else "")) or "—")
+        row.append(what or "—")
         used += sum(len(x) + 3 for x in row) + 2
         if used > budget and rows:
             break
         rows.append(row)
-    table = github_table(rows, ["key", "verdict", "changed"])
-    return table, len(items) - len(rows)
+    headers = ["key", "verdict", *(["cause"] if with_causes else []), "changed"]
+    return github_table(rows, headers), len(items) - len(rows)
 
 
 def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
@@ -330,7 +368,9 @@ def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
     passed = [(k, v) for k, v in ranked if v.verdict is Verdict.PASS]
     budget = max_chars // 2
     if flagged:
-        table, cut = _md_key_table(flagged, budget)
+        table, cut = _md_key_table(
+            flagged, budget, with_causes=any(item.causes for _, item in flagged)
+        )
         out += [table, ""]
         if cut:
             out += [f"*…and {cut} more not shown (use --format json)*", ""]
@@ -383,6 +423,14 @@ def _rich_table(rows: list[Row]) -> Any:
 class _Reason(str):
     """A reason line: printed as rich Text, wrapped at the width or not (render_text)."""
 
+    style = ""
+
+
+class _Cause(_Reason):
+    """A cause under a headline: a reason line, in bold."""
+
+    style = "bold"
+
 
 def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> list[Any]:
     from rich.text import Text
@@ -390,6 +438,8 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
     parts: list[Any] = []
     if title:
         parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
+    for line in text_causes(shown_causes(c), passed=c.verdict is Verdict.PASS):
+        parts.append(_Cause(line))
     if c.base_run or c.head_run:
         base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
         parts.append(Text(f"base {base} → head {head}", style="dim"))
@@ -431,7 +481,7 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
 
     def put(part: Any) -> None:
         if isinstance(part, _Reason):
-            console.print(Text(part), soft_wrap=not wrap_reasons)
+            console.print(Text(part, style=part.style), soft_wrap=not wrap_reasons)
         else:
             console.print(part)
 

@@ -87,6 +87,8 @@ class Row:
     ``tolerance``: None for informational rows, which never gate.
     ``noise``: how far the change had to go to clear the noise (noise_factor × combined IQR),
     in the metric's own unit; None when the summaries report no spread for it.
+    ``cause``: what changed, in the few words a headline names it by (gate/causes.py); the
+    deterministic counters set it, the start of their ``note``; empty on every other row.
     """
 
     name: str
@@ -99,6 +101,7 @@ class Row:
     delta_unit: str = ""
     noise: float | None = None
     note: str = ""
+    cause: str = ""
 
     @property
     def gating(self) -> bool:
@@ -128,7 +131,9 @@ class Row:
 class Comparison:
     """A head summary against its base: one row per metric, the verdict and why.
 
-    ``reasons``: the context (``notes``), then one line per regressed row.
+    ``reasons``: the context (``notes``), then one line per regressed row. ``causes``: what
+    the summaries say changed (a DataLoader setting, a counter), for the headline
+    (gate/causes.py), the surest first.
     """
 
     verdict: Verdict
@@ -143,6 +148,7 @@ class Comparison:
     #: The ``distributed`` blocks of base and head (None for a single process), for the
     #: renderers' per-rank section; not part of the JSON report (its rows carry the verdict).
     distributed: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)
+    causes: list[str] = field(default_factory=list)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -153,6 +159,7 @@ class Comparison:
             "kind": "comparison",
             "verdict": self.verdict.value,
             "reasons": list(self.reasons),
+            "causes": list(self.causes),
             "base_run": self.base_run,
             "head_run": self.head_run,
             "rules": self.rules_source,
@@ -198,6 +205,7 @@ def with_status(row: Row, status: Status, note: str) -> Row:
         row.delta_unit,
         row.noise,
         note,
+        row.cause,
     )
 
 

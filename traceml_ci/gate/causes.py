@@ -1,0 +1,109 @@
+"""What a comparison knows changed between base and head, named the way a headline names it:
+a DataLoader setting, the optimizer, the FLOPs per step and the modules that moved them, the
+scalar reads per step and their lines, the bytes kept from each step, the parameters.
+
+Pure: two summaries and the comparison's rows in, short plain strings out, the surest first.
+The counters' wording is theirs (each counter row's ``cause``, gate/counters.py), defined once;
+only the DataLoader's is written here. The strings hold text from the summaries (module names,
+file paths): each renderer escapes them for its medium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from traceml_ci.gate.results import COUNTERS_PREFIX, Row
+from traceml_ci.summary.view import SummaryView, as_view
+
+#: The DataLoader settings a summary records (``step_time.dataloader``) that change how it
+#: feeds the steps, in the order they are named. ``device`` is the run's, not the loader's: a
+#: changed device is the environment fingerprint's (gate/context.py).
+DATALOADER_SETTINGS: tuple[str, ...] = (
+    "num_workers",
+    "batch_size",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+)
+#: Settings of the worker processes: without workers torch sets them itself (prefetch_factor
+#: None, persistent_workers False), so they are named only when both sides have workers.
+WORKER_SETTINGS = frozenset({"persistent_workers", "prefetch_factor"})
+
+#: The counter rows whose causes are named, in priority order: what the code was told to do
+#: differently (optimizer), how much work a step does (FLOPs), then what it does per step that
+#: costs (scalar reads, bytes kept), then the model's size (said, never judged).
+COUNTER_ORDER: tuple[str, ...] = tuple(
+    COUNTERS_PREFIX + name
+    for name in (
+        "optimizer",
+        "flops_per_step",
+        "syncs_per_step",
+        "retained_bytes_per_step",
+        "parameters",
+    )
+)
+
+
+def known_causes(
+    base: SummaryView | Mapping[str, Any],
+    head: SummaryView | Mapping[str, Any],
+    rows: Iterable[Row],
+) -> list[str]:
+    """The causes the summaries name, in priority order: the DataLoader's changed settings,
+    then each counter row that changed (its ``cause``). Empty when nothing known changed."""
+    causes = []
+    loader = dataloader_change(base, head)
+    if loader:
+        causes.append(loader)
+    by_name = {r.name: r for r in rows}
+    for name in COUNTER_ORDER:
+        row = by_name.get(name)
+        if row is not None and row.cause:
+            causes.append(row.cause)
+    return causes
+
+
+def label(count: int, *, passed: bool) -> str:
+    """What a headline calls its ``count`` causes: the ``cause``/``causes`` of a regression, a
+    warning or an undecided result; on a pass only what ``changed`` (nothing to fix)."""
+    if not count:
+        return ""
+    if passed:
+        return "changed"
+    return "cause" if count == 1 else "causes"
+
+
+def _workers(settings: Mapping[str, Any]) -> bool:
+    n = settings.get("num_workers")
+    return isinstance(n, int) and n > 0
+
+
+def _value(x: Any) -> str:
+    return "none" if x is None else str(x)
+
+
+def dataloader_change(
+    base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any]
+) -> str:
+    """``DataLoader num_workers 2 → 0, pin_memory True → False``; ``DataLoader in base only``
+    when head recorded that it iterated none (and the other way); empty when nothing changed or
+    either side does not say (an older or a mapped summary)."""
+    st_b, st_h = as_view(base).step_time, as_view(head).step_time
+    if "dataloader" not in st_b or "dataloader" not in st_h:
+        return ""
+    b, h = st_b.get("dataloader"), st_h.get("dataloader")
+    if isinstance(b, Mapping) and isinstance(h, Mapping):
+        workers = all(_workers(x) for x in (b, h))
+        changed = [
+            f"{key} {_value(b.get(key))} → {_value(h.get(key))}"
+            for key in DATALOADER_SETTINGS
+            if key in b and key in h and b.get(key) != h.get(key)
+            and (workers or key not in WORKER_SETTINGS)
+        ]
+        return "DataLoader " + ", ".join(changed) if changed else ""
+    if isinstance(b, Mapping) and h is None:
+        return "DataLoader in base only (head recorded none)"
+    if b is None and isinstance(h, Mapping):
+        return "DataLoader in head only (base recorded none)"
+    return ""
