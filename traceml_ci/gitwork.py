@@ -61,19 +61,20 @@ class Base:
     how: str
 
 
-def resolve_base(repo: Path, ref: str) -> Base:
-    """The base commit for ``ref``: a branch's merge-base with HEAD; anything else as it is."""
+def resolve_base(repo: Path, ref: str, flag: str = "--base") -> Base:
+    """The base commit for ``ref``: a branch's merge-base with HEAD; anything else as it is.
+    ``flag``: the option the user gave ``ref`` with, as errors name it."""
     if not ref or ref.startswith("-"):
-        raise UsageError(f"--base {one_line(ref)!r}: not a git ref")
+        raise UsageError(f"{flag} {one_line(ref)!r}: not a git ref")
     done = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     commit = done.stdout.strip()
     if done.returncode != 0 or not commit:
-        raise UsageError(f"--base {one_line(ref)!r}: no such commit, branch or tag in {repo}")
+        raise UsageError(f"{flag} {one_line(ref)!r}: no such commit, branch or tag in {repo}")
     if not _is_branch(repo, ref):
         return Base(ref, commit, "commit")
     merged = _git(repo, "merge-base", "HEAD", commit)
     if merged.returncode != 0 or not merged.stdout.strip():
-        raise UsageError(f"--base {one_line(ref)!r}: the branch shares no history with HEAD")
+        raise UsageError(f"{flag} {one_line(ref)!r}: the branch shares no history with HEAD")
     return Base(ref, merged.stdout.strip(), "merge-base")
 
 
