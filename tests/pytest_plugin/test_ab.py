@@ -194,7 +194,8 @@ def test_no_change_is_never_a_regression(project: Project) -> None:
             "*inconclusive: re-run, or allow more rounds (--traceml-ab-rounds-max, now 2)*",
         ])
     assert len(test["ab"]["rounds"]) == 2
-    assert "regression" not in result.stdout.str().lower()
+    assert "A/B REGRESSION" not in result.stdout.str()
+    assert "regression for" not in result.stdout.str()
     project.assert_clean()
 
 
