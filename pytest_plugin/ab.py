@@ -193,7 +193,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-class TestRounds:
+class RoundRunner:
     """Measures one side of one round of one test: ``python -m pytest NODEID`` as a child in
     that side's tree; its output in ``work/<side>-roundN.log``."""
 
@@ -273,7 +273,7 @@ def run_test(
     from traceml_ci.gate import ab_report
     from traceml_ci.gate.ab import AbVerdict, run_rounds
 
-    rounds = TestRounds(ab, nodeid, work, preferred_key)
+    rounds = RoundRunner(ab, nodeid, work, preferred_key)
 
     def progress(result: AbResult) -> None:  # the test's captured stderr: shown on failure
         last = result.rounds[-1]

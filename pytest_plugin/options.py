@@ -143,7 +143,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "--traceml-ab-step-tolerance",
         "traceml_ab_step_tolerance",
         "number",
-        "with --traceml-ab: %% slower median step time tolerated; default: that of "
+        "with --traceml-ab: how many percent slower the median step time may get; default: that of "
         "`traceml-ci ab --step-tolerance`",
     ),
     (

@@ -5,10 +5,16 @@ judged by the same pipeline as ``traceml-ci ab``; the base's worktree is gone af
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.cli.scripts import kill_group
 
 #: A tiny training loop whose forward spins SPIN_MS (busy: a loaded machine cannot make it
 #: shorter, only longer); the head commit changes it where a test wants a slowdown.
@@ -253,3 +259,24 @@ def test_unusable_ab_options_stop_the_session_in_one_line(project: Project, args
     result.stderr.fnmatch_lines([says])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     project.assert_clean()
+
+
+def test_sigterm_mid_round_ends_the_session_and_removes_the_worktree(project: Project) -> None:
+    project.commits()
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+           "--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=6"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=project.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_worktrees(project.path)) < 2:  # the base is checked out: round 1 starts
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGTERM)  # the session alone, as a CI runner's cancel
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out + err
+        assert "KeyboardInterrupt" in out
+        project.assert_clean()
+    finally:
+        kill_group(proc)
