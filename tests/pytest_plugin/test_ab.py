@@ -150,11 +150,11 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
                          f"--traceml-ab-json={ab_json}", f"--traceml-report={report}")
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
-    # the failure: the verdict, the metric with its estimate and interval, the rounds table
+    # the failure: the verdict, the rounds table, each regressed metric with its interval
     result.stdout.fnmatch_lines([
         "*traceml: A/B regression for test_ab_smoke.py::test_train against HEAD~1 = *",
-        "*REGRESSION: regression after * rounds: *step time +*% (95% interval +*% .. +*%, "
-        "tolerance +5.0%)*",
+        "round  first  base ms  head ms  head/base  *",
+        "*REGRESSION: regression after * rounds: *(95% interval *, tolerance *)*",
         "A/B REGRESSION *test_ab_smoke.py::test_train  regression after*",
         "traceml: A/B verdict: regression (1 of 1 regression: test_ab_smoke.py::test_train)",
     ])
@@ -170,8 +170,15 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
         # the truth, known here: the head spins ADDED_MS more per step (one forward a step)
         added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
         assert 0.8 * ADDED_MS < added_ms < 4 * ADDED_MS, r
-    regressed = {iv["metric"] for iv in test["ab"]["intervals"] if iv["status"] == "regressed"}
-    assert "step_time" in regressed
+    regressed = [iv for iv in test["ab"]["intervals"] if iv["status"] == "regressed"]
+    # The spin is in forward: the step time or the forward share decides (under load the
+    # step-time interval can still be too wide when the share's is not); what regressed is
+    # named in the failure with its estimate.
+    assert regressed and {iv["metric"] for iv in regressed} <= {"step_time", "forward"}
+    for iv in regressed:
+        unit = "%" if iv["unit"] == "%" else " pp"
+        assert f"{'step time' if iv['unit'] == '%' else 'forward share'} " \
+               f"{iv['estimate']:+.1f}{unit} (95% interval" in out
     md = report.read_text()
     assert md.startswith("<!-- traceml-ci:report -->\n## traceml-ci A/B against `HEAD~1")
     assert "**REGRESSION**" in md and "#### test_ab_smoke.py::test_train" in md
@@ -179,12 +186,18 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
 
 
 def test_no_change_is_never_a_regression(project: Project) -> None:
-    # Same code on both sides. Two rounds on a loaded 2-core machine can be too noisy to clear
-    # every metric within its tolerance: then the verdict is inconclusive (the test fails,
-    # saying so) -- a pass or inconclusive, never a regression.
+    # Same code on both sides. Two rounds on a loaded 2-core machine are mostly too noisy to
+    # clear every metric: then the verdict is inconclusive (the test fails, saying so) -- a
+    # pass or inconclusive, never a regression. The tolerances are wide: at 2 rounds the t
+    # interval is +-6.4 times the two rounds' difference, and identical runs of this 25-step
+    # test on that machine differ by up to 30 pp in a share, so two rounds that happen to agree
+    # on a +10 pp shift would clear a 2 pp tolerance (the statistics' nominal 2.5 % false
+    # alarm per metric and look, docs/gate.md "Limits"); this test is about the plugin's
+    # wiring, not that rate.
     project.commits()
     ab_json = project.path / "ab.json"
     result = project.run("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
+                         "--traceml-ab-step-tolerance=100", "--traceml-ab-share-tolerance=30",
                          f"--traceml-ab-json={ab_json}")
     doc = json.loads(ab_json.read_text())
     [test] = doc["tests"]
