@@ -17,7 +17,8 @@ from traceml_ci.summary.keys import (
 )
 from traceml_ci.summary.profile import DEFAULT_PROFILE_STEPS
 
-#: (option, ini name, kind, help). ``kind``: "path", "flag", "int" or "seconds".
+#: (option, ini name, kind, help). ``kind``: "path", "flag", "int", "seconds", "number" (a
+#: finite number >= 0) or "text".
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "--traceml-baseline",
@@ -122,7 +123,72 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "where the profiles go (one folder per baseline key); default: the test's temporary "
         "folder",
     ),
+    (
+        "--traceml-ab",
+        "traceml_ab",
+        "text",
+        "A/B: judge every traced test against its own version at REF (a commit or tag; a "
+        "branch: its merge-base with HEAD), checked out in a temporary git worktree: base and "
+        "head run as child pytest processes in interleaved rounds until a paired verdict, as "
+        "`traceml-ci ab` judges (instead of --traceml-baseline)",
+    ),
+    (
+        "--traceml-ab-rounds-max",
+        "traceml_ab_rounds_max",
+        "int",
+        "with --traceml-ab: rounds at most before a test is inconclusive; default: that of "
+        "`traceml-ci ab --rounds-max`",
+    ),
+    (
+        "--traceml-ab-step-tolerance",
+        "traceml_ab_step_tolerance",
+        "number",
+        "with --traceml-ab: how many percent slower the median step time may get; default: that of "
+        "`traceml-ci ab --step-tolerance`",
+    ),
+    (
+        "--traceml-ab-share-tolerance",
+        "traceml_ab_share_tolerance",
+        "number",
+        "with --traceml-ab: percentage points a phase share may grow; default: that of "
+        "`traceml-ci ab --share-tolerance`",
+    ),
+    (
+        "--traceml-ab-setup",
+        "traceml_ab_setup",
+        "text",
+        "with --traceml-ab: a shell command run once in the base worktree before its first run "
+        "(build compiled extensions there: 'python setup.py build_ext --inplace')",
+    ),
+    (
+        "--traceml-ab-inconclusive",
+        "traceml_ab_inconclusive",
+        "text",
+        "with --traceml-ab: what a test whose A/B stays too noisy to decide does: 'fail' "
+        "(default: the test fails, saying inconclusive) or 'warn' (it passes with a warning)",
+    ),
+    (
+        "--traceml-ab-json",
+        "traceml_ab_json",
+        "path",
+        "with --traceml-ab: write the session's A/B results as JSON (the GitHub Action reads "
+        "its verdict)",
+    ),
 )
+
+#: Metavars shown in --help, by option (else by kind).
+_METAVARS = {
+    "--traceml-ab": "REF",
+    "--traceml-ab-setup": "CMD",
+    "--traceml-ab-inconclusive": "fail|warn",
+    "--traceml-ab-step-tolerance": "PCT",
+    "--traceml-ab-share-tolerance": "PP",
+}
+#: The hidden option an A/B child session runs under: where it writes what it traced. Set by
+#: the parent session only (pytest_plugin/ab.py); it turns A/B and gating off in the child.
+AB_CHILD_OPTION = "--traceml-ab-child"
+#: What --traceml-ab-inconclusive accepts; the first is the default.
+AB_INCONCLUSIVE = ("fail", "warn")
 
 
 class SetupError(Exception):
@@ -148,6 +214,17 @@ class Options:
     profile_steps: int = DEFAULT_PROFILE_STEPS
     profile_dir: Path | None = None
     module_sample_s: float = SMOKE_TEST_MODULE_SAMPLE_S
+    #: --traceml-ab: the base REF as given; the A/B settings left None take gate/ab.py's
+    #: defaults (AbSettings), which this start-up module does not import.
+    ab: str | None = None
+    ab_rounds_max: int | None = None
+    ab_step_tolerance: float | None = None
+    ab_share_tolerance: float | None = None
+    ab_setup: str | None = None
+    ab_inconclusive: str = AB_INCONCLUSIVE[0]
+    ab_json: Path | None = None
+    #: This session is an A/B child: where it writes the summaries it traced.
+    ab_child: Path | None = None
     #: The nearest pyproject.toml at or above the rootdir, for [tool.traceml-ci] rules.
     pyproject: Path | None = None
 
@@ -156,7 +233,8 @@ class Options:
         """Whether anything was asked of the plugin beyond tracing marked tests."""
         return any(
             (self.baseline, self.update_baseline, self.save, self.report, self.comparison,
-             self.tolerances, self.require_baseline, self.repeats != 1, self.report_only)
+             self.tolerances, self.require_baseline, self.repeats != 1, self.report_only,
+             self.ab)
         )
 
     @property
@@ -180,10 +258,15 @@ def add_options(parser: Any) -> None:
             group.addoption(flag, action="store_true", default=None, dest=ini, help=help_text)
             parser.addini(ini, help_text, type="bool", default=False)
         else:
-            meta = {"int": "N", "seconds": "S"}.get(kind, "PATH")
+            meta = _METAVARS.get(flag) or {"int": "N", "seconds": "S", "number": "X"}.get(
+                kind, "PATH")
             group.addoption(flag, action="store", default=None, dest=ini, metavar=meta,
                             help=help_text)
             parser.addini(ini, help_text, type="string", default="")
+    import argparse
+
+    group.addoption(AB_CHILD_OPTION, action="store", default=None, dest="traceml_ab_child",
+                    help=argparse.SUPPRESS)
 
 
 def read_options(config: Any) -> Options:
@@ -210,6 +293,16 @@ def read_options(config: Any) -> Options:
                 values[name] = int(given)
             except (TypeError, ValueError):
                 raise SetupError(f"{flag} must be an integer, not {given!r}") from None
+        elif kind == "number":
+            try:
+                number = float(given)
+            except (TypeError, ValueError):
+                number = -1.0
+            if not number >= 0 or number == float("inf"):
+                raise SetupError(f"{flag} must be a number >= 0, not {given!r}")
+            values[name] = number
+        elif kind == "text":
+            values[name] = str(given)
         elif kind == "seconds":
             try:
                 seconds = float(given)
@@ -239,5 +332,34 @@ def read_options(config: Any) -> Options:
                          "baseline's top ops)")
     if values.get("require_baseline") and values.get("baseline") is None:
         raise SetupError("--traceml-require-baseline needs --traceml-baseline=PATH")
+    pyproject = find_pyproject(config.rootpath)
+    child = config.getoption("traceml_ab_child")
+    if child:
+        # An A/B child traces its one test and reports it to the parent: no gating, no files,
+        # no A/B of its own (the user's ini may say --traceml-ab too).
+        return Options(ab_child=Path(child), pyproject=pyproject,
+                       module_sample_s=values.get("module_sample_s", SMOKE_TEST_MODULE_SAMPLE_S))
+    _check_ab(values)
     # At or above pytest's rootdir, as ``traceml-ci diff`` looks from its working directory.
-    return Options(**values, pyproject=find_pyproject(config.rootpath))
+    return Options(**values, pyproject=pyproject)
+
+
+def _check_ab(values: dict[str, Any]) -> None:
+    """The --traceml-ab options make sense together. Raises SetupError."""
+    if values.get("ab") is None:
+        given = [f"--traceml-{name.replace('_', '-')}" for name in values
+                 if name.startswith("ab_")]
+        if given:
+            raise SetupError(f"{given[0]} needs --traceml-ab=REF")
+        return
+    if not values["ab"]:
+        raise SetupError("--traceml-ab needs a git ref (a commit, tag or branch)")
+    for other in ("baseline", "update_baseline", "require_baseline"):
+        if values.get(other):
+            raise SetupError(f"--traceml-ab and --traceml-{other.replace('_', '-')}: give one "
+                             "(A/B judges each test against its base run beside it, not against "
+                             "a stored baseline)")
+    inconclusive = values.get("ab_inconclusive", AB_INCONCLUSIVE[0])
+    if inconclusive not in AB_INCONCLUSIVE:
+        raise SetupError(f"--traceml-ab-inconclusive must be one of "
+                         f"{', '.join(AB_INCONCLUSIVE)}, not {inconclusive!r}")

@@ -7,7 +7,7 @@ without traced tests pays next to nothing for the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -54,6 +54,7 @@ def _state(config: pytest.Config) -> TracemlState:
         state.use_tmp_factory(lambda: getattr(config, "_tmp_path_factory", None))
         try:
             state.load()
+            state.start_ab(config.rootpath)
         except SetupError as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[STATE] = state
@@ -68,8 +69,24 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     marker = item.get_closest_marker("traceml")
-    if marker is None:
+    ab = _ab_applies(item, marker)
+    if marker is None and not ab:
         return (yield)
+    # The body is replaced for this call: pytest's own call of item.runtest() runs ours.
+    body = item.runtest
+    if ab:
+        item.runtest = lambda: _ab_call(item, marker, body)  # type: ignore[method-assign]
+    else:
+        item.runtest = lambda: _traced_call(item, marker, body)  # type: ignore[method-assign]
+    try:
+        return (yield)
+    finally:
+        del item.runtest  # the class's method again
+
+
+def _traced_call(item: pytest.Item, marker: Any, body: Callable[[], Any]) -> None:
+    """A marked test: each repeat of the body under a fresh tracer, then the gate."""
+    __tracebackhide__ = True
     from pytest_plugin.fixture import RUN_KEY, USED_KEYS
     from pytest_plugin.runner import MarkedRun
 
@@ -77,15 +94,54 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     item.stash[RUN_KEY] = run
     item.stash.setdefault(USED_KEYS, set()).add(run.key)
     try:
-        for _ in range(run.repeats - 1):  # --traceml-repeats: earlier runs of the same body
+        for _ in range(run.repeats):  # --traceml-repeats: runs of the same body
             with run.repeat():
-                item.runtest()
-        with run.repeat():
-            result = yield
-        run.gate(rerun=item.runtest)  # a regression is confirmed by running the body again
+                body()
+        run.gate(rerun=body)  # a regression is confirmed by running the body again
     finally:
         del item.stash[RUN_KEY]
-    return result
+
+
+def _ab_applies(item: pytest.Item, marker: Any) -> bool:
+    """--traceml-ab judges marked tests and tests that use the ``traceml`` fixture (its
+    ``run_script``); an A/B child session never does (it is one side of one round)."""
+    options = item.config.stash[OPTIONS]
+    return options.ab is not None and (
+        marker is not None or "traceml" in getattr(item, "fixturenames", ()))
+
+
+def _ab_call(item: pytest.Item, marker: Any, body: Callable[[], Any]) -> None:
+    """One test under --traceml-ab: its rounds in child sessions, then pass or fail on the
+    verdict; a test the base lacks runs here as without A/B and passes with a note."""
+    __tracebackhide__ = True
+    from pytest_plugin.ab import NO_BASE, AbOutcome, NoBase, SideFailed, run_test
+    from pytest_plugin.runner import marker_args
+
+    state = _state(item.config)
+    assert state.ab is not None
+    key = (marker_args(marker).key if marker is not None else None) or item.nodeid
+    failure = no_base = None
+    try:
+        outcome, message, head = run_test(item.nodeid, state.ab, state.out_dir(item.nodeid), key,
+                                          report_only=state.options.report_only)
+    except NoBase as exc:
+        no_base = str(exc)
+    except SideFailed as exc:
+        failure = str(exc)
+    if failure is not None:  # outside the except block: no chained traceback
+        pytest.fail(failure, pytrace=False)
+    if no_base is not None:
+        state.record_ab(AbOutcome(item.nodeid, key, NO_BASE, no_base))
+        if marker is not None:
+            _traced_call(item, marker, body)
+        else:
+            body()
+        return
+    state.record_ab(outcome, head)
+    if message:
+        pytest.fail(message, pytrace=False)
+    if outcome.verdict == "inconclusive":  # --traceml-ab-inconclusive=warn, or report-only
+        item.warn(pytest.PytestWarning(f"traceml: A/B {outcome.detail}"))
 
 
 @pytest.fixture
@@ -110,8 +166,13 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
+    options = config.stash.get(OPTIONS, None)
+    if options is not None and options.ab_child is not None:
+        _answer_parent(session, options.ab_child, state)
+        return
     if state is None:
         return
+    state.close_ab()  # the base's worktree goes first, whatever else fails below
     if state.is_worker:
         from pytest_plugin.state import WORKER_OUTPUT_KEY
 
@@ -122,6 +183,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
+def _answer_parent(session: pytest.Session, path: Any, state: TracemlState | None) -> None:
+    """An A/B child: tell the parent what was collected, how the session ended, and the
+    summaries its test traced, in the order they were gated."""
+    from pytest_plugin.ab import write_child_doc
+
+    summaries = {} if state is None else {
+        k: r.summary for k, r in state.results.items() if r.summary is not None}
+    write_child_doc(path, session.testscollected, int(session.exitstatus), summaries)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.close_ab()  # a session that ended before sessionfinish (an internal error)
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is None or state.is_worker:
@@ -129,4 +206,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     from pytest_plugin.terminal import write_section
 
     write_section(terminalreporter, list(state.results.values()),
-                  state.notes + state.profile_notes(), state.errors, state.verdict_line())
+                  state.notes + state.profile_notes(), state.errors, state.verdict_line(),
+                  ab=state.ab_outcomes.values())

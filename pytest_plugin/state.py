@@ -21,6 +21,7 @@ from pytest_plugin.options import Options, SetupError
 from pytest_plugin.results import GateResult
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pytest_plugin.ab import AbOutcome, AbSession
     from traceml_ci.gate import SetComparison
 
 #: The key of this plugin's entry in xdist's ``workeroutput``.
@@ -46,6 +47,11 @@ class TracemlState:
         self._tmp_factory: Any = None
         self._loaded = False
         self._comparison: SetComparison | None = None
+        #: --traceml-ab: the session's base (``start_ab``), each test's A/B by node id, and the
+        #: head summary of its last round (what --traceml-save keeps in A/B mode).
+        self.ab: AbSession | None = None
+        self.ab_outcomes: dict[str, AbOutcome] = {}
+        self.ab_heads: Summaries = {}
 
     # -- setup -------------------------------------------------------------------------------
     def load(self) -> None:
@@ -67,16 +73,38 @@ class TracemlState:
         self.rules = rules.with_tolerances(PLUGIN_TOLERANCES)
         self._loaded = True
 
+    def start_ab(self, rootpath: Path) -> None:
+        """--traceml-ab: resolve the base REF now (a bad one is a SetupError before any test);
+        its worktree is made at the first A/B test."""
+        if self.options.ab is not None and self.ab is None:
+            from pytest_plugin.ab import AbSession
+
+            self.ab = AbSession(self.options, rootpath)
+
+    def close_ab(self) -> None:
+        """Remove the base's worktree, if one was made."""
+        if self.ab is not None:
+            self.ab.close()
+
+    def record_ab(self, outcome: AbOutcome, head: dict[str, Any] | None = None) -> None:
+        self.ab_outcomes[outcome.nodeid] = outcome
+        if head is not None:
+            self.ab_heads[outcome.key] = head
+
     def use_tmp_factory(self, get_factory: Callable[[], Any]) -> None:
         """``get_factory()``: pytest's TempPathFactory (set up after plugins configure)."""
         self._tmp_factory = get_factory
 
     def header(self) -> str | None:
-        """The line under pytest's session header, when a baseline or rules are in play."""
-        if not self._loaded:
-            return None
+        """The line under pytest's session header, when a baseline, rules or A/B are in play."""
         opts = self.options
         parts = []
+        if self.ab is not None:
+            s = self.ab.settings
+            parts.append(f"A/B against {self.ab.describe()}, {s.min_rounds}-{s.max_rounds} "
+                         "rounds per traced test")
+        if not self._loaded:
+            return "traceml: " + ", ".join(parts) if parts else None
         if opts.baseline is not None:
             state = f"{len(self.baseline)} entries" if opts.baseline.exists() else "no file yet"
             update = ", updating" if opts.update_baseline else ""
@@ -113,10 +141,19 @@ class TracemlState:
         self._comparison = None
 
     def payload(self) -> str:
-        return json.dumps([r.to_dict() for r in self.results.values()], allow_nan=False)
+        return json.dumps({"results": [r.to_dict() for r in self.results.values()],
+                           "ab": [o.to_dict() for o in self.ab_outcomes.values()],
+                           "ab_heads": self.ab_heads}, allow_nan=False)
 
     def merge_payload(self, payload: str) -> None:
-        for d in json.loads(payload):
+        doc = json.loads(payload)
+        if doc.get("ab"):
+            from pytest_plugin.ab import AbOutcome
+
+            for d in doc["ab"]:
+                self.ab_outcomes[str(d["nodeid"])] = AbOutcome.from_dict(d)
+        self.ab_heads.update(doc.get("ab_heads") or {})
+        for d in doc.get("results", []):
             result = GateResult.from_dict(d)
             prior = self.results.get(result.key)
             if prior is not None and prior.nodeid != result.nodeid:
@@ -128,8 +165,10 @@ class TracemlState:
 
     @property
     def heads(self) -> Summaries:
-        """This session's valid summaries by key."""
-        return {k: r.summary for k, r in self.results.items() if r.summary is not None}
+        """This session's valid summaries by key (in A/B mode, each test's last head round)."""
+        heads = dict(self.ab_heads)
+        heads.update({k: r.summary for k, r in self.results.items() if r.summary is not None})
+        return heads
 
     # -- end of session (controller only) -----------------------------------------------------
     def write_files(self) -> None:
@@ -143,7 +182,22 @@ class TracemlState:
         if opts.report is not None:
             self._write(opts.report, self._report)
         if opts.comparison is not None:
-            self._write(opts.comparison, self._comparison_json)
+            if self.ab is None:
+                self._write(opts.comparison, self._comparison_json)
+            else:  # a stored-baseline comparison: A/B made none (see --traceml-ab-json)
+                self.notes.append(f"comparison not written: {opts.comparison} (--traceml-ab "
+                                  "compares no baseline; its results: --traceml-ab-json)")
+        if opts.ab_json is not None and self.ab is not None:
+            self._write(opts.ab_json, self._ab_json)
+
+    def _ab_json(self, path: Path) -> None:
+        from pytest_plugin.ab import to_json
+        from traceml_ci.fsutil import atomic_write_text
+
+        assert self.ab is not None
+        doc = to_json(list(self.ab_outcomes.values()), self.ab)
+        atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+        self.notes.append(f"A/B results written: {path}")
 
     def _write(self, path: Path, write: Any) -> None:
         from traceml_ci.errors import TracemlError
@@ -165,12 +219,24 @@ class TracemlState:
         from traceml_ci.fsutil import atomic_write_text
         from traceml_ci.gate import render_markdown
 
-        text = render_markdown(self.session_comparison())
+        if self.ab is not None:
+            text = self._ab_markdown()
+        else:
+            text = render_markdown(self.session_comparison())
         section = self._profiles_markdown()
         if section:
             text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
         atomic_write_text(path, text)
         self.notes.append(f"report written: {path}")
+
+    def _ab_markdown(self) -> str:
+        """The report in A/B mode: the gate's marker line (the Action's comment replaces it),
+        then the A/B results; a stored-baseline comparison is not made in this mode."""
+        from pytest_plugin.ab import render_markdown
+        from traceml_ci.gate.render import MARKER
+
+        assert self.ab is not None
+        return f"{MARKER}\n" + render_markdown(list(self.ab_outcomes.values()), self.ab)
 
     def _profiles_markdown(self) -> str:
         """The report's section on regressed tests profiled (--traceml-profile-on-regression)."""
@@ -235,6 +301,10 @@ class TracemlState:
 
     def verdict_line(self) -> str | None:
         """The session's verdict for the terminal, when anything was compared."""
+        if self.ab is not None:
+            from pytest_plugin.ab import session_line
+
+            return session_line(list(self.ab_outcomes.values()))
         if not any(r.comparison is not None for r in self.results.values()):
             return None
         c = self.session_comparison()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pytest_plugin.results import GateResult, Handling
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pytest_plugin.ab import AbOutcome
 
 #: Markup per verdict or handling (by its word), for terminals that show colour.
 _MARKUP: dict[str, dict[str, bool]] = {
@@ -17,6 +21,9 @@ _MARKUP: dict[str, dict[str, bool]] = {
     Handling.UPDATED.value: {"cyan": True},
     Handling.NOT_GATED.value: {},
     Handling.INVALID.value: {"red": True, "bold": True},
+    # --traceml-ab's words (pass and regression as above)
+    "inconclusive": {"yellow": True, "bold": True},
+    "no base": {"yellow": True},
 }
 
 _WIDTH = max(len(word) for word in _MARKUP)
@@ -34,16 +41,33 @@ def result_lines(results: Iterable[GateResult]) -> list[tuple[str, dict[str, boo
     return out
 
 
+def ab_lines(outcomes: Iterable[AbOutcome]) -> list[tuple[str, dict[str, bool]]]:
+    """One ``(text, markup)`` per A/B test, sorted by node id: ``A/B REGRESSION  nodeid  why``
+    (a verdict that does not fail its test says so)."""
+    from traceml_ci.gate.fmt import plain
+
+    out = []
+    for o in sorted(outcomes, key=lambda o: o.nodeid):
+        label = f"A/B {o.verdict.upper()}".ljust(_WIDTH)
+        name = o.nodeid if o.key == o.nodeid else f"{o.nodeid} [key {o.key}]"
+        kept = "" if o.fails or o.verdict in ("pass", "no base") else " (does not fail the test)"
+        out.append((plain(f"{label}  {name}  {o.detail}{kept}"), _MARKUP.get(o.verdict, {})))
+    return out
+
+
 def write_section(reporter: object, results: list[GateResult], notes: list[str],
-                  errors: list[str], verdict: str | None = None) -> None:
+                  errors: list[str], verdict: str | None = None,
+                  ab: Iterable[AbOutcome] = ()) -> None:
     """Write the section through pytest's TerminalReporter; nothing at all when empty.
-    ``verdict``: the session's verdict line, from the same comparison as the report."""
-    if not (results or notes or errors):
+    ``verdict``: the session's verdict line, from the same comparison as the report.
+    ``ab``: the tests judged by --traceml-ab."""
+    ab = list(ab)
+    if not (results or notes or errors or ab):
         return
     write_sep = reporter.write_sep  # type: ignore[attr-defined]
     write_line = reporter.write_line  # type: ignore[attr-defined]
     write_sep("-", "traceml")
-    for text, markup in result_lines(results):
+    for text, markup in ab_lines(ab) + result_lines(results):
         write_line(text, **markup)
     if verdict:
         write_line(f"traceml: {verdict}")

@@ -1,5 +1,6 @@
-"""Git for A/B runs (``traceml-ci ab``): the repository, the base commit a ref stands for, and
-that commit checked out as a temporary worktree, removed again however the run ends.
+"""Git for A/B runs (``traceml-ci ab``, the pytest plugin's ``--traceml-ab``): the repository,
+the base commit a ref stands for, that commit checked out as a temporary worktree, removed again
+however the run ends, and the environment a side runs in (its tree first on ``PYTHONPATH``).
 
 Torch-free, stdlib only. Errors are typed (``UsageError``: exit 2; no git: exit 6).
 """
@@ -10,7 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,19 +61,20 @@ class Base:
     how: str
 
 
-def resolve_base(repo: Path, ref: str) -> Base:
-    """The base commit for ``ref``: a branch's merge-base with HEAD; anything else as it is."""
+def resolve_base(repo: Path, ref: str, flag: str = "--base") -> Base:
+    """The base commit for ``ref``: a branch's merge-base with HEAD; anything else as it is.
+    ``flag``: the option the user gave ``ref`` with, as errors name it."""
     if not ref or ref.startswith("-"):
-        raise UsageError(f"--base {one_line(ref)!r}: not a git ref")
+        raise UsageError(f"{flag} {one_line(ref)!r}: not a git ref")
     done = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     commit = done.stdout.strip()
     if done.returncode != 0 or not commit:
-        raise UsageError(f"--base {one_line(ref)!r}: no such commit, branch or tag in {repo}")
+        raise UsageError(f"{flag} {one_line(ref)!r}: no such commit, branch or tag in {repo}")
     if not _is_branch(repo, ref):
         return Base(ref, commit, "commit")
     merged = _git(repo, "merge-base", "HEAD", commit)
     if merged.returncode != 0 or not merged.stdout.strip():
-        raise UsageError(f"--base {one_line(ref)!r}: the branch shares no history with HEAD")
+        raise UsageError(f"{flag} {one_line(ref)!r}: the branch shares no history with HEAD")
     return Base(ref, merged.stdout.strip(), "merge-base")
 
 
@@ -106,3 +108,14 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
         _git(repo, "worktree", "remove", "--force", str(path))
         shutil.rmtree(parent, ignore_errors=True)
         _git(repo, "worktree", "prune")
+
+
+def side_env(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of one side's runs: its worktree (and its ``src/`` when there is one)
+    first on PYTHONPATH, so each side imports its own code, not an installed copy."""
+    out = dict(os.environ if env is None else env)
+    paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
+    if out.get("PYTHONPATH"):
+        paths.append(out["PYTHONPATH"])
+    out["PYTHONPATH"] = os.pathsep.join(paths)
+    return out

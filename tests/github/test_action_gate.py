@@ -251,3 +251,98 @@ def test_profile_on_regression_asks_the_plugin_for_profiles_in_the_artifact(
     assert not stale.exists()  # an earlier run's trace never passes for this one's
     off = gate("--baseline", baseline)
     assert not any(a.startswith("--traceml-profile") for a in off["fake"].cmd)
+
+
+class FakeAbPytest(FakePytest):
+    """Replaces the pytest subprocess of an A/B job: what the plugin writes at the end of a
+    ``--traceml-ab`` session whose one traced test had these rounds (head/base step-time
+    ratios), with the plugin's own code (TracemlState, AbSession, AbOutcome) and the A/B
+    pipeline's decision (``gate.ab.decide``)."""
+
+    def __init__(self, ratios: list[float], exit_code: int = 0) -> None:
+        super().__init__(exit_code)
+        self.ratios = ratios
+
+    def __call__(self, cmd: list[str]) -> int:
+        from pytest_plugin.ab import AbOutcome
+        from pytest_plugin.options import Options
+        from pytest_plugin.state import TracemlState
+        from traceml_ci.gate.ab import RoundPair, SideFigures, decide
+
+        self.cmd = cmd
+        given = dict(a.split("=", 1) for a in cmd if a.startswith("--traceml-") and "=" in a)
+        state = TracemlState(Options(
+            ab=given["--traceml-ab"], ab_rounds_max=len(self.ratios),
+            save=Path(given["--traceml-save"]), report=Path(given["--traceml-report"]),
+            comparison=Path(given["--traceml-comparison"]),
+            ab_json=Path(given["--traceml-ab-json"]),
+            report_only="--traceml-report-only" in cmd,
+        ))  # fmt: skip
+        state.start_ab(Path.cwd())
+        head = json.loads(SUMMARIES.read_text())["summaries"]["tiny"]
+        shares = {"forward": 40.0, "backward": 40.0}
+        rounds = [RoundPair(n, SideFigures(10.0, shares), SideFigures(10.0 * r, shares))
+                  for n, r in enumerate(self.ratios, 1)]  # fmt: skip
+        assert state.ab is not None
+        result = decide(rounds, state.ab.settings)
+        assert result.verdict is not None
+        state.record_ab(AbOutcome("test_smoke.py::test_tiny", "tiny", result.verdict.value,
+                                  result.reason(), result), head)  # fmt: skip
+        state.write_files()
+        assert not state.errors, state.errors
+        return self.exit_code
+
+
+def _git_repo(path: Path) -> None:
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c",
+                        "user.email=t@example.com", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (path / "README").write_text("x\n")
+    git("add", "README")
+    git("commit", "-qm", "base")
+
+
+@pytest.mark.parametrize(
+    ("ratios", "exit_code", "verdict", "failed", "mode"),
+    [
+        ([2.0, 2.1], 1, "regression", "true", "upsert"),
+        ([1.0, 1.0], 0, "pass", "false", "update"),
+        ([0.7, 1.4], 1, "inconclusive", "true", "upsert"),
+    ],
+)  # fmt: skip
+def test_ab_base_reaches_pytest_and_its_verdict_is_the_steps(
+    gate, tmp_path: Path, ratios, exit_code, verdict, failed, mode
+) -> None:
+    _git_repo(tmp_path)
+    r = gate("--ab-base", "HEAD", event=pr_event(), fake=FakeAbPytest(ratios, exit_code))
+    cmd = r["fake"].cmd
+    assert "--traceml-ab=HEAD" in cmd
+    assert f"--traceml-ab-json={tmp_path / 'out' / 'ab.json'}" in cmd
+    assert not any(a.startswith(("--traceml-baseline", "--traceml-report-only")) for a in cmd)
+    out = r["outputs"]
+    assert (out["verdict"], out["failed"], out["comment-mode"]) == (verdict, failed, mode)
+    assert json.loads(Path(out["artifact-dir"], "ab.json").read_text())["verdict"] == verdict
+    report = Path(out["report-path"]).read_text()
+    assert report.startswith("<!-- traceml-ci:report -->\n## traceml-ci A/B against `HEAD = ")
+    assert f"**{verdict.upper()}**" in report and "traceml-ci A/B" in r["summary"]
+    if verdict == "inconclusive":
+        assert "the A/B verdict is inconclusive" in out["reason"]
+        assert "::warning title=traceml-ci::A/B inconclusive" in r["stdout"]
+
+
+def test_ab_base_without_failing_on_regression_reports_only(gate, tmp_path: Path) -> None:
+    _git_repo(tmp_path)
+    r = gate("--ab-base", "HEAD", "--fail-on-regression", "false", fake=FakeAbPytest([2.0, 2.1]))
+    assert "--traceml-report-only" in r["fake"].cmd
+    assert (r["outputs"]["verdict"], r["outputs"]["failed"]) == ("regression", "false")
+
+
+def test_ab_base_and_baseline_together_are_exit_2(gate) -> None:
+    r = gate("--ab-base", "main", "--baseline", "b.json")
+    assert r["code"] == 2 and r["stderr"].count("\n") == 1
+    assert "--ab-base and --baseline: give one" in r["stderr"]
+    assert r["fake"].cmd == []  # pytest never started

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +221,24 @@ def test_a_deselected_test_gives_the_same_verdict_in_report_and_outputs(
     assert "not run in this session (not compared): deselected" in report
     assert comparison["removed"] == [] and "removed" not in report
     assert not result.failed
+
+
+def test_the_ab_base_input_reaches_pytest(tmp_path: Path, github: FakeGitHub) -> None:
+    # A workspace that is a git repository; the ref does not exist there, so the plugin (the
+    # real one, in the real pytest) stops at start-up with its one line: the input got through
+    # env:, action-gate and pytest's command line, and no torch was imported on the way.
+    job = Job(tmp_path, github)
+    git = ["git", "-C", str(job.workspace), "-c", "user.name=t", "-c", "user.email=t@e.com"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    result = job.run("pull_request", pr_event(), install="skip", baseline="",
+                     **{"ab-base": "no-such-ref"})  # fmt: skip
+    gate = result.step("Run the smoke tests")
+    assert gate.exit_code == 0, gate.stderr[-3000:]
+    assert "--traceml-ab=no-such-ref" in gate.stdout  # the command action-gate ran
+    assert "--traceml-baseline" not in gate.stdout
+    assert "ERROR: traceml: --traceml-ab 'no-such-ref': no such commit, branch or tag" in (
+        gate.stderr + gate.stdout)
+    assert (result.outputs["verdict"], result.outputs["failed"]) == ("error", "true")
+    assert gate.outputs["reason"] == "pytest failed (exit 4)"
+    assert result.step("Fail").ran and result.failed

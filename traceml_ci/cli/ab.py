@@ -38,6 +38,7 @@ from traceml_ci.gate.ab import (
     DEFAULT_STEP_TOL_PCT,
     AbVerdict,
 )
+from traceml_ci.gitwork import side_env
 
 #: Where the runs' summaries and the report go unless --out says.
 DEFAULT_AB_OUT = os.path.join("traceml-out", "ab")
@@ -188,17 +189,6 @@ def parse_command(words: list[str]) -> Target:
             "python SCRIPT [ARGS] or python -m MODULE [ARGS]"
         )
     return Target(words[0], tuple(words[1:]), module=False)
-
-
-def side_env(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of one side's runs: its worktree (and its ``src/`` when there is one)
-    first on PYTHONPATH, so each side imports its own code, not an installed copy."""
-    out = dict(os.environ if env is None else env)
-    paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
-    if out.get("PYTHONPATH"):
-        paths.append(out["PYTHONPATH"])
-    out["PYTHONPATH"] = os.pathsep.join(paths)
-    return out
 
 
 @contextmanager

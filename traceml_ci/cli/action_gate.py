@@ -37,6 +37,8 @@ REPORT_NAME = "report.md"
 SUMMARIES_NAME = "summaries.json"
 COMPARISON_NAME = "comparison.json"
 META_NAME = "comment.json"
+#: --ab-base: the plugin's A/B results (--traceml-ab-json), whose verdict the step reads.
+AB_NAME = "ab.json"
 #: --profile-on-regression: the profiled re-runs' traces, one folder per key (in the artifact).
 PROFILES_NAME = "profiles"
 
@@ -47,6 +49,9 @@ class NoVerdict(str, Enum):
 
     NO_BASELINE = "no-baseline"  # first run: nothing to compare with yet
     ERROR = "error"  # no head summaries, or no comparison the plugin could write
+    # --ab-base: base and head were too noisy to tell apart within the rounds allowed --
+    # neither a pass nor a regression
+    INCONCLUSIVE = "inconclusive"
 
 
 #: The step's ``verdict`` output: the gate's verdict, or why there is none.
@@ -71,6 +76,10 @@ def decide_failure(outcome: Outcome, pytest_exit: int, fail_on_regression: bool)
     """Whether the job should fail, and the one line that says why."""
     if outcome is Verdict.REGRESSION and fail_on_regression:
         return Failure(True, "performance regression beyond tolerance (see the job summary)")
+    if outcome is NoVerdict.INCONCLUSIVE and pytest_exit != 0:
+        return Failure(True, f"pytest failed (exit {pytest_exit}); the A/B verdict is "
+                       "inconclusive: base and head too noisy to tell apart within the rounds "
+                       "allowed -- re-run (see the job summary)")
     if pytest_exit == 5:
         return Failure(True, "pytest collected no tests: check pytest-args")
     if pytest_exit != 0:
@@ -84,7 +93,7 @@ def intended_comment(policy: CommentPolicy, outcome: Outcome) -> CommentMode:
     """The comment this outcome calls for under ``policy``, wherever the job runs."""
     if policy is CommentPolicy.NEVER:
         return CommentMode.SKIP
-    if policy is CommentPolicy.ALWAYS or outcome is Verdict.REGRESSION:
+    if policy is CommentPolicy.ALWAYS or outcome in (Verdict.REGRESSION, NoVerdict.INCONCLUSIVE):
         return CommentMode.UPSERT
     # Only refresh an earlier comment, so a fixed PR does not keep showing a stale table.
     return CommentMode.UPDATE
@@ -127,6 +136,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", metavar="PATH", default="", help="the committed baseline set")
     p.add_argument("--tolerances", metavar="FILE", default="", help="tolerance rules (TOML)")
     p.add_argument(
+        "--ab-base", metavar="REF", default="",
+        help="judge the traced tests A/B against REF instead of a baseline (pytest "
+        "--traceml-ab): base and head run interleaved on this runner",
+    )
+    p.add_argument(
         "--pytest-args", metavar="ARGS", default="", help="pytest arguments (one string)"
     )
     p.add_argument(
@@ -154,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
         pytest_args = shlex.split(args.pytest_args)
     except ValueError as exc:
         raise UsageError(f"--pytest-args: {exc}") from None
+    if args.ab_base and args.baseline:
+        raise UsageError("--ab-base and --baseline: give one (A/B judges each test against its "
+                         "base run beside it, not against a stored baseline)")
     if args.tolerances and not Path(args.tolerances).is_file():
         raise UsageError(f"--tolerances {args.tolerances}: no such file")
     job_id = marker_id(args.comment_id or ctx.job or "default")
@@ -161,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = Path(args.baseline) if args.baseline else None
 
     pytest_exit = _run_pytest(pytest_args, files, baseline, args)
-    verdict = _judge(files, baseline, pytest_exit)
+    verdict = _judge(files, baseline, pytest_exit, ab=bool(args.ab_base))
     failure = decide_failure(verdict, pytest_exit, args.fail_on_regression)
     intended = intended_comment(CommentPolicy(args.comment), verdict)
     mode, note = comment_here(intended, ctx)
@@ -201,6 +218,7 @@ class _Files:
         self.comparison = out / COMPARISON_NAME
         self.meta = out / META_NAME
         self.profiles = out / PROFILES_NAME
+        self.ab = out / AB_NAME
 
 
 def _run_pytest(
@@ -211,8 +229,10 @@ def _run_pytest(
             f"--traceml-comparison={files.comparison}"]
     if baseline is not None:
         cmd.append(f"--traceml-baseline={baseline}")
-        if not args.fail_on_regression:
-            cmd.append("--traceml-report-only")  # compared and reported; no test fails on it
+    if args.ab_base:
+        cmd += [f"--traceml-ab={args.ab_base}", f"--traceml-ab-json={files.ab}"]
+    if (baseline is not None or args.ab_base) and not args.fail_on_regression:
+        cmd.append("--traceml-report-only")  # compared and reported; no test fails on it
     if args.tolerances:
         cmd.append(f"--traceml-tolerances={args.tolerances}")
     if args.profile_on_regression:
@@ -221,13 +241,15 @@ def _run_pytest(
     return subprocess.call(cmd)
 
 
-def _judge(files: _Files, baseline: Path | None, pytest_exit: int) -> Outcome:
-    """The step's verdict: the plugin's session comparison's, read back, never recomputed.
-    Leaves a report in ``files.report`` whatever happened."""
+def _judge(files: _Files, baseline: Path | None, pytest_exit: int, ab: bool = False) -> Outcome:
+    """The step's verdict: the plugin's session comparison's (with ``ab``: its A/B results'),
+    read back, never recomputed. Leaves a report in ``files.report`` whatever happened."""
     outcome: Outcome
     if not files.summaries.is_file():
         outcome = NoVerdict.ERROR
         print(f"traceml-ci: pytest wrote no head summaries ({files.summaries})", file=sys.stderr)
+    elif ab:
+        outcome = _ab_verdict(files.ab)
     elif baseline is None or not baseline.is_file():
         outcome = NoVerdict.NO_BASELINE
         files.report.unlink(missing_ok=True)  # nothing was compared: say so, not "incomparable"
@@ -246,6 +268,22 @@ def _comparison_verdict(path: Path) -> Outcome:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
         print(f"traceml-ci: the plugin's comparison {path} is {why}", file=sys.stderr)
+        return NoVerdict.ERROR
+
+
+def _ab_verdict(path: Path) -> Outcome:
+    """The verdict of the plugin's ``--traceml-ab-json`` file: pass or regression, inconclusive,
+    NO_BASELINE when no test had a base to pair with; ERROR when the file has none."""
+    try:
+        verdict = json.loads(path.read_text(encoding="utf-8"))["verdict"]
+        if verdict is None:
+            return NoVerdict.NO_BASELINE
+        if verdict == NoVerdict.INCONCLUSIVE.value:
+            return NoVerdict.INCONCLUSIVE
+        return Verdict(verdict)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
+        print(f"traceml-ci: the plugin's A/B results {path} are {why}", file=sys.stderr)
         return NoVerdict.ERROR
 
 
@@ -281,7 +319,7 @@ def _out_dir(given: str, job_id: str) -> Path:
         out = Path("traceml-ci-out")
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name in (REPORT_NAME, SUMMARIES_NAME, COMPARISON_NAME, META_NAME):
+    for name in (REPORT_NAME, SUMMARIES_NAME, COMPARISON_NAME, META_NAME, AB_NAME):
         (out / name).unlink(missing_ok=True)  # a stale file must not pass for this run's
     shutil.rmtree(out / PROFILES_NAME, ignore_errors=True)
     return out
@@ -324,6 +362,9 @@ def _annotations(
         yield level, "performance regression beyond tolerance: see the job summary", title
     elif verdict is Verdict.INCOMPARABLE:
         yield "warning", "base and head are not comparable (see the job summary)", title
+    elif verdict is NoVerdict.INCONCLUSIVE:
+        yield "warning", ("A/B inconclusive: too noisy to tell base and head apart; re-run "
+                          "(see the job summary)"), title
     elif verdict is NoVerdict.NO_BASELINE:
         yield "notice", _no_baseline_note(baseline).replace("`", ""), title
     if reason and verdict is not Verdict.REGRESSION:
