@@ -43,17 +43,13 @@ DEFAULT_SHARE_TOL_PP = 2.0
 DEFAULT_MIN_ROUNDS = 2
 #: Rounds at most; a decision not reached by then is inconclusive.
 DEFAULT_MAX_ROUNDS = 6
-#: The intervals' two-sided confidence level.
+#: The intervals' two-sided confidence level, for the metrics together: each of the m metrics
+#: judged gets 1 - 0.05/m (Bonferroni), so noise moves any one of them past its bound in at
+#: most 5 % of looks, not 5 % per metric.
 CONFIDENCE = 0.95
-
-#: Student's t, 97.5th percentile, by degrees of freedom (the two-sided 95 % interval); past
-#: the table the normal quantile (1.96) is close enough.
-_T975: tuple[float, ...] = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-_Z975 = 1.96
+#: Rounds before a regression: two rounds that happen to agree give a t interval (one degree
+#: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
+REGRESSION_MIN_ROUNDS = 3
 
 #: Float rounding of a bound, below any tolerance anyone sets (% or pp).
 _ROUNDING = 1e-9
@@ -66,7 +62,44 @@ def t975(df: int) -> float:
     """Student's t 97.5th percentile for ``df`` >= 1 degrees of freedom."""
     if df < 1:
         raise ValueError("an interval needs at least 2 rounds")
-    return _T975[df - 1] if df <= len(_T975) else _Z975
+    return t_quantile(0.975, df)
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer ``df`` >= 1: the closed forms (Abramowitz and
+    Stegun 26.7.3-4), exact to float rounding; no scipy in the gate."""
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:  # odd: (2/pi)(theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...))
+        term = total = 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        inside = (2 / math.pi) * (theta + (math.sin(theta) * math.cos(theta) * total
+                                           if df > 1 else 0.0))
+    else:  # even: sin (1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...)
+        term = total = 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = math.sin(theta) * total
+    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom."""
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
 
 
 class Side(str, Enum):
@@ -193,18 +226,24 @@ class Interval:
         return "step time" if self.metric == STEP_METRIC else f"{self.metric} share"
 
 
-def _t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+def quantile_for(metrics: int, rounds: int) -> float:
+    """The t quantile of each metric's interval: ``CONFIDENCE`` for ``metrics`` together."""
+    return t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0 / max(1, metrics), rounds - 1)
+
+
+def _t_interval(values: Sequence[float], q: float | None = None) -> tuple[float, float, float]:
     n = len(values)
     mean = sum(values) / n
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    half = t975(n - 1) * math.sqrt(var / n)
+    half = (t975(n - 1) if q is None else q) * math.sqrt(var / n)
     return mean, mean - half, mean + half
 
 
-def step_interval(rounds: Sequence[RoundPair], tol_pct: float) -> Interval:
-    """The step time's interval: a t interval on the rounds' log ratios, shown as % change."""
+def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None) -> Interval:
+    """The step time's interval: a t interval on the rounds' log ratios, shown as % change;
+    ``q`` the t quantile (default: a 95 % interval of this metric alone)."""
     logs = [math.log(r.step_ratio) for r in rounds]
-    mean, low, high = _t_interval(logs)
+    mean, low, high = _t_interval(logs, q)
 
     def pct(x: float) -> float:
         return math.expm1(x) * 100.0
@@ -214,15 +253,23 @@ def step_interval(rounds: Sequence[RoundPair], tol_pct: float) -> Interval:
     )
 
 
-def share_intervals(rounds: Sequence[RoundPair], tol_pp: float) -> list[Interval]:
-    """One interval per phase either side measured in every round, in PHASES order."""
-    out = []
+def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:
+    """Each phase either side measured in every round: its per-round changes, PHASES order."""
+    out = {}
     for phase in PHASES:
         deltas = [r.share_delta_pp(phase) for r in rounds]
-        if any(d is None for d in deltas):
-            continue
-        values = [float(d) for d in deltas if d is not None]
-        mean, low, high = _t_interval(values)
+        if all(d is not None for d in deltas):
+            out[phase] = [float(d) for d in deltas if d is not None]
+    return out
+
+
+def share_intervals(
+    rounds: Sequence[RoundPair], tol_pp: float, q: float | None = None
+) -> list[Interval]:
+    """One interval per phase either side measured in every round, in PHASES order."""
+    out = []
+    for phase, values in share_deltas(rounds).items():
+        mean, low, high = _t_interval(values, q)
         out.append(Interval(phase, "pp", mean, low, high, tol_pp, tuple(values)))
     return out
 
@@ -315,14 +362,17 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     counters = Counters.of(rounds[0]) if rounds else Counters()
     if n < 2:
         return AbResult(rounds, (), None, settings, counters)
+    q = quantile_for(1 + len(share_deltas(rounds)), n)
     intervals = (
-        step_interval(rounds, settings.step_tol_pct),
-        *share_intervals(rounds, settings.share_tol_pp),
+        step_interval(rounds, settings.step_tol_pct, q),
+        *share_intervals(rounds, settings.share_tol_pp, q),
     )
     statuses = {iv.status for iv in intervals}
     verdict: AbVerdict | None = None
     if n >= settings.min_rounds:
-        if Status.REGRESSED in statuses or counters.regressed:
+        if counters.regressed or (
+            Status.REGRESSED in statuses and n >= REGRESSION_MIN_ROUNDS
+        ):
             verdict = AbVerdict.REGRESSION
         elif statuses == {Status.CLEARED}:
             verdict = AbVerdict.PASS
