@@ -21,12 +21,14 @@ from traceml_ci.summary.model import (
     Summary,
 )
 from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.counters import CounterProbe, flops_block
-from traceml_ci.tracer.distributed import RankGather, identity, parallelism
+from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
-from traceml_ci.tracer.live import LiveWriter
+from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
+from traceml_ci.tracer.identity import Identity
+from traceml_ci.tracer.live import LiveWriter, Window
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
 from traceml_ci.tracer.patches import (
@@ -48,6 +50,8 @@ from traceml_ci.tracer.transparency import Transparency
 
 #: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
 MAX_EVALS = 10_000
+#: GPU utilisation samples (NVML, ~5 per second) averaged for a live snapshot: the last ~5 s.
+GPU_RECENT_SAMPLES = 25
 
 
 def _warn(message: str) -> None:
@@ -61,11 +65,15 @@ def _warn(message: str) -> None:
 
 class Tracer:
     """Records one run. ``zero_change``: the script never calls trace_step (``traceml-ci run``
-    on an unmodified script); steps are then delimited by optimizer steps."""
+    on an unmodified script); steps are then delimited by optimizer steps. ``identity``: this
+    process's place in its run (default: read from the environment now, once)."""
 
-    def __init__(self, config: TracerConfig, *, zero_change: bool = False) -> None:
+    def __init__(self, config: TracerConfig, *, zero_change: bool = False,
+                 identity: Identity | None = None) -> None:
         self.config = config
+        self.identity = identity if identity is not None else read_identity()
         self.started_at = datetime.now(timezone.utc)
+        self._started_iso = self.started_at.isoformat(timespec="seconds").replace("+00:00", "Z")
         self._t0 = time.perf_counter()
         self.enabled = True
         self.status: RunStatus | None = None
@@ -85,6 +93,9 @@ class Tracer:
         self._device_decided = False
         self._explicit_steps = False
         self._gpu_sampler: Any = None
+        #: Read once, at the first record (they do not change while a run goes).
+        self._system_total_mb: float | None = None
+        self._device_total_mb: float | None = None
         self._last_scope: StepScope | None = None
         self._contention = start_probe()  # read once more at finish, never per step
         #: Evaluations a framework callback saw: (start, end) in perf_counter_ns, the newest
@@ -141,16 +152,21 @@ class Tracer:
         if not lifecycle.owns_run():  # a DataLoader worker never writes (nor starts threads)
             return
         try:
-            self.live = LiveWriter(self, _warn).start()
+            self.live = self.live_writer().start()
         except Exception as exc:
             self.live = None
             _warn(f"the live snapshot could not start ({exc!r}); training goes on")
+
+    def live_writer(self, interval_s: float | None = None) -> LiveWriter:
+        """A snapshot writer for this run (not started): handed the one record builder."""
+        return LiveWriter(self.run_record, self.identity, self.store, self.rss,
+                          self.config.out_dir, self.config.thresholds, _warn, interval_s)
 
     # -- profiling (tracer/profiling.py; never imported when off) ---------------------------
     def _start_profile(self) -> None:
         from traceml_ci.tracer import lifecycle
 
-        if not lifecycle.owns_run() or _env_int("RANK", 0) != 0:  # one rank's profile: rank 0's
+        if not lifecycle.owns_run() or self.identity.rank != 0:  # one rank's profile: rank 0's
             return
         try:
             from traceml_ci.tracer.profiling import StepProfiler
@@ -217,8 +233,10 @@ class Tracer:
                 self.live = None
         elif self.live is None:
             self._start_live()
-        elif self.config.out_dir != old.out_dir:
-            self.live.retarget(self.config.out_dir)
+        else:
+            self.live.thresholds = self.config.thresholds
+            if self.config.out_dir != old.out_dir:
+                self.live.retarget(self.config.out_dir)
 
     def fail(self, exc: BaseException) -> None:
         """Our own code failed: warn once, stop tracing, leave the training loop alone."""
@@ -358,7 +376,8 @@ class Tracer:
             self.profile.close(self.store.steps_total)
             self.profile = None
         try:
-            record = self._record()
+            self._drain()
+            record = self.run_record()
             if self.config.mode == "manual" and not record.steps_total:
                 _warn("manual mode recorded no steps: wrap the loop body in trace_step")
             if record.backward_without_steps:
@@ -371,7 +390,7 @@ class Tracer:
             if self.ranks.world_size() > 1:
                 self.path = self._write_distributed(self.summary)
             else:
-                self.path = self._write_claimed(self.config.summary_path, self.summary)
+                self.path = self._write_claimed(self._summary_path(), self.summary)
         except Exception as exc:
             _warn(f"could not write the summary ({exc!r})")
             return None
@@ -407,13 +426,13 @@ class Tracer:
         from traceml_ci.summary.ranks import merge_ranks
 
         doc = summary.to_dict()
-        doc["run"].update(identity())
+        doc["run"].update(self.identity.placement())
         last = self._last_scope
         kind = parallelism(last.models if last is not None else ())
         if kind is not None:
             doc["run"]["parallelism"] = kind
-        rank = int(doc["run"].get("rank") or 0)
-        own = write_summary(self.config.out_dir / f"final_summary.rank{rank}.json", doc)
+        rank = self.identity.rank
+        own = write_summary(self.config.out_dir / self.identity.rank_summary_name, doc)
         docs = self.ranks.gather(doc)
         self.ranks.uninstall()
         if rank != 0:
@@ -422,70 +441,95 @@ class Tracer:
         got = docs or [doc]
         merged = merge_ranks(got, world_size=world, nodes=self.ranks.nodes(got),
                              backend=self.ranks.backend)
-        return self._write_claimed(self.config.summary_path, merged)
+        return self._write_claimed(self._summary_path(), merged)
 
-    def _record(self) -> RunRecord:
-        from traceml_ci.tracer.env import fingerprint
+    def _summary_path(self) -> Path:
+        return self.config.out_dir / self.identity.summary_name
 
+    def _drain(self) -> None:
+        """At finish: every step recorded and resolved, and a last RSS sample."""
         if self.enabled:
             self.rec.flush()
             try:
                 self.store.drain_all()
             except Exception as exc:
                 self.fail(exc)
-        gpu = self._gpu_sampler.stop() if self._gpu_sampler is not None else GpuUtil()
-        store = self.store
-        on_device = store.cuda_memory is not None
         if self.rss is not None:
-            self.rss.sample(store.steps_total)
-        rss_samples = [
-            (s, mb) for s, mb in (self.rss.samples if self.rss else []) if s > store.warmup_steps
-        ]
-        retries = ooms = None
-        device_total = None
-        if on_device:
-            retries, ooms = store.cuda_memory.counters()
-            device_total = store.cuda_memory.total_mb()
+            self.rss.sample(self.store.steps_total)
+
+    def run_record(self, window: Window | None = None) -> RunRecord:
+        """The run as the summary layer's ``RunRecord``: the one builder of it.
+
+        ``window`` None: the whole run, at finish (after ``_drain``), with what only the finish
+        reads -- the environment, contention, FLOPs, modules, counters, how the run ended.
+        A window: the live snapshot thread's rows (tracer/live.py), with the fields that are
+        cheap to read while training goes on; only plain fields and list copies are read here
+        then, never the per-step state."""
+        store = self.store
+        final = window is None
+        if window is None:
+            window = Window([store.column(i) for i in range(len(store.columns.cols))],
+                            store.columns.stride, store.steps_total)
+        cols, steps, memory = window.cols, window.steps, window.memory
+        on_device = store.cuda_memory is not None
+        if on_device and self._device_total_mb is None:
+            self._device_total_mb = store.cuda_memory.total_mb()
+        if self._system_total_mb is None:
+            self._system_total_mb = system_total_mb()
+        rss = self.rss
+        warmup = store.warmup_steps
         device = self.device
-        # What was asked for: zero-change only for a launched script that never called
-        # trace_step (a script that asked for manual mode says so, steps or not).
-        asked = self.config.mode
-        implicit = self.zero_change and not self._explicit_steps and asked == "auto"
-        mode = "zero-change" if implicit else asked
-        return RunRecord(
+        record = RunRecord(
             run=RunInfo(
-                name=self.config.run_name or _default_run_name(),
-                status=self.status or RunStatus.COMPLETED,
-                started_at=self.started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                name=self.identity.run_name(self.config.run_name),
+                status=RunStatus.COMPLETED,  # a snapshot carries its own status
+                started_at=self._started_iso,
                 duration_s=time.perf_counter() - self._t0,
-                mode=mode,
-                rank=_env_int("RANK", 0),
-                world_size=_env_int("WORLD_SIZE", 1),
-                contention=read_probe(self._contention),
+                mode=self.config.mode,
+                rank=self.identity.rank,
+                world_size=self.identity.world_size,
             ),
-            env=fingerprint(device),
+            env={},
             clock=store.clock.kind,
-            steps_total=store.steps_total,
-            warmup_steps=min(store.warmup_steps, store.steps_total),
+            steps_total=steps,
+            warmup_steps=min(warmup, steps),
             series=StepSeries(
-                step_ms=store.column(STEP),
-                phase_ms={p: store.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
-                stride=store.columns.stride,
-                allocated_mb=store.column(ALLOC_COL) if on_device else None,
-                reserved_mb=store.column(RESERVED_COL) if on_device else None,
+                step_ms=cols[STEP],
+                phase_ms={p: cols[1 + i] for i, p in enumerate(MEASURED_PHASES)},
+                stride=window.stride,
+                allocated_mb=cols[ALLOC_COL] if on_device and memory else None,
+                reserved_mb=cols[RESERVED_COL] if on_device and memory else None,
             ),
             batch_size=self.batch_size,
             samples_per_step=self._samples_per_step(),
             dataloader=self._dataloader_settings(),
             memory_device=str(device) if device is not None else "cpu",
-            rss_samples=rss_samples,
-            peak_rss_mb=self.rss.peak_mb() if self.rss else None,
+            # Growth over the run so far (a list copy is atomic; the sampler rebinds, never
+            # edits in place, when it thins).
+            rss_samples=[(s, mb) for s, mb in list(rss.samples) if s > warmup]
+            if rss and memory else (),
+            peak_rss_mb=rss.peak_mb() if rss and memory else None,
+            system_total_mb=self._system_total_mb,
+            device_total_mb=self._device_total_mb,
+            gpu=self._gpu(final),
+        )
+        return self._finished(record) if final else record
+
+    def _finished(self, record: RunRecord) -> RunRecord:
+        """The whole run's record: what only the finish reads, added."""
+        from traceml_ci.tracer.env import fingerprint
+
+        retries = ooms = None
+        if self.store.cuda_memory is not None:
+            retries, ooms = self.store.cuda_memory.counters()
+        return replace(
+            record,
+            run=replace(record.run, status=self.status or RunStatus.COMPLETED,
+                        mode=self._mode(), contention=read_probe(self._contention)),
+            env=fingerprint(self.device),
             peak_job_rss_mb=self.rss.job_peak_mb() if self.rss else None,
-            system_total_mb=system_total_mb(),
-            device_total_mb=device_total,
             alloc_retries=retries,
             ooms=ooms,
-            gpu=gpu,
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
@@ -496,6 +540,24 @@ class Tracer:
             ),
             counters=self._counters(),
         )
+
+    def _mode(self) -> str:
+        """What was asked for: zero-change only for a launched script that never called
+        trace_step (a script that asked for manual mode says so, steps or not). A live
+        snapshot's window says what was configured."""
+        asked = self.config.mode
+        implicit = self.zero_change and not self._explicit_steps and asked == "auto"
+        return "zero-change" if implicit else asked
+
+    def _gpu(self, final: bool) -> GpuUtil:
+        """GPU utilisation: the whole run's at finish (the sampler stops), else the last ~5 s."""
+        sampler = self._gpu_sampler
+        if sampler is None:
+            return GpuUtil()
+        if final:
+            return sampler.stop()
+        return summarize_gpu(list(sampler.util[-GPU_RECENT_SAMPLES:]),
+                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]))
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
@@ -712,17 +774,3 @@ def _current_accelerator() -> Any:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return None
-
-
-def _default_run_name() -> str:
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
-    return script or "run"
-
-
-def _env_int(name: str, default: int) -> int:
-    import os
-
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
