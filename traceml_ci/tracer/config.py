@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer's modules)
     DEFAULT_OUT_DIR,
@@ -32,6 +34,34 @@ ENV_LIVE = "TRACEML_CI_LIVE"
 #: Seconds the finish-time gather of a distributed run waits for the other ranks.
 ENV_GATHER_TIMEOUT = "TRACEML_CI_GATHER_TIMEOUT_S"
 GATHER_TIMEOUT_S = 30.0
+
+
+class RunOptions(TypedDict, total=False):
+    """The keywords a framework callback (HF, Lightning) takes and hands on to ``init()``;
+    None, like a keyword left out, means "not given"."""
+
+    out_dir: str | os.PathLike[str] | None
+    run_name: str | None
+    warmup_steps: int | None
+    batch_size: int | None
+    thresholds: Thresholds | None
+
+
+class InitOptions(RunOptions, total=False):
+    """``init()``'s keywords besides ``mode``: a callback's, and two switches of its own."""
+
+    live: bool | None
+    module_sample_s: float | None
+
+
+def given_options(options: Mapping[str, Any], kind: type, caller: str) -> dict[str, Any]:
+    """The keywords of ``options`` that were given (not None). A name that is not one of the
+    TypedDict ``kind``'s keys is a TypeError naming it, as Python says of a signature's."""
+    names = kind.__required_keys__ | kind.__optional_keys__  # type: ignore[attr-defined]
+    for name in options:
+        if name not in names:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def read_identity() -> Identity:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -47,20 +46,12 @@ from traceml_ci.tracer.recorder import (
 )
 from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
 from traceml_ci.tracer.transparency import Transparency
+from traceml_ci.tracer.warn import warn
 
 #: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
 MAX_EVALS = 10_000
 #: GPU utilisation samples (NVML, ~5 per second) averaged for a live snapshot: the last ~5 s.
 GPU_RECENT_SAMPLES = 25
-
-
-def _warn(message: str) -> None:
-    # Straight to stderr: a warnings.warn() could be turned into an exception by the user's
-    # filters (pytest -W error), and the tracer must never raise into the training loop.
-    try:
-        sys.stderr.write(f"traceml-ci: warning: {message}\n")
-    except Exception:  # pragma: no cover
-        pass
 
 
 class Tracer:
@@ -117,7 +108,7 @@ class Tracer:
         try:
             self.transparency.install()
         except Exception as exc:
-            _warn(f"module save/copy guard not installed ({exc!r})")
+            warn(f"module save/copy guard not installed ({exc!r})")
         if config.mode == "auto":
             self.patches.install()
             if self.roots is not None:
@@ -125,17 +116,17 @@ class Tracer:
         #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
         # Any compiled frame in the process turns counting off (a count is cheap to miss, a
         # failed compiled step is not); module sampling looks at this run's frames only.
-        self.flop_count = FlopCount(_warn)
+        self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
-        self.counters = CounterProbe(_warn)
+        self.counters = CounterProbe(warn)
         #: Per-module forward and backward time, one step now and then (trace_step runs).
-        self.module_sampler = ModuleSampler(_warn, config.module_sample_s)
+        self.module_sampler = ModuleSampler(warn, config.module_sample_s)
         #: Distributed runs: finish before the job destroys its process group, gather there.
-        self.ranks = RankGather(self.finish, _warn)
+        self.ranks = RankGather(self.finish, warn)
         try:
             self.ranks.install()
         except Exception as exc:
-            _warn(f"distributed hooks not installed ({exc!r})")
+            warn(f"distributed hooks not installed ({exc!r})")
         #: The live snapshot's writer thread (None: off, or not this process's run).
         self.live: LiveWriter | None = None
         if config.live:
@@ -155,12 +146,12 @@ class Tracer:
             self.live = self.live_writer().start()
         except Exception as exc:
             self.live = None
-            _warn(f"the live snapshot could not start ({exc!r}); training goes on")
+            warn(f"the live snapshot could not start ({exc!r}); training goes on")
 
     def live_writer(self, interval_s: float | None = None) -> LiveWriter:
         """A snapshot writer for this run (not started): handed the one record builder."""
         return LiveWriter(self.run_record, self.identity, self.store, self.rss,
-                          self.config.out_dir, self.config.thresholds, _warn, interval_s)
+                          self.config.out_dir, self.config.thresholds, warn, interval_s)
 
     # -- profiling (tracer/profiling.py; never imported when off) ---------------------------
     def _start_profile(self) -> None:
@@ -172,7 +163,7 @@ class Tracer:
             from traceml_ci.tracer.profiling import StepProfiler
 
             cfg = self.config
-            self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
+            self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, warn)
             if self.zero_change:  # steps end at optimizer steps until trace_step is called
                 self.profile.follow_optimizer(
                     lambda: self.store.steps_total,
@@ -181,7 +172,7 @@ class Tracer:
                 )
         except Exception as exc:
             self.profile = None
-            _warn(f"profiling off ({exc!r}); training goes on")
+            warn(f"profiling off ({exc!r}); training goes on")
 
     def stop_live(self) -> None:
         """Stop the snapshot thread without a last snapshot (a tracer forgotten unfinished)."""
@@ -205,7 +196,7 @@ class Tracer:
         if not changes:
             return
         if self.store.steps_total:
-            _warn("init() called after steps were recorded; its options are ignored")
+            warn("init() called after steps were recorded; its options are ignored")
             return
         old = self.config
         self.config = replace(self.config, **changes)
@@ -244,7 +235,7 @@ class Tracer:
         self.rec.stop()
         if not self._warned:
             self._warned = True
-            _warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
+            warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
         self.patches.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
@@ -328,7 +319,7 @@ class Tracer:
         given = tuple(m for m in models if m is not None)
         usable = tuple(m for m in given if _is_module_like(m))
         if len(usable) != len(given):
-            _warn("trace_step() got something that is not a model; its forward is not timed")
+            warn("trace_step() got something that is not a model; its forward is not timed")
         scope = StepScope(self, usable, key=models)
         self._last_scope = scope
         return scope
@@ -341,7 +332,7 @@ class Tracer:
                 self.store.tick = self._housekeeping
                 self.store.tick_ns = self.module_sampler.tick_ns(self.store.tick_ns)
             except Exception as exc:
-                _warn(f"module sampling off ({exc!r})")
+                warn(f"module sampling off ({exc!r})")
         if self.roots is not None:
             self.roots.uninstall()  # trace_step names the model: no discovery needed
             self.roots = None
@@ -379,9 +370,9 @@ class Tracer:
             self._drain()
             record = self.run_record()
             if self.config.mode == "manual" and not record.steps_total:
-                _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+                warn("manual mode recorded no steps: wrap the loop body in trace_step")
             if record.backward_without_steps:
-                _warn(
+                warn(
                     f"no steps: {record.backward_without_steps} backward passes but no "
                     "optimizer.step(), which ends a step when the script is traced without "
                     "changes; wrap the loop body in `with traceml_ci.trace_step(model):`"
@@ -392,7 +383,7 @@ class Tracer:
             else:
                 self.path = self._write_claimed(self._summary_path(), self.summary)
         except Exception as exc:
-            _warn(f"could not write the summary ({exc!r})")
+            warn(f"could not write the summary ({exc!r})")
             return None
         finally:
             self._close_live()  # the last snapshot: how the run ended, where its summary is
@@ -568,7 +559,7 @@ class Tracer:
                                       last.models if last is not None else ())
             return probe.record()
         except Exception as exc:
-            _warn(f"counters left out ({exc!r})")
+            warn(f"counters left out ({exc!r})")
             return None
 
     def note_eval(self, start_ns: int, end_ns: int) -> None:
