@@ -119,11 +119,11 @@ def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, .
     (median absolute difference under 0.2 ms: a preemption between the two clocks' marks may
     hit a single step, never most of them)."""
     from traceml_ci.summary.stats import median
-    from traceml_ci.tracer.recorder import PHASE_INDEX
+    from traceml_ci.tracer.steps import PHASE_COLS
 
     skip = tracer.store.warmup_steps
     for phase in phases:
-        traced = tracer.store.column(1 + PHASE_INDEX[phase])
+        traced = tracer.store.column(PHASE_COLS[phase])
         truth = watch.column(phase, skip)
         assert len(traced) == len(truth), phase
         diffs = [abs(a - b) for a, b in zip(traced, truth, strict=True)]

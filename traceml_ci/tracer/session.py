@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
+from traceml_ci.summary.build import RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
 from traceml_ci.summary.model import (
     BetweenSteps,
@@ -44,7 +44,7 @@ from traceml_ci.tracer.recorder import (
     StepGate,
     unwrap_forward,
 )
-from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
+from traceml_ci.tracer.steps import ALLOC_COL, PHASE_COLS, RESERVED_COL, STEP, StepStore
 from traceml_ci.tracer.transparency import Transparency
 from traceml_ci.tracer.warn import warn
 
@@ -486,7 +486,7 @@ class Tracer:
             warmup_steps=min(warmup, steps),
             series=StepSeries(
                 step_ms=cols[STEP],
-                phase_ms={p: cols[1 + i] for i, p in enumerate(MEASURED_PHASES)},
+                phase_ms={p: cols[c] for p, c in PHASE_COLS.items()},
                 stride=window.stride,
                 allocated_mb=cols[ALLOC_COL] if on_device and memory else None,
                 reserved_mb=cols[RESERVED_COL] if on_device and memory else None,
