@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer import lifecycle
+from traceml_ci.tracer.clocks import ClockFactory, HostClock
 from traceml_ci.tracer.config import InitOptions, TracerConfig, given_options
 from traceml_ci.tracer.recorder import DL
 from traceml_ci.tracer.session import PhaseScope, StepScope, Tracer
@@ -43,12 +44,18 @@ def current() -> Tracer | None:
 
 
 def start(
-    config: TracerConfig, *, zero_change: bool = False, at_exit: bool = True, announce: bool = False
+    config: TracerConfig,
+    *,
+    zero_change: bool = False,
+    at_exit: bool = True,
+    announce: bool = False,
+    clock: ClockFactory = HostClock,
 ) -> Tracer:
     """Start a fresh tracer (finishing any previous one without writing over its summary).
 
     The pytest plugin and ``traceml-ci run`` use this; scripts call ``init``. ``announce``:
-    print one line at finish saying where the summary went. ImportError when torch is missing.
+    print one line at finish saying where the summary went. ``clock``: makes the tracer's host
+    clock (tests: a fake one). ImportError when torch is missing.
     """
     global _tracer, _owner_pid, _announce, _note
     try:
@@ -57,7 +64,7 @@ def start(
         raise ImportError(TORCH_MISSING) from exc
     if _tracer is not None and _tracer.summary is None:
         _tracer.finish()
-    _tracer = Tracer(config, zero_change=zero_change)
+    _tracer = Tracer(config, zero_change=zero_change, clock=clock)
     _owner_pid = os.getpid()
     _announce, _note = announce, ""
     if at_exit:

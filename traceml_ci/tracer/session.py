@@ -19,7 +19,7 @@ from traceml_ci.summary.model import (
     RunStatus,
     Summary,
 )
-from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
+from traceml_ci.tracer.clocks import ClockFactory, DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.counters import CounterProbe, flops_block
@@ -57,10 +57,11 @@ GPU_RECENT_SAMPLES = 25
 class Tracer:
     """Records one run. ``zero_change``: the script never calls trace_step (``traceml-ci run``
     on an unmodified script); steps are then delimited by optimizer steps. ``identity``: this
-    process's place in its run (default: read from the environment now, once)."""
+    process's place in its run (default: read from the environment now, once). ``clock``: makes
+    the host clock its phases and steps are timed with (tests give a fake one)."""
 
     def __init__(self, config: TracerConfig, *, zero_change: bool = False,
-                 identity: Identity | None = None) -> None:
+                 identity: Identity | None = None, clock: ClockFactory = HostClock) -> None:
         self.config = config
         self.identity = identity if identity is not None else read_identity()
         self.started_at = datetime.now(timezone.utc)
@@ -98,7 +99,7 @@ class Tracer:
             self.rss: RssSampler | None = RssSampler()
         except Exception:
             self.rss = None
-        clock = HostClock()
+        clock = clock()
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
@@ -121,6 +122,7 @@ class Tracer:
         self.counters = CounterProbe(warn)
         #: Per-module forward and backward time, one step now and then (trace_step runs).
         self.module_sampler = ModuleSampler(warn, config.module_sample_s)
+        self.module_sampler.clock = clock  # modules are timed with the phases' clock
         #: Distributed runs: finish before the job destroys its process group, gather there.
         self.ranks = RankGather(self.finish, warn)
         try:
