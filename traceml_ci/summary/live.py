@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
-from traceml_ci.summary.view import finite
+from traceml_ci.summary.view import finite, whole
 
 #: The snapshot format's version; readers skip files of another major version.
 LIVE_VERSION = "1.0"
@@ -145,8 +145,8 @@ def read_snapshots(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     docs = [d for d in (read_snapshot(p) for p in names) if d is not None]
 
     def rank(doc: Mapping[str, Any]) -> int:
-        r = doc.get("rank")
-        return r if isinstance(r, int) and not isinstance(r, bool) else 1 << 30
+        r = whole(doc.get("rank"))
+        return r if r is not None else 1 << 30
 
     return sorted(docs, key=rank)
 

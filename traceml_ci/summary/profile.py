@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.errors import InputError
-from traceml_ci.summary.view import finite
+from traceml_ci.summary.view import finite, whole
 
 #: The document's version; a reader refuses another major version.
 TOP_OPS_VERSION = "1.0"
@@ -124,7 +124,7 @@ def parse_top_ops(doc: Any, where: str) -> TopOps:
         raise InputError(where, f"top-ops schema_version must be {TOP_OPS_VERSION!r}-compatible, "
                                 f"not {version!r}")
     steps, device, total, ops = (doc.get(k) for k in ("steps", "device", "total_self_ms", "ops"))
-    if not _count(steps) or steps < 1:
+    if whole(steps) is None or steps < 1:
         raise InputError(where, "top ops: steps must be an integer >= 1")
     if not isinstance(device, str):
         raise InputError(where, "top ops: device must be a string")
@@ -197,7 +197,3 @@ def op_deltas(base: TopOps, head: TopOps) -> list[OpDelta]:
 
 def _number(x: Any) -> bool:
     return finite(x) is not None
-
-
-def _count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
