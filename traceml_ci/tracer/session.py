@@ -456,8 +456,9 @@ class Tracer:
         ``window`` None: the whole run, at finish (after ``_drain``), with what only the finish
         reads -- the environment, contention, FLOPs, modules, counters, how the run ended.
         A window: the live snapshot thread's rows (tracer/live.py), with the fields that are
-        cheap to read while training goes on; only plain fields and list copies are read here
-        then, never the per-step state."""
+        cheap to read while training goes on. From that thread it only reads -- plain fields,
+        list copies -- and never writes what the training thread does; the run's status and
+        zero-change mode are left to the finish (a snapshot carries its own status)."""
         store = self.store
         final = window is None
         if window is None:
