@@ -28,8 +28,6 @@ import traceml_ci as traceml  # noqa: E402
 from traceml_ci.summary.live import SNAPSHOT_INTERVAL_S  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
-from traceml_ci.tracer.live import LiveWriter  # noqa: E402
-from traceml_ci.tracer.session import _warn  # noqa: E402
 
 
 def make_job() -> tuple[nn.Module, Any, Any]:
@@ -91,7 +89,7 @@ def run(blocks: int, block_s: float, interval_s: float, snapshots: int, out: Pat
             if side == "off":
                 off += block(model, optimizer, batches, block_s)
                 continue
-            writer = LiveWriter(tracer, _warn, interval_s=interval_s).start()
+            writer = tracer.live_writer(interval_s).start()
             started, cpu0 = time.perf_counter(), thread_cpu_s(writer._thread)
             on += block(model, optimizer, batches, block_s)
             writer_cpu += thread_cpu_s(writer._thread) - cpu0
@@ -99,7 +97,7 @@ def run(blocks: int, block_s: float, interval_s: float, snapshots: int, out: Pat
             writer.stop()
 
     # The writer's own cost, alone: build a snapshot, then write it.
-    writer = LiveWriter(tracer, _warn, interval_s=interval_s)
+    writer = tracer.live_writer(interval_s)
     build, write = [], []
     for _ in range(snapshots):
         t0 = time.perf_counter_ns()

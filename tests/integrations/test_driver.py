@@ -92,3 +92,31 @@ def test_a_callback_without_its_library_is_one_clear_import_error(
     last = proc.stderr.strip().splitlines()[-1]
     assert last == f"ImportError: traceml_ci.integrations.{module} needs {package}: {hint}"
     assert "During handling" not in proc.stderr  # no chained ModuleNotFoundError
+
+
+def test_every_callback_takes_init_s_run_options_and_names_an_unknown_one(tmp_path: Path) -> None:
+    """One options type (tracer/config.py: RunOptions) for init() and every callback: the
+    same keywords pass, a misspelt one is a TypeError naming it, as a signature would."""
+    from traceml_ci.integrations._lightning_hooks import LightningHooks
+    from traceml_ci.integrations.hf import TraceMLCallback
+
+    for make in (StepDriver, LightningHooks, TraceMLCallback):
+        made = make(out_dir=tmp_path, run_name="r", warmup_steps=1, batch_size=4,
+                    thresholds=None, log_to=["mlflow"])
+        driver = made if isinstance(made, StepDriver) else made.driver
+        assert driver.options == {"out_dir": tmp_path, "run_name": "r", "warmup_steps": 1,
+                                  "batch_size": 4}  # None: not given
+        assert driver.log_to == ("mlflow",)
+        with pytest.raises(TypeError, match=r"^\w+\(\) got an unexpected keyword argument "
+                                            r"'warmup'$") as info:
+            make(out_dir=tmp_path, warmup=3)
+        assert str(info.value).startswith(make.__name__)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'live'"):
+        StepDriver(live=False)  # init()'s own switch, not a callback's
+
+
+def test_init_names_an_unknown_keyword() -> None:
+    before = api.current()
+    with pytest.raises(TypeError, match=r"^init\(\) got an unexpected keyword argument 'outdir'$"):
+        api.init(outdir="x")
+    assert api.current() is before  # nothing started

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from traceml_ci.summary import live
 from traceml_ci.summary.build import RunRecord, StepSeries, build_summary
 from traceml_ci.summary.model import RunInfo, RunStatus
@@ -86,12 +84,3 @@ def test_stale_means_running_with_an_old_heartbeat() -> None:
     assert live.is_stale(snap, now=1000.0 + live.STALE_AFTER_S + 1)
     ended = snapshot(heartbeat=1000.0, status="completed")
     assert not live.is_stale(ended, now=1e9)  # an ended run is final, not stale
-
-
-@pytest.mark.parametrize(
-    "value, on",
-    [(None, True), ("", True), ("1", True), ("yes", True), ("0", False), ("false", False),
-     (" OFF ", False), ("no", False)],
-)
-def test_live_from_env(value: str | None, on: bool) -> None:
-    assert live.live_from_env(value) is on

@@ -10,19 +10,23 @@ import pytest
 
 from traceml_ci.summary.schema import summary_problems
 from traceml_ci.tracer import api
+from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.config import TracerConfig
 
 
 @pytest.fixture
 def fresh_tracer(tmp_path: Path, torch_single_thread: None) -> Iterator[Callable[..., Any]]:
-    """``fresh_tracer(mode=..., warmup_steps=..., zero_change=...)`` -> a started Tracer."""
+    """``fresh_tracer(mode=..., warmup_steps=..., zero_change=..., clock=...)`` -> a started
+    Tracer (``clock``: a factory of its host clock, e.g. a ``fakes.FakeClock``)."""
     started: list[Any] = []
 
     def make(**options: Any) -> Any:
         zero_change = options.pop("zero_change", False)
+        clock = options.pop("clock", HostClock)
         options.setdefault("out_dir", tmp_path / "out")
         options.setdefault("warmup_steps", 2)
-        tracer = api.start(TracerConfig(**options), zero_change=zero_change, at_exit=False)
+        tracer = api.start(TracerConfig(**options), zero_change=zero_change, at_exit=False,
+                           clock=clock)
         started.append(tracer)
         return tracer
 

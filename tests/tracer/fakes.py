@@ -1,4 +1,5 @@
-"""Fakes for the CUDA paths, which cannot run on this CPU-only machine.
+"""Fakes for the CUDA paths, which cannot run on this CPU-only machine, and a host clock that
+moves only when a test says (``FakeClock``).
 
 FakeEvent behaves like torch.cuda.Event(enable_timing=True): record() stamps it, query() turns
 True only once the "device" has caught up (a few polls later), elapsed_time() is in ms.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 from typing import Any
+
+from traceml_ci.tracer.clocks import HostClock
 
 
 class FakeDevice:
@@ -106,3 +109,23 @@ def fake_torch_for_memory(stats: dict[str, Any]) -> Any:
         ),
     )
     return torch, calls
+
+
+class FakeClock(HostClock):
+    """A host clock that moves only when told: ``advance(us)`` moves it on by that many
+    microseconds. Hand it to a tracer as its clock factory (``clock=fake``: calling it gives
+    itself), and spend "time" in the loop with ``advance`` instead of spinning: every phase and
+    step is then known to the nanosecond, whatever the machine's load."""
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+        super().__init__(self._now)
+
+    def _now(self) -> int:
+        return self.now_ns
+
+    def advance(self, us: float) -> None:
+        self.now_ns += round(us * 1000)
+
+    def __call__(self) -> FakeClock:
+        return self

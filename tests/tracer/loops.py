@@ -1,8 +1,13 @@
-"""Small CPU training loops with known per-phase costs (busy-waits), for attribution tests."""
+"""Small CPU training loops with known per-phase costs, for attribution tests.
+
+Each cost is spent by ``spend(ms)``: a busy-wait (``busy``, the default: real time, checked
+against a stopwatch), or a fake clock's advance (``fakes.FakeClock``: the tracer's logic in
+exact microseconds, see ``spend_on``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,12 +32,18 @@ class BusyDataset(Dataset):
         return self.x[i], self.y[i]
 
 
-def busy_loader(batches: int, batch_ms: float, batch_size: int = 4) -> DataLoader:
+def spend_on(clock: Any) -> Callable[[float], None]:
+    """A ``spend`` that moves a fake clock on by ``ms`` instead of spinning."""
+    return lambda ms: clock.advance(ms * 1000.0)
+
+
+def busy_loader(batches: int, batch_ms: float, batch_size: int = 4,
+                spend: Callable[[float], None] = busy) -> DataLoader:
     """A real DataLoader whose next() costs ``batch_ms`` (plus its own small overhead)."""
     batch = (torch.randn(batch_size, 8), torch.randn(batch_size, 1))
 
     def collate(items: list) -> Any:
-        busy(batch_ms)
+        spend(batch_ms)
         return batch  # no stacking work: the fetch costs what we say
 
     return DataLoader(BusyDataset(batches * batch_size), batch_size=batch_size, collate_fn=collate)
@@ -42,39 +53,45 @@ class BusyBackward(torch.autograd.Function):
     """Identity whose backward spins: a known cost inside the autograd engine."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, ms: float,  # type: ignore[override]
+                spend: Callable[[float], None] = busy) -> torch.Tensor:
         ctx.ms = ms
+        ctx.spend = spend
         return x.clone()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
-        busy(ctx.ms)
-        return grad, None
+        ctx.spend(ctx.ms)
+        return grad, None, None
 
 
 class BusyModel(nn.Module):
     """Forward costs ``forward_ms``; its backward costs ``backward_ms`` (a custom autograd op)."""
 
-    def __init__(self, forward_ms: float, backward_ms: float, dim: int = 8) -> None:
+    def __init__(self, forward_ms: float, backward_ms: float, dim: int = 8,
+                 spend: Callable[[float], None] = busy) -> None:
         super().__init__()
         self.lin = nn.Linear(dim, 1)
         self.forward_ms = forward_ms
         self.backward_ms = backward_ms
+        self.spend = spend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        busy(self.forward_ms)
-        return BusyBackward.apply(self.lin(x), self.backward_ms)
+        self.spend(self.forward_ms)
+        return BusyBackward.apply(self.lin(x), self.backward_ms, self.spend)
 
 
 class BusySGD(torch.optim.SGD):
     """SGD whose step costs ``step_ms``."""
 
-    def __init__(self, params: Any, step_ms: float) -> None:
+    def __init__(self, params: Any, step_ms: float,
+                 spend: Callable[[float], None] = busy) -> None:
         super().__init__(params, lr=0.01)
         self.step_ms = step_ms
+        self.spend = spend
 
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        busy(self.step_ms)
+        self.spend(self.step_ms)
         return super().step(closure)
 
 
@@ -119,11 +136,11 @@ def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, .
     (median absolute difference under 0.2 ms: a preemption between the two clocks' marks may
     hit a single step, never most of them)."""
     from traceml_ci.summary.stats import median
-    from traceml_ci.tracer.recorder import PHASE_INDEX
+    from traceml_ci.tracer.steps import PHASE_COLS
 
     skip = tracer.store.warmup_steps
     for phase in phases:
-        traced = tracer.store.column(1 + PHASE_INDEX[phase])
+        traced = tracer.store.column(PHASE_COLS[phase])
         truth = watch.column(phase, skip)
         assert len(traced) == len(truth), phase
         diffs = [abs(a - b) for a, b in zip(traced, truth, strict=True)]

@@ -33,7 +33,6 @@ from tests.tracer.loops import (
 )
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import (
-    ENV_LIVE,
     WINDOW_STEPS,
     live_dir,
     read_snapshot,
@@ -42,7 +41,7 @@ from traceml_ci.summary.live import (
 from traceml_ci.summary.stats import tukey_keep_mask
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 from traceml_ci.tracer import api, live, session
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.config import ENV_LIVE, TracerConfig
 from traceml_ci.tracer.steps import StepStore
 
 

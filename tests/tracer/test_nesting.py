@@ -48,8 +48,7 @@ def assert_shares_match(doc: dict, watch: Stopwatch, walls: list[float], skip: i
     time does so in most steps: ``assert_matches_stopwatch`` fails it, and here more than a
     fifth of the steps disagreeing fails outright."""
     from traceml_ci.summary.stats import tukey_keep_mask
-    from traceml_ci.tracer.recorder import PHASE_INDEX
-    from traceml_ci.tracer.steps import STEP
+    from traceml_ci.tracer.steps import PHASE_COLS, STEP
 
     walls = walls[skip:]
     steps = tracer.store.column(STEP) if tracer is not None else walls
@@ -59,12 +58,12 @@ def assert_shares_match(doc: dict, watch: Stopwatch, walls: list[float], skip: i
     if tracer is not None:
         off = [False] * len(walls)
         for phase in ALL:
-            traced = tracer.store.column(1 + PHASE_INDEX[phase])
+            traced = tracer.store.column(PHASE_COLS[phase])
             for i, (a, b) in enumerate(zip(traced, watch.column(phase, skip), strict=True)):
                 off[i] = off[i] or abs(a - b) > 1.0
         assert sum(off) <= len(off) // 5, off
         for phase in ALL:
-            traced = tracer.store.column(1 + PHASE_INDEX[phase])
+            traced = tracer.store.column(PHASE_COLS[phase])
             truth = watch.column(phase, skip)
             moved[phase] = sum(
                 abs(a - b)

@@ -16,12 +16,8 @@ from torch import nn
 
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
-from traceml_ci.summary.profile import (
-    ENV_PROFILE_STEPS,
-    profile_steps_from_env,
-    read_top_ops,
-)
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.summary.profile import ENV_PROFILE_STEPS, read_top_ops
+from traceml_ci.tracer.config import TracerConfig, profile_steps_from_env
 
 
 def _loop(steps: int, *, explicit: bool = True) -> None:

@@ -1,5 +1,10 @@
 """Samples per step (gradient accumulation), the DataLoader's own settings and the input hints
-built from them, and what manual mode says when it recorded nothing."""
+built from them, and what manual mode says when it recorded nothing.
+
+The loops here spend their phases' time on a fake clock (``fakes.FakeClock``): what is checked
+is arithmetic -- samples summed over micro-batches, per second of step time -- so the truth is
+exact and the machine's load cannot move it. Attribution against real time is
+test_attribution.py's."""
 
 from __future__ import annotations
 
@@ -11,83 +16,86 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader
+from tests.tracer.fakes import FakeClock
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, spend_on
 from traceml_ci.summary.diagnose import input_next_step
 from traceml_ci.summary.model import DataLoaderSettings
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 
 MICRO = 4  # micro-batches per optimizer step
 BATCH = 6
+#: Fake milliseconds of each fetch, forward, backward and optimizer step.
+FETCH_MS, FORWARD_MS, BACKWARD_MS, STEP_MS = 0.5, 0.25, 0.75, 0.5
+#: One optimizer step of MICRO micro-batches: its time on the fake clock, exactly.
+STEP_TOTAL_MS = MICRO * (FETCH_MS + FORWARD_MS + BACKWARD_MS) + STEP_MS
 
 
-def _accumulation_steps(steps: int, trace: bool, walls: list[float]) -> None:
-    model = BusyModel(0.5, 0.5)
-    optimizer = BusySGD(model.parameters(), step_ms=0.5)
-    batches = iter(busy_loader(steps * MICRO, 0.5, batch_size=BATCH))
+def _job(clock: FakeClock, batches: int) -> tuple[BusyModel, BusySGD, object]:
+    spend = spend_on(clock)
+    model = BusyModel(FORWARD_MS, BACKWARD_MS, spend=spend)
+    optimizer = BusySGD(model.parameters(), step_ms=STEP_MS, spend=spend)
+    return model, optimizer, iter(busy_loader(batches, FETCH_MS, batch_size=BATCH, spend=spend))
+
+
+def _accumulation_steps(clock: FakeClock, steps: int) -> None:
+    model, optimizer, batches = _job(clock, steps * MICRO)
     for _ in range(steps):
-        start = time.perf_counter_ns()
-        with traceml.trace_step(model) if trace else _null():
+        with traceml.trace_step(model):
             for _ in range(MICRO):
                 x, y = next(batches)  # fetched inside the step, one per micro-batch
                 (((model(x) - y) ** 2).mean() / MICRO).backward()
             optimizer.step()
             optimizer.zero_grad()
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return False
-
-
-def _truth(walls: list[float], skip: int) -> float:
-    """Samples seen / wall time of the analysed steps, measured by the test."""
-    analysed = walls[skip:]
-    return MICRO * BATCH * len(analysed) / (sum(analysed) / 1000.0)
 
 
 def test_samples_per_step_sum_every_micro_batch(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=2)
-    walls: list[float] = []
-    _accumulation_steps(16, True, walls)
-    tput = finish_and_load(tracer)["step_time"]["throughput"]
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=2, clock=clock)
+    _accumulation_steps(clock, 16)
+    st = finish_and_load(tracer)["step_time"]
+    tput = st["throughput"]
     assert tput["batch_size"] == BATCH
     assert tput["samples_per_step"] == MICRO * BATCH  # not the first micro-batch only
-    assert tput["samples_per_s"] == pytest.approx(_truth(walls, 2), rel=0.05)
+    assert st["step_ms"]["median"] == STEP_TOTAL_MS
+    assert st["phase_ms"] == {"dataloader": MICRO * FETCH_MS, "forward": MICRO * FORWARD_MS,
+                              "backward": MICRO * BACKWARD_MS, "optimizer": STEP_MS,
+                              "other": 0.0}
+    assert tput["samples_per_s"] == pytest.approx(MICRO * BATCH / (STEP_TOTAL_MS / 1e3),
+                                                  abs=1e-3)
 
 
 def test_zero_change_samples_per_optimizer_step(fresh_tracer) -> None:
-    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
-    model = BusyModel(0.5, 0.5)
-    optimizer = BusySGD(model.parameters(), step_ms=0.5)
-    batches = iter(busy_loader(16 * MICRO, 0.5, batch_size=BATCH))
-    starts: list[int] = []
+    clock = FakeClock()
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2, clock=clock)
+    model, optimizer, batches = _job(clock, 16 * MICRO)
+    between_ms = 0.125  # after each optimizer step, before the next step's first fetch
     for _ in range(16):
-        starts.append(time.perf_counter_ns())  # a step begins at its first fetch
         for _ in range(MICRO):
             x, y = next(batches)
             (((model(x) - y) ** 2).mean() / MICRO).backward()
         optimizer.step()
-        end = time.perf_counter_ns()  # the last step ends at its optimizer step
         optimizer.zero_grad()
+        clock.advance(between_ms * 1000)
     doc = finish_and_load(tracer)
     st = doc["step_time"]
     assert st["steps_total"] == 16
     assert st["throughput"]["samples_per_step"] == MICRO * BATCH
-    # Steps run from one step's first fetch to the next one's: samples over that same span.
-    truth = MICRO * BATCH * (len(starts) - 2) / ((end - starts[2]) / 1e9)
-    assert st["throughput"]["samples_per_s"] == pytest.approx(truth, rel=0.05)
+    # A step runs from its first fetch to the next one's: the time between steps is its
+    # "other" -- but the last step ends at its optimizer step.
+    assert st["step_ms"]["median"] == STEP_TOTAL_MS + between_ms
+    assert st["phase_ms"]["other"] == pytest.approx(between_ms, abs=1e-3)
+    per_s = st["throughput"]["samples_per_s"]
+    assert MICRO * BATCH / ((STEP_TOTAL_MS + between_ms) / 1e3) <= per_s + 1e-3
+    assert per_s <= MICRO * BATCH / (STEP_TOTAL_MS / 1e3)
 
 
 def test_batch_size_given_to_init_is_samples_per_step(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=2, batch_size=100)
-    _accumulation_steps(12, True, [])
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=2, batch_size=100, clock=clock)
+    _accumulation_steps(clock, 12)
     tput = finish_and_load(tracer)["step_time"]["throughput"]
     assert tput["samples_per_step"] == 100
-    assert tput["samples_per_s"] == pytest.approx(100 * tput["steps_per_s"], rel=1e-3)
+    assert tput["samples_per_s"] == pytest.approx(100 / (STEP_TOTAL_MS / 1e3), abs=1e-3)
 
 
 def test_dataloader_settings_are_in_the_summary(fresh_tracer) -> None:

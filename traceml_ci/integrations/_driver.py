@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_ci.summary.model import RunStatus
-from traceml_ci.summary.thresholds import Thresholds
 from traceml_ci.tracer import api
+from traceml_ci.tracer.config import RunOptions, given_options
+from traceml_ci.tracer.warn import warn
 
-
-def _warn(message: str) -> None:
-    try:
-        sys.stderr.write(f"traceml-ci: warning: {message}\n")
-    except Exception:  # pragma: no cover
-        pass
-
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: ``log_to`` names and the modules whose ``log_summary`` they call.
 LOG_TARGETS = {"mlflow": "traceml_ci.integrations.mlflow", "wandb": "traceml_ci.integrations.wandb"}
@@ -33,31 +28,16 @@ class StepDriver:
     """
 
     def __init__(
-        self,
-        out_dir: str | Path | None = None,
-        run_name: str | None = None,
-        warmup_steps: int | None = None,
-        batch_size: int | None = None,
-        thresholds: Thresholds | None = None,
-        log_to: tuple[str, ...] | list[str] = (),
+        self, *, log_to: tuple[str, ...] | list[str] = (), caller: str = "StepDriver",
+        **options: Unpack[RunOptions],
     ) -> None:
+        self.options = given_options(options, RunOptions, caller)
         unknown = sorted(set(log_to) - set(LOG_TARGETS))
         if unknown:
             raise ValueError(f"log_to: unknown {unknown}; choose from {sorted(LOG_TARGETS)}")
         #: Where the summary is also logged at train end ("mlflow", "wandb"): into the run the
         #: framework's own MLflow / W&B integration has open, else a new one.
         self.log_to = tuple(log_to)
-        self.options: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "out_dir": out_dir,
-                "run_name": run_name,
-                "warmup_steps": warmup_steps,
-                "batch_size": batch_size,
-                "thresholds": thresholds,
-            }.items()
-            if v is not None
-        }
         self.scope: Any = None
         self._broken = False
         #: When the last step closed, and when an evaluation began (perf_counter_ns).
@@ -148,9 +128,9 @@ class StepDriver:
             module = importlib.import_module(LOG_TARGETS[target])
             module.log_summary(path)
         except Exception as exc:
-            _warn(f"could not log the summary to {target} ({exc})")
+            warn(f"could not log the summary to {target} ({exc})")
 
     def _fail(self, exc: BaseException) -> None:
         if not self._broken:
             self._broken = True
-            _warn(f"the training callback stopped tracing ({exc!r}); training goes on")
+            warn(f"the training callback stopped tracing ({exc!r}); training goes on")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_ci.integrations._driver import StepDriver
 from traceml_ci.summary.model import RunStatus
-from traceml_ci.summary.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from traceml_ci.tracer.config import RunOptions
 
 
 class LightningHooks:
@@ -22,20 +25,11 @@ class LightningHooks:
     """
 
     def __init__(
-        self,
-        *,
-        out_dir: str | Path | None = None,
-        run_name: str | None = None,
-        warmup_steps: int | None = None,
-        batch_size: int | None = None,
-        thresholds: Thresholds | None = None,
-        log_to: tuple[str, ...] | list[str] = (),
+        self, *, log_to: tuple[str, ...] | list[str] = (), **options: Unpack[RunOptions]
     ) -> None:
         super().__init__()
         # log_to=("mlflow",) / ("wandb",): also log the summary at train end (docs/records.md).
-        self.driver = StepDriver(
-            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
-        )
+        self.driver = StepDriver(log_to=log_to, caller=type(self).__name__, **options)
         self._stepped = False
         self._models: tuple[Any, ...] | None = None
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceml_ci.errors import install_hint
 
@@ -15,7 +14,11 @@ except ImportError:
     ) from None
 
 from traceml_ci.integrations._driver import StepDriver
-from traceml_ci.summary.thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from traceml_ci.tracer.config import RunOptions
 
 
 class TraceMLCallback(TrainerCallback):
@@ -32,18 +35,9 @@ class TraceMLCallback(TrainerCallback):
     """
 
     def __init__(
-        self,
-        *,
-        out_dir: str | Path | None = None,
-        run_name: str | None = None,
-        warmup_steps: int | None = None,
-        batch_size: int | None = None,
-        thresholds: Thresholds | None = None,
-        log_to: tuple[str, ...] | list[str] = (),
+        self, *, log_to: tuple[str, ...] | list[str] = (), **options: Unpack[RunOptions]
     ) -> None:
-        self.driver = StepDriver(
-            out_dir, run_name, warmup_steps, batch_size, thresholds, log_to=log_to
-        )
+        self.driver = StepDriver(log_to=log_to, caller=type(self).__name__, **options)
 
     # Started at the Trainer's construction when possible: before the optimizer exists.
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from traceml_ci._version import __version__
 from traceml_ci.summary import stats
 from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
+from traceml_ci.summary.keys import MEASURED_PHASES
 from traceml_ci.summary.model import (
     PHASES,
     BetweenSteps,
@@ -27,9 +28,6 @@ from traceml_ci.summary.model import (
     Throughput,
 )
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
-
-#: The phases the tracer measures; ``other`` is derived as the rest of the step.
-MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
 
 
 @dataclass

@@ -7,6 +7,9 @@ TOOL_NAME = "traceml-ci"
 
 #: The five phases a step is split into, in display order. ``other`` is the rest of the step.
 PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "other")
+#: The phases the tracer measures, in the order of its per-phase slots and columns
+#: (tracer/recorder.py: PHASE_INDEX); ``other`` is derived as the rest of the step.
+MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
 
 #: Where a run's files go unless told otherwise, and the summary's file name in that folder.
 DEFAULT_OUT_DIR = "traceml-out"

@@ -13,13 +13,13 @@ Pure data, standard library only: the launcher reads snapshots without torch.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.view import finite, whole
 
 #: The snapshot format's version; readers skip files of another major version.
 LIVE_VERSION = "1.0"
@@ -36,18 +36,9 @@ STALE_AFTER_S = 10.0
 #: Snapshots are a few KB; a bigger file in the folder is not one (and is not read).
 MAX_SNAPSHOT_BYTES = 256 * 1024
 
-#: Environment variable: ``0`` (or false/no/off) turns the snapshot writer off, like
-#: ``init(live=False)``.
-ENV_LIVE = "TRACEML_CI_LIVE"
-
 #: ``status`` values: still running, or how the run ended.
 RUNNING = "running"
 ENDED = ("completed", "crashed", "interrupted")
-
-
-def live_from_env(value: str | None) -> bool:
-    """Whether ``$TRACEML_CI_LIVE`` leaves the snapshot writer on (unset or empty: on)."""
-    return (value or "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def live_dir(out_dir: str | os.PathLike[str]) -> Path:
@@ -56,12 +47,6 @@ def live_dir(out_dir: str | os.PathLike[str]) -> Path:
 
 def snapshot_path(out_dir: str | os.PathLike[str], rank: int) -> Path:
     return live_dir(out_dir) / f"rank{int(rank)}.json"
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def snapshot_from_summary(
@@ -107,24 +92,24 @@ def snapshot_from_summary(
         "status": status,
         "heartbeat": heartbeat,
         "steps_done": int(steps_done),
-        "steps_per_s": _num(steps_per_s),
+        "steps_per_s": finite(steps_per_s),
         "window": {
             "steps": st.get("steps_analyzed", 0),
-            "pct": {p: _num(st.get(f"{p}_pct")) for p in PHASES},
-            "phase_ms": {p: _num((st.get("phase_ms") or {}).get(p)) for p in PHASES},
-            "step_ms": {"median": _num(step_ms.get("median")), "p90": _num(step_ms.get("p90"))},
+            "pct": {p: finite(st.get(f"{p}_pct")) for p in PHASES},
+            "phase_ms": {p: finite((st.get("phase_ms") or {}).get(p)) for p in PHASES},
+            "step_ms": {"median": finite(step_ms.get("median")), "p90": finite(step_ms.get("p90"))},
             "clock": st.get("clock"),
         },
-        "first_window_pct": ({p: _num(first_window_pct.get(p)) for p in PHASES}
+        "first_window_pct": ({p: finite(first_window_pct.get(p)) for p in PHASES}
                              if first_window_pct else None),
         "history_ms": [round(float(v), 3) for v in history_ms[-HISTORY_POINTS:]],
         "memory": dict(memory),
-        "gpu_util_pct": _num((window.get("gpu") or {}).get("util_mean_pct")),
+        "gpu_util_pct": finite((window.get("gpu") or {}).get("util_mean_pct")),
         "diagnosis": first("step_time"),
         "memory_diagnosis": first("step_memory"),
         "summary_path": summary_path,
         "max_steps": max_steps,
-        "last_step_at": _num(last_step_at),
+        "last_step_at": finite(last_step_at),
         # The window's whole summary: what the launcher writes if the process is killed
         # before it writes its own (``tracer/fallback.py``).
         "window_summary": dict(window),
@@ -160,8 +145,8 @@ def read_snapshots(out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     docs = [d for d in (read_snapshot(p) for p in names) if d is not None]
 
     def rank(doc: Mapping[str, Any]) -> int:
-        r = doc.get("rank")
-        return r if isinstance(r, int) and not isinstance(r, bool) else 1 << 30
+        r = whole(doc.get("rank"))
+        return r if r is not None else 1 << 30
 
     return sorted(docs, key=rank)
 
@@ -170,5 +155,5 @@ def is_stale(snapshot: Mapping[str, Any], now: float, after_s: float = STALE_AFT
     """A running snapshot whose heartbeat is older than ``after_s`` seconds."""
     if snapshot.get("status") != RUNNING:
         return False
-    beat = _num(snapshot.get("heartbeat"))
+    beat = finite(snapshot.get("heartbeat"))
     return beat is None or now - beat > after_s

@@ -8,7 +8,6 @@ it, stores it in a baseline entry (``--traceml-profile``) and compares two of th
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.errors import InputError
+from traceml_ci.summary.view import finite, whole
 
 #: The document's version; a reader refuses another major version.
 TOP_OPS_VERSION = "1.0"
@@ -39,14 +39,6 @@ SUMMARY_KEY = "profile"
 ENV_PROFILE_STEPS = "TRACEML_CI_PROFILE_STEPS"
 #: top_ops.json is a few KB; a bigger file is not one.
 MAX_TOP_OPS_BYTES = 1024 * 1024
-
-
-def profile_steps_from_env(value: str | None) -> int:
-    """``$TRACEML_CI_PROFILE_STEPS`` as a step count; unset, empty or not a positive integer: 0."""
-    try:
-        return max(0, int((value or "0").strip()))
-    except ValueError:
-        return 0
 
 
 def profile_dir(out_dir: str | os.PathLike[str]) -> Path:
@@ -132,7 +124,7 @@ def parse_top_ops(doc: Any, where: str) -> TopOps:
         raise InputError(where, f"top-ops schema_version must be {TOP_OPS_VERSION!r}-compatible, "
                                 f"not {version!r}")
     steps, device, total, ops = (doc.get(k) for k in ("steps", "device", "total_self_ms", "ops"))
-    if not _count(steps) or steps < 1:
+    if whole(steps) is None or steps < 1:
         raise InputError(where, "top ops: steps must be an integer >= 1")
     if not isinstance(device, str):
         raise InputError(where, "top ops: device must be a string")
@@ -204,8 +196,4 @@ def op_deltas(base: TopOps, head: TopOps) -> list[OpDelta]:
 
 
 def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return finite(x) is not None

@@ -15,7 +15,7 @@ from typing import Any
 
 from traceml_ci.summary.keys import PHASES
 
-__all__ = ["PHASES", "SummaryView", "as_view", "finite"]
+__all__ = ["PHASES", "SummaryView", "as_view", "finite", "whole"]
 
 
 def finite(x: Any) -> float | None:
@@ -30,7 +30,7 @@ def _table(x: Any) -> Mapping[str, Any]:
     return x if isinstance(x, Mapping) else {}
 
 
-def _whole(x: Any) -> int | None:
+def whole(x: Any) -> int | None:
     """``x`` as a count: an int, never a bool (``true`` is not 1 step)."""
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
@@ -124,7 +124,7 @@ class SummaryView:
     @property
     def repeats_count(self) -> int | None:
         """How many runs a combined summary stands for; None for a single run."""
-        return _whole(_table(self.doc.get("repeats")).get("count"))
+        return whole(_table(self.doc.get("repeats")).get("count"))
 
     # -- step time --------------------------------------------------------------------------
     def share(self, phase: str) -> float | None:
@@ -158,11 +158,11 @@ class SummaryView:
 
     @property
     def steps_analyzed(self) -> int | None:
-        return _whole(self.step_time.get("steps_analyzed"))
+        return whole(self.step_time.get("steps_analyzed"))
 
     @property
     def steps_total(self) -> int | None:
-        return _whole(self.step_time.get("steps_total"))
+        return whole(self.step_time.get("steps_total"))
 
     @property
     def recovered(self) -> bool:
@@ -171,7 +171,7 @@ class SummaryView:
 
     @property
     def warmup_steps(self) -> int | None:
-        return _whole(self.step_time.get("warmup_steps"))
+        return whole(self.step_time.get("warmup_steps"))
 
     @property
     def clock(self) -> str | None:

@@ -7,14 +7,17 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from traceml_ci.summary.model import RunStatus
-from traceml_ci.summary.thresholds import Thresholds
 from traceml_ci.tracer import lifecycle
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.clocks import ClockFactory, HostClock
+from traceml_ci.tracer.config import InitOptions, TracerConfig, given_options
 from traceml_ci.tracer.recorder import DL
 from traceml_ci.tracer.session import PhaseScope, StepScope, Tracer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
@@ -41,12 +44,18 @@ def current() -> Tracer | None:
 
 
 def start(
-    config: TracerConfig, *, zero_change: bool = False, at_exit: bool = True, announce: bool = False
+    config: TracerConfig,
+    *,
+    zero_change: bool = False,
+    at_exit: bool = True,
+    announce: bool = False,
+    clock: ClockFactory = HostClock,
 ) -> Tracer:
     """Start a fresh tracer (finishing any previous one without writing over its summary).
 
     The pytest plugin and ``traceml-ci run`` use this; scripts call ``init``. ``announce``:
-    print one line at finish saying where the summary went. ImportError when torch is missing.
+    print one line at finish saying where the summary went. ``clock``: makes the tracer's host
+    clock (tests: a fake one). ImportError when torch is missing.
     """
     global _tracer, _owner_pid, _announce, _note
     try:
@@ -55,7 +64,7 @@ def start(
         raise ImportError(TORCH_MISSING) from exc
     if _tracer is not None and _tracer.summary is None:
         _tracer.finish()
-    _tracer = Tracer(config, zero_change=zero_change)
+    _tracer = Tracer(config, zero_change=zero_change, clock=clock)
     _owner_pid = os.getpid()
     _announce, _note = announce, ""
     if at_exit:
@@ -97,25 +106,17 @@ def stop() -> None:
     _tracer = None
 
 
-def init(
-    mode: str = "auto",
-    *,
-    out_dir: str | Path | None = None,
-    run_name: str | None = None,
-    warmup_steps: int | None = None,
-    batch_size: int | None = None,
-    thresholds: Thresholds | None = None,
-    live: bool | None = None,
-    module_sample_s: float | None = None,
-) -> Tracer | None:
-    """Start tracing this process.
+def init(mode: str = "auto", **options: Unpack[InitOptions]) -> Tracer | None:
+    """Start tracing this process. Keywords (``InitOptions``; None is "not given"):
 
     mode: "auto" patches DataLoader iteration, autograd backward and optimizer steps, and times
     the forward of the model given to ``trace_step``; "manual" patches nothing -- mark phases
     with ``phase()`` and ``wrap_dataloader()``.
     out_dir: where final_summary.json goes (default ``$TRACEML_CI_OUT`` or ``./traceml-out``).
+    run_name: the run's name in its summary (default: the script's name).
     warmup_steps: the first N steps (default 5) are left out of the statistics.
     batch_size: samples per step, for samples/s (default: inferred from the first batch).
+    thresholds: the diagnoses' thresholds (``traceml_ci.summary.thresholds.Thresholds``).
     live: keep ``<out_dir>/live/rank<N>.json`` up to date for the live view (default on;
     ``$TRACEML_CI_LIVE=0`` turns it off too).
     module_sample_s: seconds of training between two steps whose forward and backward are
@@ -125,28 +126,23 @@ def init(
     or a spawned child re-importing the script). ImportError when torch is missing.
     """
     global _note
+    given = given_options(options, InitOptions, "init")
     if not lifecycle.owns_run():
         return None
     if _tracer is None:
         start_armed()
-    given = {
-        "mode": mode,
-        "out_dir": Path(out_dir) if out_dir is not None else None,
-        "run_name": run_name,
-        "warmup_steps": warmup_steps,
-        "batch_size": batch_size,
-        "thresholds": thresholds,
-        "live": live,
-        "module_sample_s": module_sample_s,
-    }
-    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    out_dir = given.get("out_dir")
+    if out_dir is not None:
+        given["out_dir"] = Path(out_dir)
+    if mode is not None:
+        given["mode"] = mode
     if _tracer is not None and _tracer.summary is None:
         config = _tracer.config
         if out_dir is not None and "out_dir" in config.locked and Path(out_dir) != config.out_dir:
             _note = f" (traceml-ci run --out overrides the script's init(out_dir={str(out_dir)!r}))"
-        _tracer.reconfigure(**options)
+        _tracer.reconfigure(**given)
         return _tracer
-    return start(TracerConfig(**options), announce=True)
+    return start(TracerConfig(**given), announce=True)
 
 
 def trace_step(*models: Any) -> StepScope | AbstractContextManager[None]:

@@ -24,6 +24,7 @@ from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer import api, lifecycle
 from traceml_ci.tracer.config import TracerConfig
 from traceml_ci.tracer.launch import ENV_LAUNCH, LaunchSpec
+from traceml_ci.tracer.warn import warn
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder):
@@ -48,7 +49,7 @@ class _AfterTorchImport(importlib.abc.MetaPathFinder):
             try:
                 api.start_armed()
             except Exception as exc:  # the tracer never breaks the user's script
-                sys.stderr.write(f"traceml-ci: warning: tracing could not start ({exc!r})\n")
+                warn(f"tracing could not start ({exc!r})")
 
         loader.exec_module = exec_module  # this loader instance serves this one import only
         return spec

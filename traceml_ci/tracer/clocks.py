@@ -3,6 +3,10 @@
 HostClock: ``time.perf_counter_ns`` -- exact on CPU, where ops run synchronously.
 DeviceEventClock: events recorded on the device's current stream at each boundary, resolved
 lazily with ``query()`` a few steps later: the host never waits for the device.
+
+A ``Tracer`` is given a ``ClockFactory`` for its host clock (default ``HostClock``): tests hand
+it a fake clock that moves only when told, so the tracer's logic is checked in exact
+microseconds and only the attribution tests spin real time against a stopwatch.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class HostClock:
 
     def wait(self, t: Any) -> None:
         pass
+
+
+#: Makes a tracer's host clock (called once, when the tracer starts).
+ClockFactory = Callable[[], HostClock]
 
 
 class DeviceEventClock:

@@ -1,10 +1,19 @@
-"""Tracer settings, from init() keywords, the environment and `traceml-ci run` flags."""
+"""Tracer settings, from init() keywords, the environment and `traceml-ci run` flags.
+
+The tracer's one reader of the environment: its settings (``TracerConfig``'s defaults), the
+gather's timeout, and the process's place in its run (``read_identity``). Every variable the
+project reads is listed in docs/architecture.md#environment-variables.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer's modules)
     DEFAULT_OUT_DIR,
@@ -13,13 +22,73 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
     ENV_OUT,
     SUMMARY_FILENAME,
 )
-from traceml_ci.summary.live import ENV_LIVE, live_from_env
-from traceml_ci.summary.profile import ENV_PROFILE_STEPS, profile_steps_from_env
+from traceml_ci.summary.profile import ENV_PROFILE_STEPS
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from traceml_ci.tracer.identity import Identity
 from traceml_ci.tracer.modules import SAMPLE_EVERY_S
 
 MODES = ("auto", "manual")
 
+#: ``0`` (or false/no/off) turns the live snapshot writer off, like ``init(live=False)``.
+ENV_LIVE = "TRACEML_CI_LIVE"
+#: Seconds the finish-time gather of a distributed run waits for the other ranks.
+ENV_GATHER_TIMEOUT = "TRACEML_CI_GATHER_TIMEOUT_S"
+GATHER_TIMEOUT_S = 30.0
+
+
+class RunOptions(TypedDict, total=False):
+    """The keywords a framework callback (HF, Lightning) takes and hands on to ``init()``;
+    None, like a keyword left out, means "not given"."""
+
+    out_dir: str | os.PathLike[str] | None
+    run_name: str | None
+    warmup_steps: int | None
+    batch_size: int | None
+    thresholds: Thresholds | None
+
+
+class InitOptions(RunOptions, total=False):
+    """``init()``'s keywords besides ``mode``: a callback's, and two switches of its own."""
+
+    live: bool | None
+    module_sample_s: float | None
+
+
+def given_options(options: Mapping[str, Any], kind: type, caller: str) -> dict[str, Any]:
+    """The keywords of ``options`` that were given (not None). A name that is not one of the
+    TypedDict ``kind``'s keys is a TypeError naming it, as Python says of a signature's."""
+    names = kind.__required_keys__ | kind.__optional_keys__  # type: ignore[attr-defined]
+    for name in options:
+        if name not in names:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}")
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def read_identity() -> Identity:
+    """This process's place in its run, as its launcher (torchrun, or none) set it: read once,
+    when a tracer starts."""
+    return Identity.parse(os.environ, sys.argv, socket.gethostname(), os.getpid())
+
+
+def gather_timeout_s() -> float:
+    """``$TRACEML_CI_GATHER_TIMEOUT_S``: at least 1 s; unreadable is the default."""
+    try:
+        return max(1.0, float(os.environ.get(ENV_GATHER_TIMEOUT, GATHER_TIMEOUT_S)))
+    except ValueError:
+        return GATHER_TIMEOUT_S
+
+
+def live_from_env(value: str | None) -> bool:
+    """Whether ``$TRACEML_CI_LIVE`` leaves the snapshot writer on (unset or empty: on)."""
+    return (value or "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def profile_steps_from_env(value: str | None) -> int:
+    """``$TRACEML_CI_PROFILE_STEPS`` as a step count; unset, empty or not a positive integer: 0."""
+    try:
+        return max(0, int((value or "0").strip()))
+    except ValueError:
+        return 0
 
 
 def module_sample_from_env(value: str | None) -> float:
@@ -72,9 +141,3 @@ class TracerConfig:
         self.out_dir = Path(self.out_dir)
         self.profile_steps = int(self.profile_steps)
         self.warmup_steps = int(self.warmup_steps)
-
-    @property
-    def summary_path(self) -> Path:
-        rank = int(os.environ.get("RANK", "0") or 0)
-        name = SUMMARY_FILENAME if rank == 0 else f"final_summary.rank{rank}.json"
-        return self.out_dir / name

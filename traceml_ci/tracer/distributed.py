@@ -4,7 +4,8 @@ writes the merged summary (summary/ranks.py), every rank its own ``final_summary
 The gather runs over a small gloo group of our own, made right after the job's
 ``init_process_group`` (every rank makes it then, so making it cannot hang), with a bounded
 timeout: gloo carries Python objects whatever the job's backend (NCCL cannot), and a rank that
-died cannot hang the others' finish for longer than ``GATHER_TIMEOUT_S``. Most scripts destroy
+died cannot hang the others' finish for longer than ``$TRACEML_CI_GATHER_TIMEOUT_S``
+(30 s; ``config.gather_timeout_s``). Most scripts destroy
 the process group before the interpreter exits, so ``destroy_process_group`` is wrapped to
 finish the tracer first, while the group still exists.
 
@@ -15,23 +16,12 @@ from __future__ import annotations
 
 import atexit
 import functools
-import os
-import socket
 import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-#: Seconds the finish-time gather waits for the other ranks (env TRACEML_CI_GATHER_TIMEOUT_S).
-GATHER_TIMEOUT_S = 30.0
-ENV_GATHER_TIMEOUT = "TRACEML_CI_GATHER_TIMEOUT_S"
-
-
-def gather_timeout_s() -> float:
-    try:
-        return max(1.0, float(os.environ.get(ENV_GATHER_TIMEOUT, GATHER_TIMEOUT_S)))
-    except ValueError:
-        return GATHER_TIMEOUT_S
+from traceml_ci.tracer.config import gather_timeout_s
 
 
 def _dist() -> Any:
@@ -43,20 +33,6 @@ def _dist() -> Any:
         return dist if dist.is_available() else None
     except Exception:
         return None
-
-
-def env_rank(name: str) -> int | None:
-    try:
-        value = os.environ.get(name)
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def identity() -> dict[str, Any]:
-    """This process's place in a distributed job, as the launcher (torchrun) set it."""
-    return {"local_rank": env_rank("LOCAL_RANK"), "node_rank": env_rank("GROUP_RANK"),
-            "host": socket.gethostname()}
 
 
 def parallelism(models: tuple[Any, ...]) -> str | None:

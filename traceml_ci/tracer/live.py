@@ -5,15 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
+from traceml_ci.summary.build import RunRecord, build_summary
 from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import (
     HISTORY_POINTS,
@@ -23,25 +23,38 @@ from traceml_ci.summary.live import (
     snapshot_from_summary,
     snapshot_path,
 )
-from traceml_ci.summary.model import GpuUtil, RunInfo, RunStatus
-from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
-from traceml_ci.tracer.memory import MB, system_total_mb
-from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP
+from traceml_ci.summary.thresholds import Thresholds
+from traceml_ci.tracer.identity import Identity
+from traceml_ci.tracer.memory import MB, RssSampler
+from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
 
 #: Seconds of (time, steps) pairs that steps_per_s is measured over: smoother than one interval.
 RATE_SPAN_S = 5.0
-#: GPU utilisation samples (NVML, ~5 per second) averaged for the snapshot: the last ~5 s.
-GPU_RECENT_SAMPLES = 25
 #: Seconds between refreshes of the memory part of a snapshot (growth, memory diagnosis).
 MEMORY_EVERY_S = 5.0
 #: How long finish waits for the thread (it may be inside a snapshot, or a slow write).
 JOIN_TIMEOUT_S = 1.0
 
 
+@dataclass(frozen=True)
+class Window:
+    """Rows of the step columns copied for one snapshot: what the run's record is built over."""
+
+    #: One list per column of ``StepColumns`` (times in ms), oldest row first.
+    cols: list[list[float]]
+    #: The stride the rows were kept at (``StepColumns.stride``).
+    stride: int
+    #: ``steps_total`` when the rows were copied.
+    steps: int
+    #: With the memory part (device peaks, RSS samples): its growth slope costs a few ms.
+    memory: bool = True
+
+
 class LiveWriter:
-    """Snapshots of one tracer's recent steps. Reads the tracer's store without locks and
-    without touching the per-step path: it copies the newest rows of the preallocated columns
-    (one slice per column, atomic under the GIL) and the tracer's few plain fields.
+    """Snapshots of one run's recent steps. Reads the step store without locks and without
+    touching the per-step path: it copies the newest rows of the preallocated columns (one
+    slice per column, atomic under the GIL) and hands them to ``record``, the tracer's one
+    ``RunRecord`` builder, which reads only plain fields for a window.
 
     ``snapshot()`` is the whole job of one tick; the thread calls it every ``interval_s``, and
     ``close()`` writes a last one with how the run ended. Any error in the thread warns once
@@ -49,22 +62,27 @@ class LiveWriter:
 
     def __init__(
         self,
-        tracer: Any,
+        record: Callable[[Window], RunRecord],
+        identity: Identity,
+        store: StepStore,
+        rss: RssSampler | None,
+        out_dir: Path,
+        thresholds: Thresholds,
         warn: Callable[[str], None],
         interval_s: float | None = None,
     ) -> None:
         import psutil
 
-        # session imports this module at its top: borrow its helpers once the tracer exists.
-        from traceml_ci.tracer.session import _default_run_name, _env_int
-
-        self._run_name = _default_run_name
-        self.tracer = tracer
+        self._record = record
+        self.store = store
+        self.rss = rss
+        #: The tracer sets it again when a later init() changes them.
+        self.thresholds = thresholds
         self._warn = warn
         self.interval_s = SNAPSHOT_INTERVAL_S if interval_s is None else interval_s
-        rank = _env_int("RANK", 0)
+        self._rank = identity.rank
         # Absolute now: a script that changes its working folder keeps one snapshot file.
-        self.path: Path = snapshot_path(Path(tracer.config.out_dir).absolute(), rank)
+        self.path: Path = snapshot_path(Path(out_dir).absolute(), self._rank)
         #: Folders that did not exist yet (the snapshot's writes make them): a retarget removes
         #: them again if empty, so a folder the run moved away from is not left behind.
         self._made = [d for d in (self.path.parent, self.path.parent.parent) if not d.exists()]
@@ -75,16 +93,7 @@ class LiveWriter:
         self._closed = False
         self._failed = False
         self._proc = psutil.Process()
-        self._system_total_mb = system_total_mb()
-        self._device_total_mb: float | None = None
-        self._identity = {
-            "rank": rank,
-            "local_rank": _env_int("LOCAL_RANK", 0),
-            "world_size": _env_int("WORLD_SIZE", 1),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started_at": _iso(tracer.started_at),
-        }
+        self._identity = identity.snapshot_fields()
         self._history: deque[float] = deque(maxlen=HISTORY_POINTS)
         self._rates: deque[tuple[float, int]] = deque()
         self._history_at = -1  # steps_total when history last got a point
@@ -145,7 +154,7 @@ class LiveWriter:
 
     def retarget(self, out_dir: Path) -> None:
         """A later init() moved the output folder: snapshots go there, the old one goes."""
-        new = snapshot_path(Path(out_dir).absolute(), self._identity["rank"])
+        new = snapshot_path(Path(out_dir).absolute(), self._rank)
         with self._lock:
             if new == self.path:
                 return
@@ -176,17 +185,16 @@ class LiveWriter:
 
     # -- one snapshot ------------------------------------------------------------------------
     def snapshot(self, status: str = RUNNING, summary_path: str | None = None) -> dict[str, Any]:
-        """The snapshot of the tracer's newest ``WINDOW_STEPS`` analysed rows, as of now."""
-        tracer = self.tracer
-        store = tracer.store
+        """The snapshot of the run's newest ``WINDOW_STEPS`` analysed rows, as of now."""
+        store = self.store
         now = time.time()
         steps = store.steps_total
         cols, stride = _rows(store, WINDOW_STEPS)
         # While the growth is unknown (few samples yet) it is cheap: refresh it every time.
         full_memory = (status != RUNNING or self._memory[0] is None
                        or now - self._memory_at >= MEMORY_EVERY_S)
-        record = self._record(cols, stride, steps, memory=full_memory)
-        window = build_summary(record, tracer.config.thresholds)
+        record = self._record(Window(cols, stride, steps, memory=full_memory))
+        window = build_summary(record, self.thresholds)
         doc = window.to_dict()
 
         if self.first_window_pct is None:
@@ -212,7 +220,8 @@ class LiveWriter:
                 "allocated_mb": cols[ALLOC_COL][-1] if on_device else None,
                 "reserved_mb": cols[RESERVED_COL][-1] if on_device else None,
             },
-            identity={**self._identity, "run_name": window.run.name},
+            identity={**self._identity, "run_name": window.run.name,
+                      "started_at": window.run.started_at},
             status=status,
             heartbeat=now,
             summary_path=summary_path,
@@ -228,68 +237,20 @@ class LiveWriter:
         snap["memory"].update(growth_mb_per_1k_steps=growth, growth_basis=basis)
         return snap
 
-    def _record(
-        self, cols: list[list[float]], stride: int, steps: int, memory: bool = True
-    ) -> RunRecord:
-        """The RunRecord of a window: the final summary's, over the given rows only.
-        ``memory=False`` leaves out what only the memory part reads (the costly slope)."""
-        tracer = self.tracer
-        store = tracer.store
-        on_device = store.cuda_memory is not None
-        rss = tracer.rss
-        warmup = store.warmup_steps
-        if on_device and self._device_total_mb is None:
-            self._device_total_mb = store.cuda_memory.total_mb()
-        device = tracer.device
-        return RunRecord(
-            run=RunInfo(
-                name=tracer.config.run_name or self._run_name(),
-                status=RunStatus.COMPLETED,  # not read: the snapshot carries its own status
-                started_at=self._identity["started_at"],
-                duration_s=time.perf_counter() - tracer._t0,
-                mode=tracer.config.mode,
-                rank=self._identity["rank"],
-                world_size=self._identity["world_size"],
-            ),
-            env={},
-            clock=store.clock.kind,
-            steps_total=steps,
-            warmup_steps=min(warmup, steps),
-            series=StepSeries(
-                step_ms=cols[STEP],
-                phase_ms={p: cols[1 + i] for i, p in enumerate(MEASURED_PHASES)},
-                stride=stride,
-                allocated_mb=cols[ALLOC_COL] if on_device and memory else None,
-                reserved_mb=cols[RESERVED_COL] if on_device and memory else None,
-            ),
-            batch_size=tracer.batch_size,
-            samples_per_step=tracer._samples_per_step(),
-            dataloader=tracer._dataloader_settings(),
-            memory_device=str(device) if device is not None else "cpu",
-            # Growth over the run so far (a list copy is atomic; the sampler rebinds, never
-            # edits in place, when it thins).
-            rss_samples=[(s, mb) for s, mb in list(rss.samples) if s > warmup]
-            if rss and memory else (),
-            peak_rss_mb=rss.peak_mb() if rss and memory else None,
-            system_total_mb=self._system_total_mb,
-            device_total_mb=self._device_total_mb,
-            gpu=self._gpu(),
-        )
-
-    def _first_window(self, store: Any) -> dict[str, float | None] | None:
+    def _first_window(self, store: StepStore) -> dict[str, float | None] | None:
         """The shares of the first full window after warmup (rows 0..WINDOW_STEPS), once."""
         columns = store.columns
         if columns.n < WINDOW_STEPS:
             return None
         cols, stride = _rows(store, WINDOW_STEPS, newest=False)
-        record = self._record(cols, stride, store.steps_total, memory=False)
-        st = build_summary(record, self.tracer.config.thresholds).step_time
+        record = self._record(Window(cols, stride, store.steps_total, memory=False))
+        st = build_summary(record, self.thresholds).step_time
         return {p: st.pct.get(p) for p in PHASES}
 
     def _rss_mb(self) -> float:
         """RSS now: the tracer's newest sample (taken at a step's end, at most ~100 ms apart)
         while it is fresh, which costs no system call; else a read of our own."""
-        rss = self.tracer.rss
+        rss = self.rss
         if rss is not None and rss.samples and time.perf_counter_ns() - rss.last_ns < 1e9:
             return rss.samples[-1][1]
         return self._proc.memory_info().rss / MB
@@ -306,15 +267,8 @@ class LiveWriter:
         t0, s0 = rates[0]
         return (steps - s0) / (now - t0) if now > t0 else None
 
-    def _gpu(self) -> GpuUtil:
-        sampler = self.tracer._gpu_sampler
-        if sampler is None:
-            return GpuUtil()
-        return summarize_gpu(list(sampler.util[-GPU_RECENT_SAMPLES:]),
-                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]))
 
-
-def _rows(store: Any, k: int, newest: bool = True) -> tuple[list[list[float]], int]:
+def _rows(store: StepStore, k: int, newest: bool = True) -> tuple[list[list[float]], int]:
     """The newest (or, ``newest=False``, the first) ``k`` rows of every column, in ms, and the
     stride they were kept at.
 
@@ -371,9 +325,3 @@ def _rounded(pct: dict[str, float | None] | None) -> dict[str, float | None] | N
     if pct is None:
         return None
     return {p: None if v is None else round(v, 2) for p, v in pct.items()}
-
-
-def _iso(dt: Any) -> str:
-    return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
-
-

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.keys import SUMMARY_FILENAME
+from traceml_ci.tracer.identity import rank_summary_name
 
 
 def _option(args: Sequence[str], *names: str) -> str | None:
@@ -77,7 +78,7 @@ def complete_merged_summary(out_dir: Path, torchrun: Sequence[str],
     if dist.get("ranks_reported") == world and dist.get("world_size") == world:
         return None  # the ranks merged everything themselves
     docs = {r: d for r in range(world)
-            if (d := _read(out_dir / f"final_summary.rank{r}.json")) is not None}
+            if (d := _read(out_dir / rank_summary_name(r))) is not None}
     if not docs:
         return None
     from traceml_ci.summary.io import write_summary

@@ -20,16 +20,22 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-DL, FWD, BWD, OPT = 0, 1, 2, 3
-PHASE_INDEX = {"dataloader": DL, "forward": FWD, "backward": BWD, "optimizer": OPT}
+from traceml_ci.summary.keys import MEASURED_PHASES
 
-#: For each phase ``p``: the open phases that keep counting when ``p`` begins inside them.
-ABSORBED_BY: tuple[frozenset[int], ...] = (
-    frozenset({DL}),
-    frozenset({FWD, BWD}),  # a forward recomputed in backward (activation checkpointing)
-    frozenset({BWD}),
-    frozenset({OPT}),
-)
+#: Each measured phase's slot in ``Recorder.acc`` (and, one further, its column in the store):
+#: the summary's order, so a slot and the phase name it is summarised under cannot part.
+PHASE_INDEX = {name: i for i, name in enumerate(MEASURED_PHASES)}
+DL, FWD, BWD, OPT = (PHASE_INDEX[p] for p in ("dataloader", "forward", "backward", "optimizer"))
+
+#: For each phase ``p`` (by slot): the open phases that keep counting when ``p`` begins
+#: inside them.
+_ABSORBED = {
+    DL: frozenset({DL}),
+    FWD: frozenset({FWD, BWD}),  # a forward recomputed in backward (activation checkpointing)
+    BWD: frozenset({BWD}),
+    OPT: frozenset({OPT}),
+}
+ABSORBED_BY: tuple[frozenset[int], ...] = tuple(_ABSORBED[i] for i in range(len(PHASE_INDEX)))
 
 #: Extra slots of ``Recorder.acc`` after the four phases: dataloader nanoseconds fetched
 #: before the step (fast path), and DataLoader samples in the step.

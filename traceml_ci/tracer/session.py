@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.build import MEASURED_PHASES, RunRecord, StepSeries, build_summary
+from traceml_ci.summary.build import RunRecord, StepSeries, build_summary
 from traceml_ci.summary.io import write_summary
 from traceml_ci.summary.model import (
     BetweenSteps,
@@ -20,13 +19,15 @@ from traceml_ci.summary.model import (
     RunStatus,
     Summary,
 )
-from traceml_ci.tracer.clocks import DeviceEventClock, HostClock, device_event_factory
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.clocks import ClockFactory, DeviceEventClock, HostClock, device_event_factory
+from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.counters import CounterProbe, flops_block
-from traceml_ci.tracer.distributed import RankGather, identity, parallelism
+from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
-from traceml_ci.tracer.live import LiveWriter
+from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
+from traceml_ci.tracer.identity import Identity
+from traceml_ci.tracer.live import LiveWriter, Window
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
 from traceml_ci.tracer.patches import (
@@ -43,29 +44,28 @@ from traceml_ci.tracer.recorder import (
     StepGate,
     unwrap_forward,
 )
-from traceml_ci.tracer.steps import ALLOC_COL, RESERVED_COL, STEP, StepStore
+from traceml_ci.tracer.steps import ALLOC_COL, PHASE_COLS, RESERVED_COL, STEP, StepStore
 from traceml_ci.tracer.transparency import Transparency
+from traceml_ci.tracer.warn import warn
 
 #: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
 MAX_EVALS = 10_000
-
-
-def _warn(message: str) -> None:
-    # Straight to stderr: a warnings.warn() could be turned into an exception by the user's
-    # filters (pytest -W error), and the tracer must never raise into the training loop.
-    try:
-        sys.stderr.write(f"traceml-ci: warning: {message}\n")
-    except Exception:  # pragma: no cover
-        pass
+#: GPU utilisation samples (NVML, ~5 per second) averaged for a live snapshot: the last ~5 s.
+GPU_RECENT_SAMPLES = 25
 
 
 class Tracer:
     """Records one run. ``zero_change``: the script never calls trace_step (``traceml-ci run``
-    on an unmodified script); steps are then delimited by optimizer steps."""
+    on an unmodified script); steps are then delimited by optimizer steps. ``identity``: this
+    process's place in its run (default: read from the environment now, once). ``clock``: makes
+    the host clock its phases and steps are timed with (tests give a fake one)."""
 
-    def __init__(self, config: TracerConfig, *, zero_change: bool = False) -> None:
+    def __init__(self, config: TracerConfig, *, zero_change: bool = False,
+                 identity: Identity | None = None, clock: ClockFactory = HostClock) -> None:
         self.config = config
+        self.identity = identity if identity is not None else read_identity()
         self.started_at = datetime.now(timezone.utc)
+        self._started_iso = self.started_at.isoformat(timespec="seconds").replace("+00:00", "Z")
         self._t0 = time.perf_counter()
         self.enabled = True
         self.status: RunStatus | None = None
@@ -85,6 +85,9 @@ class Tracer:
         self._device_decided = False
         self._explicit_steps = False
         self._gpu_sampler: Any = None
+        #: Read once, at the first record (they do not change while a run goes).
+        self._system_total_mb: float | None = None
+        self._device_total_mb: float | None = None
         self._last_scope: StepScope | None = None
         self._contention = start_probe()  # read once more at finish, never per step
         #: Evaluations a framework callback saw: (start, end) in perf_counter_ns, the newest
@@ -96,7 +99,7 @@ class Tracer:
             self.rss: RssSampler | None = RssSampler()
         except Exception:
             self.rss = None
-        clock = HostClock()
+        clock = clock()
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
@@ -106,7 +109,7 @@ class Tracer:
         try:
             self.transparency.install()
         except Exception as exc:
-            _warn(f"module save/copy guard not installed ({exc!r})")
+            warn(f"module save/copy guard not installed ({exc!r})")
         if config.mode == "auto":
             self.patches.install()
             if self.roots is not None:
@@ -114,17 +117,18 @@ class Tracer:
         #: FLOPs of the first trace_step (a warmup step); none without warmup steps.
         # Any compiled frame in the process turns counting off (a count is cheap to miss, a
         # failed compiled step is not); module sampling looks at this run's frames only.
-        self.flop_count = FlopCount(_warn)
+        self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
-        self.counters = CounterProbe(_warn)
+        self.counters = CounterProbe(warn)
         #: Per-module forward and backward time, one step now and then (trace_step runs).
-        self.module_sampler = ModuleSampler(_warn, config.module_sample_s)
+        self.module_sampler = ModuleSampler(warn, config.module_sample_s)
+        self.module_sampler.clock = clock  # modules are timed with the phases' clock
         #: Distributed runs: finish before the job destroys its process group, gather there.
-        self.ranks = RankGather(self.finish, _warn)
+        self.ranks = RankGather(self.finish, warn)
         try:
             self.ranks.install()
         except Exception as exc:
-            _warn(f"distributed hooks not installed ({exc!r})")
+            warn(f"distributed hooks not installed ({exc!r})")
         #: The live snapshot's writer thread (None: off, or not this process's run).
         self.live: LiveWriter | None = None
         if config.live:
@@ -141,22 +145,27 @@ class Tracer:
         if not lifecycle.owns_run():  # a DataLoader worker never writes (nor starts threads)
             return
         try:
-            self.live = LiveWriter(self, _warn).start()
+            self.live = self.live_writer().start()
         except Exception as exc:
             self.live = None
-            _warn(f"the live snapshot could not start ({exc!r}); training goes on")
+            warn(f"the live snapshot could not start ({exc!r}); training goes on")
+
+    def live_writer(self, interval_s: float | None = None) -> LiveWriter:
+        """A snapshot writer for this run (not started): handed the one record builder."""
+        return LiveWriter(self.run_record, self.identity, self.store, self.rss,
+                          self.config.out_dir, self.config.thresholds, warn, interval_s)
 
     # -- profiling (tracer/profiling.py; never imported when off) ---------------------------
     def _start_profile(self) -> None:
         from traceml_ci.tracer import lifecycle
 
-        if not lifecycle.owns_run() or _env_int("RANK", 0) != 0:  # one rank's profile: rank 0's
+        if not lifecycle.owns_run() or self.identity.rank != 0:  # one rank's profile: rank 0's
             return
         try:
             from traceml_ci.tracer.profiling import StepProfiler
 
             cfg = self.config
-            self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, _warn)
+            self.profile = StepProfiler(cfg.profile_steps, cfg.warmup_steps, cfg.out_dir, warn)
             if self.zero_change:  # steps end at optimizer steps until trace_step is called
                 self.profile.follow_optimizer(
                     lambda: self.store.steps_total,
@@ -165,7 +174,7 @@ class Tracer:
                 )
         except Exception as exc:
             self.profile = None
-            _warn(f"profiling off ({exc!r}); training goes on")
+            warn(f"profiling off ({exc!r}); training goes on")
 
     def stop_live(self) -> None:
         """Stop the snapshot thread without a last snapshot (a tracer forgotten unfinished)."""
@@ -189,7 +198,7 @@ class Tracer:
         if not changes:
             return
         if self.store.steps_total:
-            _warn("init() called after steps were recorded; its options are ignored")
+            warn("init() called after steps were recorded; its options are ignored")
             return
         old = self.config
         self.config = replace(self.config, **changes)
@@ -217,8 +226,10 @@ class Tracer:
                 self.live = None
         elif self.live is None:
             self._start_live()
-        elif self.config.out_dir != old.out_dir:
-            self.live.retarget(self.config.out_dir)
+        else:
+            self.live.thresholds = self.config.thresholds
+            if self.config.out_dir != old.out_dir:
+                self.live.retarget(self.config.out_dir)
 
     def fail(self, exc: BaseException) -> None:
         """Our own code failed: warn once, stop tracing, leave the training loop alone."""
@@ -226,7 +237,7 @@ class Tracer:
         self.rec.stop()
         if not self._warned:
             self._warned = True
-            _warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
+            warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
         self.patches.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
@@ -310,7 +321,7 @@ class Tracer:
         given = tuple(m for m in models if m is not None)
         usable = tuple(m for m in given if _is_module_like(m))
         if len(usable) != len(given):
-            _warn("trace_step() got something that is not a model; its forward is not timed")
+            warn("trace_step() got something that is not a model; its forward is not timed")
         scope = StepScope(self, usable, key=models)
         self._last_scope = scope
         return scope
@@ -323,7 +334,7 @@ class Tracer:
                 self.store.tick = self._housekeeping
                 self.store.tick_ns = self.module_sampler.tick_ns(self.store.tick_ns)
             except Exception as exc:
-                _warn(f"module sampling off ({exc!r})")
+                warn(f"module sampling off ({exc!r})")
         if self.roots is not None:
             self.roots.uninstall()  # trace_step names the model: no discovery needed
             self.roots = None
@@ -358,11 +369,12 @@ class Tracer:
             self.profile.close(self.store.steps_total)
             self.profile = None
         try:
-            record = self._record()
+            self._drain()
+            record = self.run_record()
             if self.config.mode == "manual" and not record.steps_total:
-                _warn("manual mode recorded no steps: wrap the loop body in trace_step")
+                warn("manual mode recorded no steps: wrap the loop body in trace_step")
             if record.backward_without_steps:
-                _warn(
+                warn(
                     f"no steps: {record.backward_without_steps} backward passes but no "
                     "optimizer.step(), which ends a step when the script is traced without "
                     "changes; wrap the loop body in `with traceml_ci.trace_step(model):`"
@@ -371,9 +383,9 @@ class Tracer:
             if self.ranks.world_size() > 1:
                 self.path = self._write_distributed(self.summary)
             else:
-                self.path = self._write_claimed(self.config.summary_path, self.summary)
+                self.path = self._write_claimed(self._summary_path(), self.summary)
         except Exception as exc:
-            _warn(f"could not write the summary ({exc!r})")
+            warn(f"could not write the summary ({exc!r})")
             return None
         finally:
             self._close_live()  # the last snapshot: how the run ended, where its summary is
@@ -407,13 +419,13 @@ class Tracer:
         from traceml_ci.summary.ranks import merge_ranks
 
         doc = summary.to_dict()
-        doc["run"].update(identity())
+        doc["run"].update(self.identity.placement())
         last = self._last_scope
         kind = parallelism(last.models if last is not None else ())
         if kind is not None:
             doc["run"]["parallelism"] = kind
-        rank = int(doc["run"].get("rank") or 0)
-        own = write_summary(self.config.out_dir / f"final_summary.rank{rank}.json", doc)
+        rank = self.identity.rank
+        own = write_summary(self.config.out_dir / self.identity.rank_summary_name, doc)
         docs = self.ranks.gather(doc)
         self.ranks.uninstall()
         if rank != 0:
@@ -422,70 +434,96 @@ class Tracer:
         got = docs or [doc]
         merged = merge_ranks(got, world_size=world, nodes=self.ranks.nodes(got),
                              backend=self.ranks.backend)
-        return self._write_claimed(self.config.summary_path, merged)
+        return self._write_claimed(self._summary_path(), merged)
 
-    def _record(self) -> RunRecord:
-        from traceml_ci.tracer.env import fingerprint
+    def _summary_path(self) -> Path:
+        return self.config.out_dir / self.identity.summary_name
 
+    def _drain(self) -> None:
+        """At finish: every step recorded and resolved, and a last RSS sample."""
         if self.enabled:
             self.rec.flush()
             try:
                 self.store.drain_all()
             except Exception as exc:
                 self.fail(exc)
-        gpu = self._gpu_sampler.stop() if self._gpu_sampler is not None else GpuUtil()
-        store = self.store
-        on_device = store.cuda_memory is not None
         if self.rss is not None:
-            self.rss.sample(store.steps_total)
-        rss_samples = [
-            (s, mb) for s, mb in (self.rss.samples if self.rss else []) if s > store.warmup_steps
-        ]
-        retries = ooms = None
-        device_total = None
-        if on_device:
-            retries, ooms = store.cuda_memory.counters()
-            device_total = store.cuda_memory.total_mb()
+            self.rss.sample(self.store.steps_total)
+
+    def run_record(self, window: Window | None = None) -> RunRecord:
+        """The run as the summary layer's ``RunRecord``: the one builder of it.
+
+        ``window`` None: the whole run, at finish (after ``_drain``), with what only the finish
+        reads -- the environment, contention, FLOPs, modules, counters, how the run ended.
+        A window: the live snapshot thread's rows (tracer/live.py), with the fields that are
+        cheap to read while training goes on. From that thread it only reads -- plain fields,
+        list copies -- and never writes what the training thread does; the run's status and
+        zero-change mode are left to the finish (a snapshot carries its own status)."""
+        store = self.store
+        final = window is None
+        if window is None:
+            window = Window([store.column(i) for i in range(len(store.columns.cols))],
+                            store.columns.stride, store.steps_total)
+        cols, steps, memory = window.cols, window.steps, window.memory
+        on_device = store.cuda_memory is not None
+        if on_device and self._device_total_mb is None:
+            self._device_total_mb = store.cuda_memory.total_mb()
+        if self._system_total_mb is None:
+            self._system_total_mb = system_total_mb()
+        rss = self.rss
+        warmup = store.warmup_steps
         device = self.device
-        # What was asked for: zero-change only for a launched script that never called
-        # trace_step (a script that asked for manual mode says so, steps or not).
-        asked = self.config.mode
-        implicit = self.zero_change and not self._explicit_steps and asked == "auto"
-        mode = "zero-change" if implicit else asked
-        return RunRecord(
+        record = RunRecord(
             run=RunInfo(
-                name=self.config.run_name or _default_run_name(),
-                status=self.status or RunStatus.COMPLETED,
-                started_at=self.started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+                name=self.identity.run_name(self.config.run_name),
+                status=RunStatus.COMPLETED,  # a snapshot carries its own status
+                started_at=self._started_iso,
                 duration_s=time.perf_counter() - self._t0,
-                mode=mode,
-                rank=_env_int("RANK", 0),
-                world_size=_env_int("WORLD_SIZE", 1),
-                contention=read_probe(self._contention),
+                mode=self.config.mode,
+                rank=self.identity.rank,
+                world_size=self.identity.world_size,
             ),
-            env=fingerprint(device),
+            env={},
             clock=store.clock.kind,
-            steps_total=store.steps_total,
-            warmup_steps=min(store.warmup_steps, store.steps_total),
+            steps_total=steps,
+            warmup_steps=min(warmup, steps),
             series=StepSeries(
-                step_ms=store.column(STEP),
-                phase_ms={p: store.column(1 + i) for i, p in enumerate(MEASURED_PHASES)},
-                stride=store.columns.stride,
-                allocated_mb=store.column(ALLOC_COL) if on_device else None,
-                reserved_mb=store.column(RESERVED_COL) if on_device else None,
+                step_ms=cols[STEP],
+                phase_ms={p: cols[c] for p, c in PHASE_COLS.items()},
+                stride=window.stride,
+                allocated_mb=cols[ALLOC_COL] if on_device and memory else None,
+                reserved_mb=cols[RESERVED_COL] if on_device and memory else None,
             ),
             batch_size=self.batch_size,
             samples_per_step=self._samples_per_step(),
             dataloader=self._dataloader_settings(),
             memory_device=str(device) if device is not None else "cpu",
-            rss_samples=rss_samples,
-            peak_rss_mb=self.rss.peak_mb() if self.rss else None,
+            # Growth over the run so far (a list copy is atomic; the sampler rebinds, never
+            # edits in place, when it thins).
+            rss_samples=[(s, mb) for s, mb in list(rss.samples) if s > warmup]
+            if rss and memory else (),
+            peak_rss_mb=rss.peak_mb() if rss and memory else None,
+            system_total_mb=self._system_total_mb,
+            device_total_mb=self._device_total_mb,
+            gpu=self._gpu(final),
+        )
+        return self._finished(record) if final else record
+
+    def _finished(self, record: RunRecord) -> RunRecord:
+        """The whole run's record: what only the finish reads, added."""
+        from traceml_ci.tracer.env import fingerprint
+
+        retries = ooms = None
+        if self.store.cuda_memory is not None:
+            retries, ooms = self.store.cuda_memory.counters()
+        return replace(
+            record,
+            run=replace(record.run, status=self.status or RunStatus.COMPLETED,
+                        mode=self._mode(), contention=read_probe(self._contention)),
+            env=fingerprint(self.device),
             peak_job_rss_mb=self.rss.job_peak_mb() if self.rss else None,
-            system_total_mb=system_total_mb(),
-            device_total_mb=device_total,
             alloc_retries=retries,
             ooms=ooms,
-            gpu=gpu,
             flops_per_step=self.flop_count.flops,
             modules=self.module_sampler.summary(),
             flops_dtype=self.flop_count.dtype,
@@ -497,6 +535,24 @@ class Tracer:
             counters=self._counters(),
         )
 
+    def _mode(self) -> str:
+        """What was asked for: zero-change only for a launched script that never called
+        trace_step (a script that asked for manual mode says so, steps or not). A live
+        snapshot's window says what was configured."""
+        asked = self.config.mode
+        implicit = self.zero_change and not self._explicit_steps and asked == "auto"
+        return "zero-change" if implicit else asked
+
+    def _gpu(self, final: bool) -> GpuUtil:
+        """GPU utilisation: the whole run's at finish (the sampler stops), else the last ~5 s."""
+        sampler = self._gpu_sampler
+        if sampler is None:
+            return GpuUtil()
+        if final:
+            return sampler.stop()
+        return summarize_gpu(list(sampler.util[-GPU_RECENT_SAMPLES:]),
+                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]))
+
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
         last = self._last_scope
@@ -506,7 +562,7 @@ class Tracer:
                                       last.models if last is not None else ())
             return probe.record()
         except Exception as exc:
-            _warn(f"counters left out ({exc!r})")
+            warn(f"counters left out ({exc!r})")
             return None
 
     def note_eval(self, start_ns: int, end_ns: int) -> None:
@@ -712,17 +768,3 @@ def _current_accelerator() -> Any:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return None
-
-
-def _default_run_name() -> str:
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else ""
-    return script or "run"
-
-
-def _env_int(name: str, default: int) -> int:
-    import os
-
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default

@@ -10,6 +10,7 @@ from typing import Any
 
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler
+from traceml_ci.tracer.recorder import PHASE_INDEX
 
 #: Steps the device may lag behind the host before we wait for the oldest one. Only reached when
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
@@ -17,7 +18,10 @@ MAX_PENDING_STEPS = 64
 
 # Column layout of StepColumns rows: the step's time, one column per phase (1 + the recorder's
 # phase index), then the step's device memory peaks.
-STEP, ALLOC_COL, RESERVED_COL = 0, 5, 6
+STEP = 0
+PHASE_COLS = {name: 1 + i for name, i in PHASE_INDEX.items()}
+ALLOC_COL = 1 + len(PHASE_COLS)
+RESERVED_COL = ALLOC_COL + 1
 
 
 class StepStore:
