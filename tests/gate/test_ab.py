@@ -23,9 +23,9 @@ from traceml_ci.gate.ab import (
     SideFigures,
     Status,
     decide,
+    quantile_for,
     round_order,
     run_rounds,
-    quantile_for,
     t_cdf,
     t_quantile,
 )
