@@ -76,8 +76,9 @@ def test_rounds_alternate_abba_and_the_measure_is_called_in_that_order() -> None
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(-0.02, 0.02), min_size=12, max_size=12), st.floats(5.0, 500.0))
-def test_a_clear_20pct_slowdown_regresses_within_3_rounds(noise, base_ms) -> None:
-    # each run's step time off by up to ±2 %, as identical runs on a quiet machine are
+def test_a_clear_20pct_slowdown_regresses_within_5_rounds(noise, base_ms) -> None:
+    # each run's step time off by up to ±2 %, as identical runs on a quiet machine are; a
+    # regression needs 3 rounds, and the worst such noise (alternating extremes) 5
     result = run_rounds(
         _measuring(
             lambda n: base_ms * (1 + noise[2 * n - 2]),
@@ -85,7 +86,7 @@ def test_a_clear_20pct_slowdown_regresses_within_3_rounds(noise, base_ms) -> Non
         )
     )
     assert result.verdict is AbVerdict.REGRESSION
-    assert len(result.rounds) <= 3
+    assert 3 <= len(result.rounds) <= 5
     assert [iv.label for iv in result.regressed] == ["step time"]
     assert result.reason().startswith(f"regression after {len(result.rounds)} rounds: step time")
     step = result.step

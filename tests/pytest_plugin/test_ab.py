@@ -165,7 +165,8 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     [test] = doc["tests"]
     assert test["nodeid"] == "test_ab_smoke.py::test_train" and test["verdict"] == "regression"
     rounds = test["ab"]["rounds"]
-    assert [r["first"] for r in rounds] == ["base", "head", "base", "head"][: len(rounds)]
+    assert len(rounds) >= 3  # a regression needs three rounds (gate.ab.REGRESSION_MIN_ROUNDS)
+    assert [r["first"] for r in rounds] == (["base", "head"] * 3)[: len(rounds)]
     for r in rounds:
         # the truth, known here: the head spins ADDED_MS more per step (one forward a step)
         added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
@@ -188,12 +189,9 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
 def test_no_change_is_never_a_regression(project: Project) -> None:
     # Same code on both sides. Two rounds on a loaded 2-core machine are mostly too noisy to
     # clear every metric: then the verdict is inconclusive (the test fails, saying so) -- a
-    # pass or inconclusive, never a regression. The tolerances are wide: at 2 rounds the t
-    # interval is +-6.4 times the two rounds' difference, and identical runs of this 25-step
-    # test on that machine differ by up to 30 pp in a share, so two rounds that happen to agree
-    # on a +10 pp shift would clear a 2 pp tolerance (the statistics' nominal 2.5 % false
-    # alarm per metric and look, docs/gate.md "Limits"); this test is about the plugin's
-    # wiring, not that rate.
+    # pass or inconclusive, never a regression (none is called before a third round). The
+    # tolerances are wide so that a pass is reachable in two rounds; this test is about the
+    # plugin's wiring, the false-alarm rate is benchmarks/ab_calibrate.py's.
     project.commits()
     ab_json = project.path / "ab.json"
     result = project.run("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
