@@ -124,19 +124,21 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
                 print(f"{variant}: round {n}/{rounds}", file=sys.stderr, flush=True)
 
 
+def _side(rec: dict[str, Any]) -> Any:
+    from traceml_ci.gate.ab import SideFigures
+
+    return SideFigures(rec["step_ms"], rec["shares"], phase_ms=rec.get("phase_ms"))
+
+
 def judge(out: Path, settings: Any) -> None:
-    from traceml_ci.gate.ab import RoundPair, SideFigures, decide
+    from traceml_ci.gate.ab import RoundPair, decide
 
     for variant in VARIANTS:
         path = out / f"{variant}.jsonl"
         if not path.exists():
             continue
         recs = [json.loads(x) for x in path.read_text().splitlines()]
-        pairs = [
-            RoundPair(i + 1, SideFigures(r["base"]["step_ms"], r["base"]["shares"]),
-                      SideFigures(r["head"]["step_ms"], r["head"]["shares"]))
-            for i, r in enumerate(recs)
-        ]
+        pairs = [RoundPair(i + 1, _side(r["base"]), _side(r["head"])) for i, r in enumerate(recs)]
         verdicts: Counter[str] = Counter()
         used, runs, i = 0, 0, 0
         while i + settings.max_rounds <= len(pairs):

@@ -269,3 +269,30 @@ def test_two_rounds_that_agree_on_a_large_shift_are_not_yet_a_regression() -> No
     assert two.verdict is None
     assert decide(_rounds(pairs), AbSettings(max_rounds=2)).verdict is AbVerdict.INCONCLUSIVE
 
+
+
+def _with_phase_ms(fig: SideFigures) -> SideFigures:
+    return SideFigures(fig.step_ms, fig.shares,
+                       phase_ms={p: fig.step_ms * (v or 0.0) / 100 for p, v in fig.shares.items()})
+
+
+def test_a_share_that_rose_while_its_phase_got_faster_is_not_a_regression() -> None:
+    # Seen on A/A rounds under random load: the head's runs were less contended, its steps
+    # 2-47 % faster, and the dataloader share 3-4 pp higher in all four -- its own time fell.
+    moved = [(0.98, 3.4), (0.53, 3.8), (0.72, 4.3), (0.81, 4.2), (0.75, 3.9)]
+    base = {"dataloader": 26.0, "backward": 19.0}
+    pairs = [(_with_phase_ms(_fig(10.0, **base)),
+              _with_phase_ms(_fig(10.0 * r, dataloader=26.0 + d, backward=19.0 - d)))
+             for r, d in moved]
+    result = decide(_rounds(pairs), AbSettings(max_rounds=5))
+    [dl] = [iv for iv in result.intervals if iv.metric == "dataloader"]
+    assert dl.low > dl.tolerance and dl.time_grew is False and dl.status is Status.UNDECIDED
+    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert "its phase got faster" in result.reason()
+    # the same share shift with the phase's time grown is the regression it looks like
+    grown = [(_with_phase_ms(_fig(10.0, **base)),
+              _with_phase_ms(_fig(10.0 * 1.05, dataloader=26.0 + d, backward=19.0 - d)))
+             for _, d in moved]
+    again = decide(_rounds(grown), AbSettings(max_rounds=5))
+    assert again.verdict is AbVerdict.REGRESSION
+    assert [iv.metric for iv in again.regressed] == ["dataloader"]

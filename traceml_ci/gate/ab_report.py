@@ -125,7 +125,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "intervals": [
             {"metric": iv.metric, "unit": iv.unit, "estimate": iv.estimate, "low": iv.low,
              "high": iv.high, "tolerance": iv.tolerance, "status": iv.status.value,
-             "per_round": list(iv.per_round)}
+             "per_round": list(iv.per_round), "phase_time_grew": iv.time_grew}
             for iv in result.intervals
         ],
         "counters": [r.to_dict() for r in result.counters.rows],
