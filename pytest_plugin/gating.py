@@ -140,9 +140,10 @@ def _judge(
     if not opts.gating:
         return GateResult(nodeid, key, Handling.NOT_GATED, _brief(head), head, n), ""
     base = state.baseline.get(key)
+    contended = _contended_note(head) if opts.update_baseline else ""
     if base is None:
         if opts.update_baseline:
-            return GateResult(nodeid, key, Handling.UPDATED, "new entry", head, n), ""
+            return GateResult(nodeid, key, Handling.UPDATED, "new entry" + contended, head, n), ""
         if opts.require_baseline:
             message = (
                 f"traceml: no baseline for {key} in {opts.baseline} "
@@ -162,6 +163,7 @@ def _judge(
     verdict = comparison.verdict
     if opts.update_baseline:
         detail = f"was {verdict.value}" if verdict is not Verdict.PASS else "unchanged"
+        detail += contended
         return GateResult(nodeid, key, Handling.UPDATED, detail, head, n, comparison), ""
     detail = _brief(head, base)
     if verdict in (Verdict.REGRESSION, Verdict.INCOMPARABLE):
@@ -184,6 +186,20 @@ def _judge(
            "Record a baseline on this kind of machine: run with --traceml-update-baseline.")
     )
     return result, message
+
+
+def _contended_note(head: dict[str, Any]) -> str:
+    """Said when a baseline entry is recorded: its runs waited for a CPU (the most any of them
+    did; the entry keeps that figure, and the gate excuses shifts it can explain). Shares
+    recorded under load carry it into every later comparison."""
+    from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
+    from traceml_ci.summary.view import SummaryView
+
+    wait = SummaryView(head).runqueue_wait_pct
+    if wait is None or wait < CONTENDED_RUNQUEUE_WAIT_PCT:
+        return ""
+    return (f"; recorded on a contended CPU (runqueue wait {wait:.0f} %): re-record it on a "
+            "quiet runner")
 
 
 def _first_reason(comparison: Any) -> str:

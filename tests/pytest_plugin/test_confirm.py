@@ -158,7 +158,7 @@ def test_a_baseline_is_recorded_from_three_runs_by_default(smoke: SmokeProject) 
     recorded.assert_outcomes(passed=1)
     assert _calls(smoke) == ["1", "2", "3"]
     recorded.stdout.fnmatch_lines(["traceml: baseline * (no file yet, updating), rules: *, "
-                                   "3 runs combined", "UPDATED *test_mlp (×3 runs)  new entry"])
+                                   "3 runs combined", "UPDATED *test_mlp (×3 runs)  new entry*"])
     entry = smoke.baseline_summaries()["test_smoke.py::test_mlp"]
     assert entry["repeats"]["count"] == 3  # the runs' spread is part of the entry's noise
 

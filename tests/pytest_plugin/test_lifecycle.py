@@ -30,7 +30,7 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
     updated = smoke.run("--traceml-update-baseline")
     updated.assert_outcomes(passed=3)
     updated.stdout.fnmatch_lines([
-        "UPDATED *test_smoke.py::test_mlp (×3 runs)  new entry",
+        "UPDATED *test_smoke.py::test_mlp (×3 runs)  new entry*",
         f"traceml: baseline updated: {smoke.baseline} (2 written, 2 in all)",
     ])
     entries = smoke.baseline_summaries()
@@ -81,7 +81,7 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
 
     accepted = smoke.run("--traceml-update-baseline")
     accepted.assert_outcomes(passed=3)
-    accepted.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_mlp (×3 runs)  was regression"])
+    accepted.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_mlp (×3 runs)  was regression*"])
     assert smoke.baseline_summaries()["test_smoke.py::test_mlp"]["step_time"]["diagnosis"] == (
         "INPUT_BOUND"
     )

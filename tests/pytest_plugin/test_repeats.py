@@ -3,6 +3,11 @@ combined (each share's mean, their spread as noise), gated and stored."""
 
 from __future__ import annotations
 
+import json
+import os
+
+import pytest
+
 from tests.pytest_plugin.conftest import SmokeProject
 
 ONE_TEST = '''
@@ -48,3 +53,44 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     # Without repeats (and without confirmation) the same slow first run fails on its own.
     smoke.slow_data(calls="1")
     smoke.run("--traceml-confirm=0").assert_outcomes(failed=1)
+
+
+CONTENDED_TEST = '''
+import subprocess
+import sys
+
+import pytest
+
+from smoke_train import train
+
+
+@pytest.mark.traceml
+def test_mlp():
+    # Three busy loops beside the training on a machine of a few cores: its main thread waits
+    # for a CPU for a good part of the run, as on a shared runner.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        train()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+'''
+
+
+def test_a_baseline_recorded_on_a_contended_cpu_says_so_and_keeps_the_figure(
+    smoke: SmokeProject,
+) -> None:
+    if (os.cpu_count() or 1) > 4:
+        pytest.skip("three busy loops contend only on a machine of a few cores")
+    smoke.tests(CONTENDED_TEST)
+    result = smoke.run("--traceml-update-baseline")
+    result.assert_outcomes(passed=1)
+    entry = json.loads(smoke.baseline.read_text())["summaries"]["test_smoke.py::test_mlp"]
+    wait = entry["run"]["contention"]["runqueue_wait_pct"]
+    # the entry (its runs combined) keeps the most any run waited; the update line says so
+    assert wait is not None and wait >= 10 and entry["repeats"]["count"] >= 2, entry["run"]
+    result.stdout.fnmatch_lines([
+        "UPDATED *test_smoke.py::test_mlp (×* runs)  new entry; recorded on a contended CPU "
+        "(runqueue wait * %): re-record it on a quiet runner",
+    ])

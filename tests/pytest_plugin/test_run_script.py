@@ -48,7 +48,7 @@ def test_run_script_is_traced_gated_and_stored(smoke: SmokeProject) -> None:
     smoke.tests(SCRIPT_TEST)
     result = smoke.run("--traceml-update-baseline")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_script (×3 runs)  new entry"])
+    result.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_script (×3 runs)  new entry*"])
     assert list(smoke.baseline_summaries()) == ["test_smoke.py::test_script"]
 
 

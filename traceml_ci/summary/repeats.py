@@ -118,6 +118,12 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         spread = IQR_PER_SD * statistics.stdev(known) / n**0.5
         step_noise["median"] = round(statistics.median(known), 4)
         step_noise["iqr"] = round(max(spread, _median([v.step_noise_ms for v in views])), 4)
+    # Contention: the most any run waited for a CPU -- the combined shares carry every run's
+    # load, and the gate's contention guard reads this figure (a baseline keeps its own).
+    waits = [w for w in (v.runqueue_wait_pct for v in views) if w is not None]
+    contention = (out.get("run") or {}).get("contention")
+    if waits and isinstance(contention, dict):
+        contention["runqueue_wait_pct"] = max(waits)
     out["repeats"] = {
         "count": n,
         "runs": [v.run_name for v in views],
