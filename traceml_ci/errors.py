@@ -57,18 +57,28 @@ class ApiError(TracemlError):
     exit_code = ExitCode.API
 
 
-#: What cannot be printed on one terminal line as it is: C0/C1 controls and DEL, line and
-#: paragraph separators, bidirectional overrides, and lone surrogates (undecodable file names).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: What a terminal or a CI log reads as more than text: C0 and C1 controls (newline, carriage
+#: return, ESC), DEL, line and paragraph separators, bidirectional embeddings, overrides and
+#: isolates (they reorder what is shown), and lone surrogates (undecodable file names).
+UNSAFE_ON_A_LINE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def escape_line(text: object) -> str:
+    """``text`` with each unsafe character shown as its visible escape (``\\n``, ``\\x1b``,
+    ``\\u202e``, ``\\udcff``): no input can start a ``::workflow-command::`` line or move the
+    cursor. The one escaper for terminals and CI logs (gate.fmt.plain, one_line)."""
+    return UNSAFE_ON_A_LINE.sub(lambda m: ascii(m.group())[1:-1], str(text))
 
 
 def one_line(text: object, limit: int = 500) -> str:
-    """``text`` escaped for one line of a terminal or CI log (``\\n``, ``\\x1b``, ``\\udcff``),
-    shortened to about ``limit`` characters with a note."""
+    """``text`` escaped for one line of a terminal or CI log, shortened to about ``limit``
+    characters with a note."""
     s = str(text)
     if len(s) > limit:
         s = f"{s[:limit]}… ({len(s) - limit:,} more characters)"
-    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], s)
+    return escape_line(s)
 
 
 class MissingDependencyError(TracemlError):

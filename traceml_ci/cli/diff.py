@@ -17,10 +17,6 @@ from traceml_ci.errors import ExitCode
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
 
-EXIT_PASS = ExitCode.OK
-EXIT_REGRESSION = ExitCode.REGRESSION
-EXIT_BAD_INPUT = ExitCode.BAD_INPUT
-EXIT_INCOMPARABLE = ExitCode.INCOMPARABLE
 FORMATS = ("text", "markdown", "json")
 
 
@@ -29,10 +25,10 @@ def exit_code(verdict: Verdict) -> int:
     from traceml_ci.gate.compare import Verdict  # the one definition; already loaded by diff
 
     return {
-        Verdict.PASS: EXIT_PASS,
-        Verdict.WARN: EXIT_PASS,
-        Verdict.REGRESSION: EXIT_REGRESSION,
-        Verdict.INCOMPARABLE: EXIT_INCOMPARABLE,
+        Verdict.PASS: ExitCode.OK,
+        Verdict.WARN: ExitCode.OK,
+        Verdict.REGRESSION: ExitCode.REGRESSION,
+        Verdict.INCOMPARABLE: ExitCode.INCOMPARABLE,
     }[Verdict(verdict)]
 
 

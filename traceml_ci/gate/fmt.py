@@ -14,21 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-#: Characters a terminal or a CI log reads as more than text: C0 and C1 controls (newline,
-#: carriage return, ESC), DEL, line and paragraph separators, bidirectional embeddings,
-#: overrides and isolates (they reorder what is shown), and lone surrogates (not encodable).
-_UNSAFE_PLAIN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-                           "\ud800-\udfff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    ch = match.group()
-    named = _NAMED.get(ch)
-    if named:
-        return named
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+from traceml_ci.errors import escape_line
 
 
 def plain(text: Any) -> str:
@@ -36,7 +22,7 @@ def plain(text: Any) -> str:
     acts on. Newlines and other controls, bidirectional overrides and lone surrogates become
     visible backslash escapes (``\\n``, ``\\x1b``, ``\\u202e``, ``\\udcff``), so no input can
     start a ``::workflow-command::`` line or move the cursor."""
-    return _UNSAFE_PLAIN.sub(_escape_char, str(text))
+    return escape_line(text)
 
 
 #: A zero-width space, as an entity: GitHub links mentions, issue references and bare URLs in
