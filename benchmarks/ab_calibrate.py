@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,8 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
     from traceml_ci.gate.ab import Side, round_order
 
     out.mkdir(parents=True, exist_ok=True)
+    # A kill unwinds like Ctrl-C, so the hogs are stopped with us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with RandomHogs():
         for variant in variants:
             path = out / f"{variant}.jsonl"
