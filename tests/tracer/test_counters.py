@@ -36,6 +36,24 @@ def _line(marker: str) -> int:
     return lines[0]
 
 
+def _zero_change_train(steps: int = 12, *, item: bool = False, keep: list | None = None) -> None:
+    """The same loop with no trace_step: steps close at optimizer steps (traceml-ci run)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HID), nn.ReLU(), nn.Linear(HID, OUT))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        out = model(x)
+        loss = ((out - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        if item:
+            loss.item()  # marker:zc-item
+        if keep is not None:
+            keep.append(out.detach())  # marker:zc-keep
+
+
 def _train(
     steps: int = 12,
     *,
@@ -183,3 +201,40 @@ def test_too_few_warmup_steps_measure_nothing_and_training_is_untouched(fresh_tr
     assert "counters" not in finish_and_load(tracer)
     assert tracer.counters.reason == counters.NOT_MEASURED_WARMUP
     assert "item" not in torch.Tensor.__dict__
+
+
+def test_zero_change_runs_count_flops_and_counters_at_their_own_step_boundaries(
+    fresh_tracer,
+) -> None:
+    """traceml-ci run on a script that never calls trace_step: the FLOP count takes the second
+    step and the counters the third (steps close at optimizer steps), with the same figures."""
+    tracer = fresh_tracer(zero_change=True, warmup_steps=5)
+    kept: list = []
+    _zero_change_train(item=True, keep=kept)
+    doc = finish_and_load(tracer)
+    c = doc["counters"]
+    assert c["sampled_step"] == counters.SAMPLED_STEP + 1
+    assert c["syncs"] == {
+        "per_step": 1,
+        "sites": [{"at": f"{HERE}:{_line('marker:zc-item')}", "op": "item", "count": 1}],
+    }
+    assert c["optimizer"]["classes"] == ["AdamW"] and c["optimizer"]["state_tensors_per_param"] == 2
+    # the output kept each step: B x OUT floats
+    assert c["leak"]["retained_bytes_per_step"] == B * OUT * 4
+    first, last = 2 * B * IN * HID * 2, 2 * B * HID * OUT * 3
+    assert c["flops"]["per_step"] == first + last == doc["efficiency"]["flops_per_step"]
+    assert [m["module"] for m in c["flops"]["top_modules"]] == ["0", "2"]
+    # nothing is left armed: no dispatch mode, no wrapped method, no hook per step
+    assert "item" not in torch.Tensor.__dict__
+    assert tracer.rec.on_close is None
+    assert not torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+
+
+def test_zero_change_with_too_few_warmup_steps_counts_nothing(fresh_tracer) -> None:
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
+    _zero_change_train(item=True)
+    doc = finish_and_load(tracer)
+    assert "counters" not in doc
+    assert tracer.counters.reason == counters.not_measured_warmup(counters.SAMPLED_STEP + 1)
+    assert doc["efficiency"]["flops_per_step"] is not None  # the second step is a warmup one
+    assert not torch.utils._python_dispatch._get_current_dispatch_mode_stack()

@@ -45,7 +45,12 @@ TOP_MODULES = 5
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__")
 _METHOD_OP = {"__bool__": "bool", "__float__": "float", "__int__": "int"}
 
-NOT_MEASURED_WARMUP = f"fewer than {SAMPLED_STEP + 1} warmup steps"
+def not_measured_warmup(sampled_step: int = SAMPLED_STEP) -> str:
+    """Why nothing was sampled: the sampled step is an analysed one (too few warmup steps)."""
+    return f"fewer than {sampled_step + 1} warmup steps"
+
+
+NOT_MEASURED_WARMUP = not_measured_warmup()
 NOT_MEASURED_COMPILED = "torch.compile in use"
 
 _TORCH_DIR = ""
@@ -99,6 +104,9 @@ class CounterProbe:
 
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._warn = warn
+        #: The step sampled (0-based): trace_step's second; zero-change mode's third (its
+        #: first boundary is the first step's end, where the FLOP count's step begins).
+        self.sampled_step = SAMPLED_STEP
         self.done = False  # sampled (or given up): nothing more to arm
         self.reason: str | None = None
         self.active = False
@@ -129,11 +137,12 @@ class CounterProbe:
     def begin(self, step: int, warmup: int, models: tuple[Any, ...]) -> bool:
         """At the start of step number ``step`` (0-based): arm if it is the sampled one, and a
         warmup step (``warmup`` of them)."""
-        if self.done or step < SAMPLED_STEP:
+        sampled = self.sampled_step
+        if self.done or step < sampled:
             return False
         self.done = True
-        if step != SAMPLED_STEP or warmup <= SAMPLED_STEP:
-            self.reason = NOT_MEASURED_WARMUP
+        if step != sampled or warmup <= sampled:
+            self.reason = not_measured_warmup(sampled)
             return False
         from traceml_ci.tracer import flops
 
@@ -256,7 +265,7 @@ class CounterProbe:
             return None
         sites = sorted(self.reads.items(), key=lambda kv: (-kv[1], kv[0]))
         out: dict[str, Any] = {
-            "sampled_step": SAMPLED_STEP,
+            "sampled_step": self.sampled_step,
             "syncs": {
                 "per_step": sum(self.reads.values()),
                 "sites": [{"at": at, "op": op, "count": n} for (at, op), n in sites[:TOP_SITES]],

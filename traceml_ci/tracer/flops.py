@@ -26,7 +26,7 @@ _COUNTER_CLASS: Any = None
 NOT_COUNTED_COMPILED = "torch.compile in use: counting could fail a compiled step"
 NOT_COUNTED_NO_OPS = "no op with a FLOP formula ran (matmul, convolution, attention)"
 NOT_COUNTED_NO_WARMUP = "no warmup step to count on (warmup_steps=0)"
-NOT_COUNTED_NO_STEP = "no trace_step: the counted step is the first trace_step"
+NOT_COUNTED_NO_STEP = "no step: the counted step is the first trace_step (or, with none, the second step)"
 
 
 def compiled_frames() -> int:
@@ -89,8 +89,11 @@ class FlopCount:
         #: Why there is no count (None: counted, or never tried).
         self.reason: str | None = None
 
-    def begin(self, models: tuple[Any, ...]) -> bool:
-        """Start counting; False when it cannot (nothing is then left open)."""
+    def begin(self, models: tuple[Any, ...], entering: Any = None) -> bool:
+        """Start counting; False when it cannot (nothing is then left open). ``entering``: a
+        module whose forward pre-hooks are running (zero-change mode's step boundary): the
+        counter's module tracker missed its start, so it is told, and names its submodules
+        under it as it would have."""
         if self.done:
             return False
         self.done = True
@@ -104,6 +107,9 @@ class FlopCount:
             mode = _counter_class()(display=False)
             mode.__enter__()
             self._mode = mode
+            tracker = getattr(mode, "mod_tracker", None)
+            if entering is not None and tracker is not None:
+                tracker._fw_pre_hook(entering, ())
             return True
         except Exception as exc:
             self.reason = f"the FLOP counter failed ({type(exc).__name__})"

@@ -268,6 +268,8 @@ class RootForwardHooks:
         self.note_eval = note_eval
         self.roots: dict[int, Any] = {}
         self.timed: list[Any] = []
+        #: The timed root whose forward pre-hook is running (None outside one).
+        self.entering: Any = None
         self._depth = 0
         self._pending = False
         self._handles: list[Any] = []
@@ -335,7 +337,9 @@ class RootForwardHooks:
                     span.extend((began if isinstance(began, int) else t, t))
                 evaluating[0] = True
                 return
+            self.entering = mod  # a step boundary here begins inside this root's forward
             rec.phase_begin(FWD)
+            self.entering = None
 
         def post(mod: Any, args: Any, out: Any) -> None:
             if evaluating[0]:

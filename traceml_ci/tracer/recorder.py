@@ -86,6 +86,7 @@ class Recorder:
         "loop_end",
         "ahead",
         "dropped_bwd",
+        "on_close",
     )
 
     def __init__(self, mark: Callable[[], Any], store: Any, implicit: bool = False) -> None:
@@ -102,6 +103,10 @@ class Recorder:
         self.marks: list = []
         #: Backward pieces dropped from an over-long zero-change step (``MAX_IMPLICIT_MARKS``).
         self.dropped_bwd = 0
+        #: Zero-change mode: called with whether the next step begins now (a fetch or a
+        #: forward), after each step it closes -- the FLOP count's and the counters' step
+        #: boundaries (None once they have nothing left to do: nothing per step then).
+        self.on_close: Callable[[bool], None] | None = None
         self.outside: list = []
         self.enter: Any = None
         self.last_opt_end: Any = None
@@ -171,6 +176,8 @@ class Recorder:
         elif self.implicit:
             if self.saw_opt and p in (DL, FWD):
                 self._close_implicit(t)
+                if self.on_close is not None:
+                    self.on_close(True)
                 t = self.mark()  # a fresh mark: a device event must belong to one step only
             if self.enter is None:
                 self.enter = t
@@ -479,6 +486,8 @@ class Recorder:
             return None
         if self.saw_opt:
             self._close_implicit(self.mark())
+            if self.on_close is not None:
+                self.on_close(False)  # an evaluation follows, not a step
             return None
         if any(m[0] == BWD for m in self.marks):  # mid gradient accumulation: leave it be
             return None

@@ -120,6 +120,9 @@ class Tracer:
         self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
         self.counters = CounterProbe(warn)
+        if zero_change and config.mode == "auto":  # steps close themselves: so do the counts
+            self.counters.sampled_step += 1
+            self.rec.on_close = self._implicit_boundary
         #: Per-module forward and backward time, one step now and then (trace_step runs).
         self.module_sampler = ModuleSampler(warn, config.module_sample_s)
         self.module_sampler.clock = clock  # modules are timed with the phases' clock
@@ -312,6 +315,39 @@ class Tracer:
             if device is not None:
                 break
         self._decide_device(device)
+
+    def _implicit_boundary(self, starting: bool) -> None:
+        """Zero-change mode: a step just closed (``starting``: the next one begins now, at a
+        fetch or a forward; else an evaluation follows). The FLOP count takes the second
+        step and the counters the third, warmup steps both, as trace_step's scope does with
+        its first two; the leak check follows the steps. Unhooked once nothing is left."""
+        fc, probe, rec = self.flop_count, self.counters, self.rec
+        try:
+            if self._explicit_steps:  # trace_step's scope counts from now on
+                rec.on_close = None
+                return
+            n = self.store.steps_total
+            if fc.counting:
+                fc.end()
+            if probe.active:
+                probe.end(n)
+            if probe.pending:
+                probe.after_step(n)
+            roots = self.roots
+            models = tuple(roots.timed) if roots is not None else ()
+            if starting and models:
+                entering = roots.entering if roots is not None else None
+                if not fc.done and n < self.store.warmup_steps and fc.begin(models, entering):
+                    return
+                if probe.pending and not probe.active:
+                    probe.begin(n, self.store.warmup_steps, models)
+            if fc.done and not fc.counting and not probe.pending:
+                rec.on_close = None
+        except Exception as exc:  # never into the user's step: the counts are given up
+            rec.on_close = None
+            fc.end()
+            probe.close()
+            warn(f"FLOPs and counters left out ({exc!r}); training goes on")
 
     # -- steps -------------------------------------------------------------------------------
     def step_scope(self, models: tuple[Any, ...]) -> StepScope:
@@ -530,7 +566,9 @@ class Tracer:
             backward_without_steps=self._backward_without_steps(),
             between_steps=self._between_steps(),
             flops_not_counted=not_counted(
-                self.flop_count, self._explicit_steps, self.config.warmup_steps
+                self.flop_count,
+                self._explicit_steps or self.rec.implicit,
+                self.config.warmup_steps,
             ),
             counters=self._counters(),
         )
@@ -558,8 +596,10 @@ class Tracer:
         last = self._last_scope
         probe = self.counters
         try:
-            probe.flops = flops_block(self.flop_count.flops, self.flop_count.by_module,
-                                      last.models if last is not None else ())
+            models = last.models if last is not None else ()
+            if not models and self.roots is not None:  # zero-change: the roots it timed
+                models = tuple(self.roots.timed)
+            probe.flops = flops_block(self.flop_count.flops, self.flop_count.by_module, models)
             return probe.record()
         except Exception as exc:
             warn(f"counters left out ({exc!r})")
