@@ -309,7 +309,7 @@ def _git_repo(path: Path) -> None:
 @pytest.mark.parametrize(
     ("ratios", "exit_code", "verdict", "failed", "mode"),
     [
-        ([2.0, 2.1], 1, "regression", "true", "upsert"),
+        ([2.0, 2.1, 2.05], 1, "regression", "true", "upsert"),  # a regression takes 3 rounds
         ([1.0, 1.0], 0, "pass", "false", "update"),
         ([0.7, 1.4], 1, "inconclusive", "true", "upsert"),
     ],
@@ -336,7 +336,8 @@ def test_ab_base_reaches_pytest_and_its_verdict_is_the_steps(
 
 def test_ab_base_without_failing_on_regression_reports_only(gate, tmp_path: Path) -> None:
     _git_repo(tmp_path)
-    r = gate("--ab-base", "HEAD", "--fail-on-regression", "false", fake=FakeAbPytest([2.0, 2.1]))
+    r = gate("--ab-base", "HEAD", "--fail-on-regression", "false",
+             fake=FakeAbPytest([2.0, 2.1, 2.05]))
     assert "--traceml-report-only" in r["fake"].cmd
     assert (r["outputs"]["verdict"], r["outputs"]["failed"]) == ("regression", "false")
 

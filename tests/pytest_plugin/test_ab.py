@@ -126,9 +126,9 @@ class Project:
         _git(self.path, "add", ".")
         _git(self.path, "commit", "-qm", "head")
 
-    def run(self, *args: str) -> pytest.RunResult:
+    def run(self, *args: str, timeout: float = 170) -> pytest.RunResult:
         return self.pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=170)
+            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=timeout)
 
     def assert_clean(self) -> None:
         """The base's worktree is gone: git lists only the repository, the temp folder holds
@@ -146,8 +146,10 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     project.commits(head_train=TRAIN.replace("SPIN_MS = 1.0", f"SPIN_MS = {1.0 + ADDED_MS}"))
     ab_json = project.path / "ab.json"
     report = project.path / "report.md"
+    # A regression takes three rounds at least (six child sessions, 10-25 s each when loaded)
     result = project.run("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=4",
-                         f"--traceml-ab-json={ab_json}", f"--traceml-report={report}")
+                         f"--traceml-ab-json={ab_json}", f"--traceml-report={report}",
+                         timeout=480)
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     # the failure: the verdict, the rounds table, each regressed metric with its interval

@@ -26,7 +26,9 @@ _COUNTER_CLASS: Any = None
 NOT_COUNTED_COMPILED = "torch.compile in use: counting could fail a compiled step"
 NOT_COUNTED_NO_OPS = "no op with a FLOP formula ran (matmul, convolution, attention)"
 NOT_COUNTED_NO_WARMUP = "no warmup step to count on (warmup_steps=0)"
-NOT_COUNTED_NO_STEP = "no step: the counted step is the first trace_step (or, with none, the second step)"
+NOT_COUNTED_NO_STEP = (
+    "no step: the counted step is the first trace_step (or, with none, the second step)"
+)
 
 
 def compiled_frames() -> int:
