@@ -123,8 +123,13 @@ def run(kind: str, blocks: int, block_steps: int, out: Path, late: bool) -> dict
 
 def bytecodes_per_step(out: Path, steps: int = 50) -> tuple[float, float]:
     """Python bytecodes run per tiny step, off and on: a load-independent view of the cost
-    (``sys.settrace`` opcode events; the tracer's own code is pure Python)."""
-    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
+    (``sys.settrace`` opcode events; the tracer's own code is pure Python). Module sampling,
+    the live snapshot and the 10 Hz housekeeping are off: they run by the clock, and under
+    settrace the clock runs slow, so they would make the count depend on the machine's load."""
+    tracer = api.start(
+        TracerConfig(out_dir=out, warmup_steps=0, module_sample_s=0, live=False), at_exit=False
+    )
+    tracer.store.tick_ns = tracer.store._due = 10**18  # housekeeping: never due here
     model, optimizer, loader = make_job("tiny")
     batches = endless(loader)
     counted = [0]
