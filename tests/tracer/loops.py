@@ -133,8 +133,10 @@ class Stopwatch:
 
 def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, ...]) -> None:
     """The tracer's per-step milliseconds of each phase agree with the stopwatch, step by step
-    (median absolute difference under 0.2 ms: a preemption between the two clocks' marks may
-    hit a single step, never most of them)."""
+    (median absolute difference under 0.3 ms: a preemption between the two clocks' marks may
+    hit a single step, never most of them; an LBFGS step's three closures put their marks'
+    gaps in most steps: 0.06-0.1 ms quiet or beside two busy loops, 0.25 in a loaded suite --
+    a phase misattributed is 1 ms or more here)."""
     from traceml_ci.summary.stats import median
     from traceml_ci.tracer.steps import PHASE_COLS
 
@@ -144,7 +146,7 @@ def assert_matches_stopwatch(tracer: Any, watch: Stopwatch, phases: tuple[str, .
         truth = watch.column(phase, skip)
         assert len(traced) == len(truth), phase
         diffs = [abs(a - b) for a, b in zip(traced, truth, strict=True)]
-        assert median(diffs) < 0.2, (phase, traced[:5], truth[:5])
+        assert median(diffs) < 0.3, (phase, traced[:5], truth[:5])
 
 
 def stopwatch_loop(

@@ -55,10 +55,15 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
     out = _cli(tmp_path, "diff", str(base), str(moved))
     assert out.returncode != 1, out.stdout + out.stderr  # no regression from a move alone
     text = out.stdout
-    assert "time moved within backward" in text, text
     flat = " ".join(text.split())  # the line may wrap at the terminal's width
-    line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
-    assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
+    if "time moved within backward" in text:
+        line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
+        assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
+    else:
+        # On a loaded machine backward's share itself moved past the warn line (seen: +6.5 pp
+        # with the step faster): then its row, not a context line, names the module that grew.
+        row = flat.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct", 1)[0]
+        assert "warn" in row and "layer.1 (Layer) +" in row, text
 
     # layer.3 got slower: backward's share regressed, and its row in the PR comment's
     # markdown names layer.3, what it moved and its share of backward now.

@@ -286,5 +286,6 @@ def test_optimizer_phase_holds_no_tracer_work(fresh_tracer) -> None:
     assert len(traced) == 300
     # The tracer's own marks sit outside the call; a second torch step wrapper inside it (the
     # bug this guards) adds ~50 % to a step this small, to its fastest calls too. The fastest
-    # tenth: a loaded machine stretches the slower calls of a 20 us step unevenly.
-    assert percentile(sorted(traced), 10) < 1.25 * percentile(sorted(plain), 10)
+    # tenth: a loaded machine stretches the slower calls of a 20 us step unevenly. Measured:
+    # 1.12-1.20 quiet and beside two busy loops, 1.26 once in a loaded suite; the bug, ~1.5.
+    assert percentile(sorted(traced), 10) < 1.35 * percentile(sorted(plain), 10)
