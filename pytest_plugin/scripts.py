@@ -35,8 +35,7 @@ def traced_script(
     it; returns the summary document it wrote (not yet validated). ``nproc_per_node``: launch
     that many ranks through torchrun on a free local port; the summary is rank 0's merged one.
     ``module_sample_s``: the child's module sample period unless its environment sets one."""
-    import os
-
+    from traceml_ci.childenv import child_env
     from traceml_ci.errors import MissingDependencyError
     from traceml_ci.tracer.launch import LaunchSpec, launch
 
@@ -51,11 +50,11 @@ def traced_script(
     )
     from traceml_ci.summary.keys import ENV_MODULE_SAMPLE
 
-    child_env = {**os.environ, **(env or {})}
+    run_env = child_env(changes=env)
     if module_sample_s is not None:
-        child_env.setdefault(ENV_MODULE_SAMPLE, repr(module_sample_s))
+        run_env.setdefault(ENV_MODULE_SAMPLE, repr(module_sample_s))
     try:
-        done = launch(spec, env=child_env, cwd=cwd, timeout_s=timeout_s, capture=True)
+        done = launch(spec, env=run_env, cwd=cwd, timeout_s=timeout_s, capture=True)
     except MissingDependencyError as exc:
         raise ScriptFailed(f"traceml: {exc}") from None
     if done.timed_out:

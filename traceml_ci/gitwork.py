@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceml_ci.childenv import child_env
 from traceml_ci.errors import MissingDependencyError, UsageError, one_line
 
 #: Refs under these are branches: the base is their merge-base with HEAD, as a pull request's
@@ -24,7 +25,7 @@ BRANCH_PREFIXES = ("refs/heads/", "refs/remotes/")
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    env = child_env(changes={"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     try:
         return subprocess.run(
             ["git", "-C", str(repo), *args],
@@ -113,7 +114,7 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
 def side_env(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of one side's runs: its worktree (and its ``src/`` when there is one)
     first on PYTHONPATH, so each side imports its own code, not an installed copy."""
-    out = dict(os.environ if env is None else env)
+    out = child_env(env)
     paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     if out.get("PYTHONPATH"):
         paths.append(out["PYTHONPATH"])

@@ -12,6 +12,7 @@ from traceml_ci.cli.action_gate import (
     CommentPolicy,
     NoVerdict,
     _comparison_verdict,
+    _out_dir,
     comment_here,
     decide_failure,
     intended_comment,
@@ -128,6 +129,18 @@ def test_context_outside_actions_and_token_hidden() -> None:
     assert ctx.event == {} and ctx.pull_request_number() is None
     assert ctx.api_url == "https://api.github.com"
     assert "secret" not in repr(ctx)
+
+
+def test_the_actions_files_go_under_runner_temp_from_the_context(tmp_path: Path) -> None:
+    """RUNNER_TEMP is GitHub's variable: the context carries it, and the Action's folder is
+    named from what the context says (an empty value is unset, like the GITHUB_* ones)."""
+    ctx = GitHubContext.from_environ({"RUNNER_TEMP": str(tmp_path)})
+    assert ctx.runner_temp == str(tmp_path)
+    assert GitHubContext.from_environ({"RUNNER_TEMP": ""}).runner_temp is None
+    out = _out_dir("", "smoke/job", ctx.runner_temp)
+    assert out == tmp_path / "traceml-ci" / "smoke-job" and out.is_dir()
+    given = tmp_path / "given"
+    assert _out_dir(str(given), "smoke/job", ctx.runner_temp) == given
 
 
 def test_fork_detection(tmp_path: Path) -> None:

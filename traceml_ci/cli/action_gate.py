@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shlex
 import shutil
@@ -174,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tolerances and not Path(args.tolerances).is_file():
         raise UsageError(f"--tolerances {args.tolerances}: no such file")
     job_id = marker_id(args.comment_id or ctx.job or "default")
-    files = _Files(_out_dir(args.out, job_id))
+    files = _Files(_out_dir(args.out, job_id, ctx.runner_temp))
     baseline = Path(args.baseline) if args.baseline else None
 
     pytest_exit = _run_pytest(pytest_args, files, baseline, args)
@@ -310,11 +309,11 @@ def _append_summary(
     append_step_summary(path, f"{body.rstrip()}\n\n{footer}\n")
 
 
-def _out_dir(given: str, job_id: str) -> Path:
+def _out_dir(given: str, job_id: str, runner_temp: str | None) -> Path:
     if given:
         out = Path(given)
-    elif os.environ.get("RUNNER_TEMP"):
-        out = Path(os.environ["RUNNER_TEMP"]) / "traceml-ci" / job_id.replace("/", "-")
+    elif runner_temp:
+        out = Path(runner_temp) / "traceml-ci" / job_id.replace("/", "-")
     else:
         out = Path("traceml-ci-out")
     out = out.resolve()

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from traceml_ci.cli import environment
 from traceml_ci.cli.options import MIN_WIDTH, width
 from traceml_ci.errors import ExitCode
 
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     result = judge(base.summaries, head.summaries, rules,
                    allow_env_mismatch=args.allow_env_mismatch)
     to_tty = args.output is None and sys.stdout.isatty()
-    colour = to_tty and "NO_COLOR" not in os.environ
+    colour = environment.colour(to_tty)
     width = args.width or (os.get_terminal_size().columns if to_tty else 120)
     report = render(result, args.format, width=max(width, MIN_WIDTH), colour=colour)
     if args.output:

@@ -36,13 +36,13 @@ try:
 except ImportError:  # pragma: no cover - Windows: no terminal to take over, progress lines only
     termios = tty = None  # type: ignore[assignment]
 
+from traceml_ci.cli import environment
+from traceml_ci.cli.environment import ENV_PROGRESS_INTERVAL
 from traceml_ci.summary.live import read_snapshots
 from traceml_ci.tracer.launch import Attachment, Launched
 
 #: Seconds between plain progress lines by default.
 DEFAULT_PROGRESS_INTERVAL_S = 10.0
-#: The environment variable that sets the default ``--progress-interval``.
-ENV_PROGRESS_INTERVAL = "TRACEML_CI_PROGRESS_INTERVAL"
 #: The view is repainted at most this often (seconds): 4 times a second.
 PAINT_EVERY_S = 0.25
 #: A frame waits for the script's output to pause this long (seconds) before it is painted...
@@ -75,7 +75,7 @@ def progress_interval(flag: float | None, environ: dict[str, str] | None = None)
     else 10. Raises ValueError naming the variable when it is not a number >= 0."""
     if flag is not None:
         return flag
-    raw = (os.environ if environ is None else environ).get(ENV_PROGRESS_INTERVAL)
+    raw = environment.progress_interval_text(environ)
     if raw is None or not raw.strip():
         return DEFAULT_PROGRESS_INTERVAL_S
     try:
@@ -110,7 +110,7 @@ def this_runs_snapshots(out_dir: Path, since: float) -> list[dict[str, Any]]:
 
 def _terminal_here() -> bool:
     try:
-        if not (os.isatty(1) and os.isatty(2)) or os.environ.get("TERM") == "dumb":
+        if not (os.isatty(1) and os.isatty(2)) or environment.dumb_terminal():
             return False
         # A background job (cmd &) must not take the terminal: raw mode would stop it (SIGTTOU).
         return os.tcgetpgrp(1) == os.getpgrp()

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from traceml_ci._version import __version__
+from traceml_ci.cli import environment
+from traceml_ci.cli.environment import ENV_DEBUG
 from traceml_ci.errors import ExitCode, TracemlError, one_line
 
 #: Subcommand modules, in --help order.
@@ -46,9 +48,6 @@ COMMAND_MODULES: dict[str, str] = {"compare": "diff", "action-gate": "action_gat
 PASSTHROUGH: frozenset[str] = frozenset({"run"})
 
 _CODES: frozenset[int] = frozenset(ExitCode)
-
-#: Set to show the traceback of an internal error (for a bug report).
-ENV_DEBUG = "TRACEML_CI_DEBUG"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -113,7 +112,7 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def _internal(exc: BaseException) -> int:
-    if os.environ.get(ENV_DEBUG):
+    if environment.debug():
         import traceback
 
         traceback.print_exception(exc, file=sys.stderr)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.cli import environment
 from traceml_ci.cli.options import seconds
 from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT
 from traceml_ci.summary.live import ENDED, SNAPSHOT_INTERVAL_S, STALE_AFTER_S
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.cli.output import stdout_console
     from traceml_ci.errors import ExitCode
 
-    out_dir = Path(args.dir or os.environ.get(ENV_OUT) or DEFAULT_OUT_DIR)
+    out_dir = Path(args.dir or environment.out_dir() or DEFAULT_OUT_DIR)
     console = stdout_console()
     try:
         return follow(out_dir, console=console,

@@ -1,4 +1,5 @@
-"""Where a workflow step runs: the GITHUB_* environment and the event payload, read once, typed."""
+"""Where a workflow step runs: the GITHUB_* environment (and ``RUNNER_TEMP``) and the event
+payload, read once, typed; the front doors' one reader of GitHub's variables."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class GitHubContext:
     server_url: str = "https://github.com"
     output_path: str | None = None
     step_summary_path: str | None = None
+    #: The runner's scratch folder (``RUNNER_TEMP``), emptied after each job: the Action's files.
+    runner_temp: str | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> GitHubContext:
@@ -52,6 +55,7 @@ class GitHubContext:
             server_url=get("GITHUB_SERVER_URL") or "https://github.com",
             output_path=get("GITHUB_OUTPUT"),
             step_summary_path=get("GITHUB_STEP_SUMMARY"),
+            runner_temp=get("RUNNER_TEMP"),
         )
 
     @cached_property

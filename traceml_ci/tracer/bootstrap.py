@@ -1,10 +1,10 @@
 """The traced child that ``traceml-ci run`` and the pytest plugin start
 (``python -m traceml_ci.tracer.bootstrap``).
 
-It reads its LaunchSpec once, from ``$TRACEML_CI_LAUNCH``, and runs the script (or ``-m``
-module) as ``__main__`` exactly as ``python`` would; its exit code is ours. The tracer starts
-when the script first imports torch (or calls ``init()``): a script that never does is run
-without importing torch, and gets a summary with no steps.
+It reads its LaunchSpec once, from ``$TRACEML_CI_LAUNCH`` (``config.take_launch_spec``), and
+runs the script (or ``-m`` module) as ``__main__`` exactly as ``python`` would; its exit code
+is ours. The tracer starts when the script first imports torch (or calls ``init()``): a
+script that never does is run without importing torch, and gets a summary with no steps.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer import api, lifecycle
-from traceml_ci.tracer.config import TracerConfig
+from traceml_ci.tracer.config import TracerConfig, take_launch_spec
 from traceml_ci.tracer.launch import ENV_LAUNCH, LaunchSpec
 from traceml_ci.tracer.warn import warn
 
@@ -102,7 +102,7 @@ def _run(spec: LaunchSpec) -> None:
 
 
 def main() -> int:
-    raw = os.environ.pop(ENV_LAUNCH, None)  # read once; the script's own children never see it
+    raw = take_launch_spec()
     if not raw:
         print(
             f"traceml-ci: {__name__} runs under `traceml-ci run` (no ${ENV_LAUNCH})",

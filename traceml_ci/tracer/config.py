@@ -1,8 +1,9 @@
 """Tracer settings, from init() keywords, the environment and `traceml-ci run` flags.
 
 The tracer's one reader of the environment: its settings (``TracerConfig``'s defaults), the
-gather's timeout, and the process's place in its run (``read_identity``). Every variable the
-project reads is listed in docs/architecture.md#environment-variables.
+gather's timeout, the process's place in its run (``read_identity``) and the launch spec a
+launcher handed a traced child (``take_launch_spec``). Every variable the project reads is
+listed in docs/architecture.md#environment-variables.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer
 from traceml_ci.summary.profile import ENV_PROFILE_STEPS
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from traceml_ci.tracer.identity import Identity
+from traceml_ci.tracer.launch import ENV_LAUNCH
 from traceml_ci.tracer.modules import SAMPLE_EVERY_S
 
 MODES = ("auto", "manual")
@@ -68,6 +70,12 @@ def read_identity() -> Identity:
     """This process's place in its run, as its launcher (torchrun, or none) set it: read once,
     when a tracer starts."""
     return Identity.parse(os.environ, sys.argv, socket.gethostname(), os.getpid())
+
+
+def take_launch_spec() -> str | None:
+    """``$TRACEML_CI_LAUNCH``, the spec (JSON) a launcher handed this child; None without one.
+    Removed as it is read: read once, and the script's own children never see it."""
+    return os.environ.pop(ENV_LAUNCH, None)
 
 
 def gather_timeout_s() -> float:

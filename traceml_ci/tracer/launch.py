@@ -17,11 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.childenv import child_env
 from traceml_ci.errors import MissingDependencyError
 from traceml_ci.summary.keys import DEFAULT_OUT_DIR, ENV_OUT, SUMMARY_FILENAME
 
 #: The one environment variable carrying the spec to the child (JSON). The child reads it once,
-#: in ``traceml_ci.tracer.bootstrap``, and removes it from its environment.
+#: in ``traceml_ci.tracer.bootstrap`` (through ``config.take_launch_spec``), and removes it.
 ENV_LAUNCH = "TRACEML_CI_LAUNCH"
 
 #: What a child killed by a signal exits with, in the shell's convention (128 + signal).
@@ -167,7 +168,7 @@ def launch(
     """
     if not torch_available():
         raise MissingDependencyError(TORCH_MISSING)
-    full_env = dict(os.environ if env is None else env)
+    full_env = child_env(env)
     spec_out = spec.default_out_dir
     if spec.out_dir is None and full_env.get(ENV_OUT):
         spec_out = full_env[ENV_OUT]
