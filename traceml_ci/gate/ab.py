@@ -285,11 +285,15 @@ def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:
 
 
 def share_intervals(
-    rounds: Sequence[RoundPair], tol_pp: float, q: float | None = None
+    rounds: Sequence[RoundPair],
+    tol_pp: float,
+    q: float | None = None,
+    deltas: Mapping[str, list[float]] | None = None,
 ) -> list[Interval]:
-    """One interval per phase either side measured in every round, in PHASES order."""
+    """One interval per phase either side measured in every round, in PHASES order.
+    ``deltas``: ``share_deltas(rounds)`` when the caller has it already."""
     out = []
-    for phase, values in share_deltas(rounds).items():
+    for phase, values in (share_deltas(rounds) if deltas is None else deltas).items():
         mean, low, high = _t_interval(values, q)
         logs = [r.phase_log_ratio(phase) for r in rounds]
         grew = None if any(v is None for v in logs) else sum(logs) / len(logs) > 0  # type: ignore[arg-type]
@@ -390,10 +394,11 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     counters = Counters.of(rounds[0]) if rounds else Counters()
     if n < 2:
         return AbResult(rounds, (), None, settings, counters)
-    q = quantile_for(1 + len(share_deltas(rounds)), n)
+    deltas = share_deltas(rounds)  # once: it sizes the family and feeds the intervals
+    q = quantile_for(1 + len(deltas), n)
     intervals = (
         step_interval(rounds, settings.step_tol_pct, q),
-        *share_intervals(rounds, settings.share_tol_pp, q),
+        *share_intervals(rounds, settings.share_tol_pp, q, deltas),
     )
     statuses = {iv.status for iv in intervals}
     verdict: AbVerdict | None = None
