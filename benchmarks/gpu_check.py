@@ -88,6 +88,19 @@ def mlp(width: int, depth: int, device: str) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 1)).to(device)
 
 
+def job(width: int, depth: int, device: str, optimizer: type = torch.optim.AdamW,
+        lr: float = 1e-4) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """An MLP (``mlp``) and its optimizer: what most checks train."""
+    model = mlp(width, depth, device)
+    return model, optimizer(model.parameters(), lr=lr)
+
+
+def cuda_only(device: str, why: str = "CUDA only") -> None:
+    """Skip the check on anything but CUDA."""
+    if not device.startswith("cuda"):
+        raise Skip(why)
+
+
 def loader(width: int, batch: int, n_batches: int, device: str) -> torch.utils.data.DataLoader:
     width, pin = scaled(width, device), device.startswith("cuda")
     data = torch.utils.data.TensorDataset(
@@ -166,8 +179,7 @@ def assert_summary(summary: dict[str, Any], clock: str | None = None) -> None:
 # -- checks ----------------------------------------------------------------------------------
 @check("device events resolve")
 def events_resolve(device: str, out: Path) -> str:
-    model = mlp(1024, 4, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt = job(1024, 4, device)
     with tracing(out / "events") as s:
         train(model, opt, endless(loader(1024, 256, 32, device)), 60, device)
     assert_summary(s, "device_event" if device.startswith("cuda") else "host")
@@ -177,10 +189,8 @@ def events_resolve(device: str, out: Path) -> str:
 
 @check("no per-step synchronisation")
 def no_sync(device: str, out: Path) -> str:
-    if not device.startswith("cuda"):
-        raise Skip("CUDA only")
-    model = mlp(1024, 4, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cuda_only(device)
+    model, opt = job(1024, 4, device)
     batches = endless(loader(1024, 256, 32, device))
     with tracing(out / "nosync") as s:
         train(model, opt, batches, 10, device)  # warm-up: first-step set-up may sync once
@@ -209,10 +219,8 @@ def no_sync(device: str, out: Path) -> str:
 
 @check("peak memory filled")
 def peak_memory(device: str, out: Path) -> str:
-    if not device.startswith("cuda"):
-        raise Skip("CUDA only (CPU has RSS only)")
-    model = mlp(2048, 4, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cuda_only(device, "CUDA only (CPU has RSS only)")
+    model, opt = job(2048, 4, device)
     params_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     with tracing(out / "mem") as s:
         train(model, opt, endless(loader(2048, 512, 16, device)), 30, device)
@@ -227,14 +235,12 @@ def peak_memory(device: str, out: Path) -> str:
 
 @check("NVML utilisation sampled")
 def nvml(device: str, out: Path) -> str:
-    if not device.startswith("cuda"):
-        raise Skip("CUDA only")
+    cuda_only(device)
     try:
         import pynvml  # noqa: F401
     except ImportError:
         raise Skip(f"pynvml missing: {install_hint('gpu')}") from None
-    model = mlp(4096, 6, device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    model, opt = job(4096, 6, device, torch.optim.SGD)
     with tracing(out / "nvml") as s:
         t0 = time.perf_counter()
         batches = endless(loader(4096, 1024, 8, device))
@@ -248,10 +254,8 @@ def nvml(device: str, out: Path) -> str:
 
 @check("AMP GradScaler skipped steps")
 def amp(device: str, out: Path) -> str:
-    if not device.startswith("cuda"):
-        raise Skip("CUDA only")
-    model = mlp(1024, 3, device)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    cuda_only(device)
+    model, opt = job(1024, 3, device, torch.optim.SGD, 1e-3)
     scaler = torch.amp.GradScaler("cuda")
     poison = {12, 20, 31}
     with tracing(out / "amp") as s:
@@ -295,8 +299,7 @@ def ab(
 ) -> tuple[float, float, float]:
     """Alternating traced/untraced blocks of wall time (synced at block ends): ms a step
     untraced, ms traced, and the median of the paired ratios."""
-    model = mlp(width, depth, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt = job(width, depth, device)
     batches = endless(loader(width, batch, 16, device))
     tracer = api.start(TracerConfig(out_dir=out, warmup_steps=0), at_exit=False)
 

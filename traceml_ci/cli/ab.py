@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceml_ci.cli.options import seconds, whole
+from traceml_ci.cli.options import amount, seconds, whole
 from traceml_ci.errors import (
     ExitCode,
     MissingDependencyError,
@@ -61,19 +60,6 @@ class SideFailed(TracemlError):
     exit_code = ExitCode.INCOMPARABLE
 
 
-def _tolerance(flag: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < 0:
-            raise UsageError(f"{flag} {text!r}: must be a number >= 0")
-        return value
-
-    return parse
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "ab",
@@ -92,34 +78,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="the base: a commit, tag or HEAD~N as it is; a branch: its merge-base with HEAD",
     )
-    p.add_argument(
-        "--rounds-max",
-        metavar="N",
-        type=whole("--rounds-max", least=2),
-        default=DEFAULT_MAX_ROUNDS,
-        help=f"rounds at most before 'inconclusive' (default {DEFAULT_MAX_ROUNDS})",
+    # The numbers a verdict is decided by (AbSettings): flag, metavar, type, default, meaning.
+    settings = (
+        ("--rounds-max", "N", whole("--rounds-max", least=2), DEFAULT_MAX_ROUNDS,
+         "rounds at most before 'inconclusive'"),
+        ("--rounds-min", "N", whole("--rounds-min", least=2), DEFAULT_MIN_ROUNDS,
+         "rounds before any verdict"),
+        ("--step-tolerance", "PCT", amount("--step-tolerance"), DEFAULT_STEP_TOL_PCT,
+         "%% slower median step time tolerated"),
+        ("--share-tolerance", "PP", amount("--share-tolerance"), DEFAULT_SHARE_TOL_PP,
+         "percentage points a phase share may grow"),
     )
-    p.add_argument(
-        "--rounds-min",
-        metavar="N",
-        type=whole("--rounds-min", least=2),
-        default=DEFAULT_MIN_ROUNDS,
-        help=f"rounds before any verdict (default {DEFAULT_MIN_ROUNDS})",
-    )
-    p.add_argument(
-        "--step-tolerance",
-        metavar="PCT",
-        type=_tolerance("--step-tolerance"),
-        default=DEFAULT_STEP_TOL_PCT,
-        help=f"%% slower median step time tolerated (default {DEFAULT_STEP_TOL_PCT:g})",
-    )
-    p.add_argument(
-        "--share-tolerance",
-        metavar="PP",
-        type=_tolerance("--share-tolerance"),
-        default=DEFAULT_SHARE_TOL_PP,
-        help=f"percentage points a phase share may grow (default {DEFAULT_SHARE_TOL_PP:g})",
-    )
+    for flag, metavar, kind, default, meaning in settings:
+        p.add_argument(flag, metavar=metavar, type=kind, default=default,
+                       help=f"{meaning} (default {default:g})")
     p.add_argument(
         "--out",
         metavar="DIR",

@@ -13,17 +13,34 @@ from traceml_ci.errors import UsageError
 MIN_WIDTH = 40
 
 
+def _number(text: str) -> float:
+    """``text`` as a float; NaN, which every check here refuses, when it is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def seconds(flag: str, *, zero: str | None = None) -> Callable[[str], float]:
     """A finite number of seconds above 0; ``zero``: what 0 means, when it is allowed."""
     rule = f">= 0 (0: {zero})" if zero else "> 0"
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+        value = _number(text)
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
             raise UsageError(f"{flag} {text!r}: must be a finite number of seconds {rule}")
+        return value
+
+    return parse
+
+
+def amount(flag: str) -> Callable[[str], float]:
+    """A finite number of at least 0 (a tolerance in % or percentage points)."""
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{flag} {text!r}: must be a number >= 0")
         return value
 
     return parse
