@@ -25,6 +25,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import traceml_ci as traceml  # noqa: E402
+from benchmarks.tracer_overhead import endless, mse_step  # noqa: E402
 from traceml_ci.summary.live import SNAPSHOT_INTERVAL_S  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
@@ -40,11 +41,6 @@ def make_job() -> tuple[nn.Module, Any, Any]:
     return model, torch.optim.SGD(model.parameters(), lr=1e-3), loader
 
 
-def endless(loader: Any):
-    while True:
-        yield from loader
-
-
 def block(model: nn.Module, optimizer: Any, batches: Any, seconds: float) -> list[float]:
     """Traced steps for ``seconds``; each step's wall time in ms."""
     trace_step = traceml.trace_step
@@ -54,10 +50,7 @@ def block(model: nn.Module, optimizer: Any, batches: Any, seconds: float) -> lis
         t0 = time.perf_counter_ns()
         x, y = next(batches)
         with trace_step(model):
-            optimizer.zero_grad(set_to_none=True)
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            optimizer.step()
+            mse_step(model, optimizer, x, y)
         times.append((time.perf_counter_ns() - t0) / 1e6)
     return times
 

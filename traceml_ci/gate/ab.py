@@ -103,6 +103,8 @@ def t_quantile(p: float, df: int) -> float:
 
 
 class Side(str, Enum):
+    """Which side of an A/B a run measures."""
+
     BASE = "base"
     HEAD = "head"
 

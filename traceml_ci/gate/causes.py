@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row
-from traceml_ci.summary.view import SummaryView, as_view
+from traceml_ci.summary.view import SummaryLike, as_view
 
 #: The DataLoader settings a summary records (``step_time.dataloader``) that change how it
 #: feeds the steps, in the order they are named. ``device`` is the run's, not the loader's: a
@@ -46,8 +46,8 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
 
 
 def known_causes(
-    base: SummaryView | Mapping[str, Any],
-    head: SummaryView | Mapping[str, Any],
+    base: SummaryLike,
+    head: SummaryLike,
     rows: Iterable[Row],
 ) -> list[str]:
     """The causes the summaries name, in priority order: the DataLoader's changed settings,
@@ -84,7 +84,7 @@ def _value(x: Any) -> str:
 
 
 def dataloader_change(
-    base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any]
+    base: SummaryLike, head: SummaryLike
 ) -> str:
     """``DataLoader num_workers 2 → 0, pin_memory True → False``; ``DataLoader in base only``
     when head recorded that it iterated none (and the other way); empty when nothing changed or

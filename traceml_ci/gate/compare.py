@@ -9,9 +9,6 @@ The names other modules imported from here before the split are re-exported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from traceml_ci.gate.causes import known_causes
 from traceml_ci.gate.context import (
     FLOPS_CHANGED,
@@ -49,7 +46,7 @@ from traceml_ci.gate.results import (
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
 from traceml_ci.gate.sets import MAX_KEYS_LISTED, compare_sets, set_comparison
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
-from traceml_ci.summary.view import SummaryView, as_view
+from traceml_ci.summary.view import SummaryLike, as_view
 
 __all__ = [
     "CONTENDED_RUNQUEUE_WAIT_PCT",
@@ -77,8 +74,8 @@ __all__ = [
 
 
 def compare(
-    base: SummaryView | Mapping[str, Any],
-    head: SummaryView | Mapping[str, Any],
+    base: SummaryLike,
+    head: SummaryLike,
     rules: Rules = DEFAULT_RULES,
     *,
     allow_env_mismatch: bool = False,

@@ -12,7 +12,7 @@ from typing import Any
 from traceml_ci.gate import fmt
 from traceml_ci.gate.rules import Rules
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
-from traceml_ci.summary.view import SummaryView, as_view
+from traceml_ci.summary.view import SummaryLike, SummaryView, as_view
 
 #: FLOP counts of one model and input shape agree to the FLOP; beyond this relative change the
 #: work itself changed.
@@ -27,7 +27,7 @@ def _torch_major(version: Any) -> str | None:
 
 
 def env_differences(
-    base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any]
+    base: SummaryLike, head: SummaryLike
 ) -> list[str]:
     """What makes absolute times and memory of two runs incomparable: device type, GPU model,
     torch major version. A field unknown on either side is not a difference."""

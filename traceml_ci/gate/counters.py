@@ -19,7 +19,7 @@ from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
-from traceml_ci.summary.view import SummaryView, as_view, finite
+from traceml_ci.summary.view import SummaryLike, as_view, finite
 
 #: Row names start with this.
 PREFIX = COUNTERS_PREFIX
@@ -37,7 +37,7 @@ _FLOPS = Rule(rel=FLOPS_REL_PCT, direction=Direction.ANY)
 
 
 def counter_rows(
-    base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any]
+    base: SummaryLike, head: SummaryLike
 ) -> list[Row]:
     """The counters' rows, for what both summaries measured."""
     b, h = as_view(base).counters, as_view(head).counters

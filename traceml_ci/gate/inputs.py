@@ -26,6 +26,8 @@ SET_KEY = "summaries"
 
 
 class InputKind(str, Enum):
+    """What an input file held: one of our summaries, a baseline set, or traceml-ai's."""
+
     SUMMARY = "summary"
     SET = "set"
     TRACEML_AI = "traceml-ai"

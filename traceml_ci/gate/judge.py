@@ -7,13 +7,12 @@ sets key by key" is decided here once (the Action reads the plugin's comparison 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from traceml_ci.gate.results import Comparison, SetComparison
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.view import SummaryLike
 
-Summaries = Mapping[str, SummaryView | Mapping[str, Any]]
+Summaries = Mapping[str, SummaryLike]
 
 
 def judge(

@@ -6,13 +6,12 @@ match them with glob patterns. Values are read through summary/view.py's Summary
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from traceml_ci.summary.keys import PHASES
-from traceml_ci.summary.view import SummaryView, as_view
+from traceml_ci.summary.view import SummaryLike, as_view
 
 
 class Kind(str, Enum):
@@ -49,13 +48,13 @@ class Metric:
         """Whether the headline delta is relative (percent of base) rather than absolute."""
         return self.kind in (Kind.TIME, Kind.MEMORY, Kind.RATE)
 
-    def value(self, summary: SummaryView | Mapping[str, Any]) -> Any:
+    def value(self, summary: SummaryLike) -> Any:
         """This metric's value in ``summary`` (a view, or a dict to view): a finite float, a
         label string, or None."""
         view = as_view(summary)
         return view.text(self.path) if self.kind is Kind.LABEL else view.number(self.path)
 
-    def noise(self, summary: SummaryView | Mapping[str, Any]) -> float | None:
+    def noise(self, summary: SummaryLike) -> float | None:
         """The IQR across windows of steps that ``summary`` reports for this metric, if any."""
         if self.noise_path is None:
             return None

@@ -5,11 +5,10 @@ and the one verdict of a set from its per-key comparisons.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from traceml_ci.gate.results import Comparison, SetComparison, Verdict
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.view import SummaryLike
 
 #: Reasons list at most this many keys, then "(+N more)".
 MAX_KEYS_LISTED = 10
@@ -23,8 +22,8 @@ def _keys(keys: list[str]) -> str:
 
 
 def compare_sets(
-    base: Mapping[str, SummaryView | Mapping[str, Any]],
-    head: Mapping[str, SummaryView | Mapping[str, Any]],
+    base: Mapping[str, SummaryLike],
+    head: Mapping[str, SummaryLike],
     rules: Rules = DEFAULT_RULES,
     *,
     allow_env_mismatch: bool = False,

@@ -14,6 +14,8 @@ __all__ = ["PHASES", "SCHEMA_VERSION", "TOOL_NAME"]  # re-exported; defined in k
 
 
 class StepTimeLabel(str, Enum):
+    """Where a step's time went, as ``step_time.label`` says it (docs/diagnoses.md)."""
+
     INPUT_BOUND = "INPUT_BOUND"
     COMPUTE_BOUND = "COMPUTE_BOUND"
     OPTIMIZER_BOUND = "OPTIMIZER_BOUND"
@@ -23,6 +25,8 @@ class StepTimeLabel(str, Enum):
 
 
 class MemoryLabel(str, Enum):
+    """What the step memory did, as ``step_memory.label`` says it (docs/diagnoses.md)."""
+
     BALANCED = "BALANCED"
     MEMORY_GROWTH = "MEMORY_GROWTH"
     HIGH_PRESSURE = "HIGH_PRESSURE"
@@ -31,12 +35,16 @@ class MemoryLabel(str, Enum):
 
 
 class Severity(str, Enum):
+    """How much a diagnosis matters."""
+
     INFO = "info"
     WARN = "warn"
     CRIT = "crit"
 
 
 class RunStatus(str, Enum):
+    """How the traced run ended (``run.status``)."""
+
     COMPLETED = "completed"
     CRASHED = "crashed"
     INTERRUPTED = "interrupted"

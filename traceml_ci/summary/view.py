@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from traceml_ci.summary.keys import PHASES
 
@@ -220,7 +220,11 @@ class SummaryView:
         return [d for d in found if isinstance(d, Mapping)] if isinstance(found, list) else []
 
 
-def as_view(summary: SummaryView | Mapping[str, Any]) -> SummaryView:
+#: What a reader of one summary takes: the parsed view, or the dict it is built over.
+SummaryLike: TypeAlias = "SummaryView | Mapping[str, Any]"
+
+
+def as_view(summary: SummaryLike) -> SummaryView:
     """``summary`` itself when it is a view already, else a view over the dict: callers that
     hold a parsed view pass it down instead of having it built again."""
     return summary if isinstance(summary, SummaryView) else SummaryView(summary)

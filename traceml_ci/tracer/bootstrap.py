@@ -79,14 +79,9 @@ def _exit_code(code: object) -> int:
 
 def _config(spec: LaunchSpec) -> TracerConfig:
     options: dict[str, Any] = {"out_dir": spec.out, "run_name": spec.name, "locked": spec.locked}
-    if spec.warmup_steps is not None:
-        options["warmup_steps"] = spec.warmup_steps
-    if spec.max_steps is not None:
-        options["max_steps"] = spec.max_steps
-    if spec.batch_size is not None:
-        options["batch_size"] = spec.batch_size
-    if spec.module_sample_s is not None:
-        options["module_sample_s"] = spec.module_sample_s
+    for name in ("warmup_steps", "max_steps", "batch_size", "module_sample_s"):
+        if getattr(spec, name) is not None:  # None: left to init() and the defaults
+            options[name] = getattr(spec, name)
     return TracerConfig(**options)
 
 

@@ -272,12 +272,8 @@ class CounterProbe:
             },
             "params": self.params,
         }
-        if self.optimizer is not None:
-            out["optimizer"] = self.optimizer
-        if self.leak is not None:
-            out["leak"] = self.leak
-        if self.flops is not None:
-            out["flops"] = self.flops
+        found = {"optimizer": self.optimizer, "leak": self.leak, "flops": self.flops}
+        out.update((key, value) for key, value in found.items() if value is not None)
         return out
 
 

@@ -386,6 +386,7 @@ class Recorder:
             n = it._traceml_ci_samples  # SAMPLES_ATTR
             if n is None or not rec.fast or get_ident() != owner:
                 return general(it)
+            # timed()'s inlined opening again, on purpose: a shared helper is a frame per batch.
             prev = rec.active
             if prev in absorbed:
                 return orig(it)
