@@ -10,6 +10,7 @@ import argparse
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from training import fit
 
 import traceml_ci as traceml
 
@@ -45,18 +46,10 @@ def main() -> None:
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
 
     traceml.init(mode="auto")
-    for step, (x, y) in enumerate(loader):
-        with traceml.trace_step(model):
-            optimizer.zero_grad(set_to_none=True)
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-        if step + 1 >= args.steps:
-            break
-    print(f"done: {step + 1} steps, last loss {loss.item():.3f}")
+    steps, loss = fit(model, loader, optimizer, args.steps)
+    print(f"done: {steps} steps, last loss {loss:.3f}")
 
 
 if __name__ == "__main__":

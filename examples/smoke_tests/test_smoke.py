@@ -7,34 +7,16 @@ loop; the plugin traces it and compares where the step time went with traceml-ba
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from training import Decoded, fit
 
-import traceml_ci as traceml
 
-
-class Images(Dataset):
+def images(n: int, decode_ms: float = 0.0) -> Decoded:
     """Small random "images"; ``decode_ms`` emulates per-sample decoding work (busy CPU)."""
-
-    def __init__(self, n: int, decode_ms: float = 0.0) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 3, 16, 16, generator=g)
-        self.y = torch.randint(0, 10, (n,), generator=g)
-        self.decode_s = decode_ms / 1000.0
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.decode_s:
-            end = time.perf_counter() + self.decode_s
-            while time.perf_counter() < end:
-                pass
-        return self.x[i], self.y[i]
+    return Decoded(n, (3, 16, 16), decode_ms, busy=True)
 
 
 def small_cnn() -> nn.Module:
@@ -46,25 +28,16 @@ def small_cnn() -> nn.Module:
 
 
 def train(model: nn.Module, data: Dataset, steps: int, batch_size: int = 16) -> float:
-    """The training loop under test, instrumented with ``traceml.trace_step``."""
+    """The training loop under test (``training.fit``: each step in ``traceml.trace_step``)."""
     torch.manual_seed(0)
     loader = DataLoader(data, batch_size=batch_size, shuffle=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    criterion = nn.CrossEntropyLoss()
-    for step, (x, y) in enumerate(loader):
-        with traceml.trace_step(model):
-            optimizer.zero_grad(set_to_none=True)
-            loss = criterion(model(x), y)
-            loss.backward()
-            optimizer.step()
-        if step + 1 >= steps:
-            break
-    return loss.item()
+    return fit(model, loader, optimizer, steps)[1]
 
 
 @pytest.mark.traceml(warmup_steps=5)
 def test_cnn_is_compute_bound(traceml) -> None:
-    loss = train(small_cnn(), Images(16 * 80), steps=80)
+    loss = train(small_cnn(), images(16 * 80), steps=80)
     assert loss == loss  # finite
     summary = traceml.finish()  # the summary the plugin gates, for extra asserts
     assert summary["step_time"]["steps_analyzed"] == 75  # 80 steps, 5 of warmup
@@ -73,7 +46,7 @@ def test_cnn_is_compute_bound(traceml) -> None:
 @pytest.mark.traceml(warmup_steps=5, key="slow-decoding")
 def test_slow_decoding_is_input_bound() -> None:
     # 3 ms of decoding per sample, 8 samples per batch: the loader dominates the step.
-    train(small_cnn(), Images(8 * 30, decode_ms=3.0), steps=30, batch_size=8)
+    train(small_cnn(), images(8 * 30, decode_ms=3.0), steps=30, batch_size=8)
 
 
 def test_example_script(traceml) -> None:
