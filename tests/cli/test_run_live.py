@@ -18,12 +18,13 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyte
 
-from tests.cli.scripts import kill_group
+from tests.cli.scripts import run_group
 from traceml_ci.cli.live_run import _at_rest
 from traceml_ci.fsutil import atomic_write_text
 from traceml_ci.summary.live import snapshot_from_summary, snapshot_path
@@ -175,6 +176,21 @@ class Terminal:
         os.close(self.fd)
 
 
+@contextmanager
+def _started(tmp_path: Path, args: list[str],
+             in_process: Callable[[list[str]], int] | None = None,
+             stdin_null: bool = False) -> Iterator[tuple[Terminal, int]]:
+    """``traceml-ci run args`` on a terminal, once its script said ready (its pid); the terminal
+    closed, and the script killed if it is still there, however the block ends."""
+    term = Terminal(tmp_path, args, in_process, stdin_null)
+    pid = 0
+    try:
+        pid = _ready_pid(term)
+        yield term, pid
+    finally:
+        term.close(pid)
+
+
 def _ready_pid(term: Terminal) -> int:
     assert term.read_until(lambda b: re.search(rb"ready (\d+)", b) is not None, 60), term.text
     return int(re.search(rb"ready (\d+)", bytes(term.buf)).group(1))
@@ -229,13 +245,8 @@ def test_output_arrives_complete_and_in_order_and_the_script_sees_a_terminal(tmp
 def test_the_view_is_painted_under_the_output_and_the_last_frame_stays(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
     _old_run(tmp_path)
-    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "40", "0.05"])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script), "out", "40", "0.05"]) as (term, pid):
         code = term.wait(60)
-    finally:
-        term.close(pid)
     assert code == 0, term.text
     raw = bytes(term.buf)
     # The script was told the terminal is shorter by the view's rows...
@@ -300,13 +311,9 @@ def _broken_view(args: list[str]) -> int:  # pragma: no cover - runs in the fork
 
 def test_a_failing_view_turns_itself_off_and_the_script_goes_through(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS + "raise SystemExit(3)\n")
-    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "30", "0.03"], _broken_view)
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script), "out", "30", "0.03"],
+                  _broken_view) as (term, pid):
         code = term.wait(60)
-    finally:
-        term.close(pid)
     assert code == 3, term.text  # the script's own exit code
     mine = _script_bytes(bytes(term.buf))
     assert b"".join(f"line {i}\r\n".encode() for i in range(1, 31)) in mine
@@ -325,11 +332,9 @@ def test_on_screen_the_script_scrolls_above_the_view_and_nothing_is_covered(tmp_
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
     screen = pyte.Screen(COLS, ROWS)
     stream = pyte.ByteStream(screen)
-    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "60", "0.04"], _growing_view)
     checked: list[list[str]] = []
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script), "out", "60", "0.04"],
+                  _growing_view) as (term, pid):
         stream.feed(bytes(term.buf))
         fed = len(term.buf)
         end = time.monotonic() + 60
@@ -348,8 +353,6 @@ def test_on_screen_the_script_scrolls_above_the_view_and_nothing_is_covered(tmp_
                 checked.append(rows)
         code = term.wait(60)
         stream.feed(bytes(term.buf[fed:]))
-    finally:
-        term.close(pid)
     assert code == 0, term.text
     assert checked, "the view never grew to 3 rows"
     for rows in checked:
@@ -378,15 +381,9 @@ def test_on_screen_the_script_scrolls_above_the_view_and_nothing_is_covered(tmp_
 def test_not_a_terminal_gets_plain_progress_lines(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
     _old_run(tmp_path)
-    proc = subprocess.Popen(
-        [*CLI, "--out", "out", "--progress-interval", "0.3", str(script), "out", "30", "0.1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=60)
-    finally:
-        kill_group(proc)
+    proc = run_group([*CLI, "--out", "out", "--progress-interval", "0.3", str(script), "out",
+                      "30", "0.1"], tmp_path, timeout=60)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err
     assert out.startswith("ready") and "False False False None" in out.splitlines()[0]
     assert "line 30\n" in out  # the script's output as it wrote it
@@ -418,15 +415,9 @@ def test_progress_lines_wait_for_steps_and_say_the_end_once(tmp_path) -> None:
     """Piped (``run x.py 2>&1 | cat``): no ``step 0 · - steps/s`` lines before the first step,
     and the final line once, however long the launcher takes to finish after it."""
     script = _script(tmp_path, "idle.py", IDLE_THEN_TRAIN)
-    proc = subprocess.Popen(
-        [*CLI, "--out", "out", "--progress-interval", "0.1", str(script)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=120)
-    finally:
-        kill_group(proc)
+    proc = run_group([*CLI, "--out", "out", "--progress-interval", "0.1", str(script)],
+                     tmp_path, timeout=120)
+    err = proc.stderr
     assert proc.returncode == 0, err
     progress = [ln for ln in err.splitlines() if ln.startswith("traceml-ci: step ")]
     assert progress, err
@@ -439,15 +430,10 @@ def test_progress_lines_wait_for_steps_and_say_the_end_once(tmp_path) -> None:
 
 def test_progress_interval_zero_and_no_live(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
-    proc = subprocess.Popen(
-        [*CLI, "--out", "out", "--progress-interval", "0", str(script), "out", "15", "0.1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env={**os.environ, "TRACEML_CI_PROGRESS_INTERVAL": "0.2"},
-    )
-    try:
-        _, err = proc.communicate(timeout=60)
-    finally:
-        kill_group(proc)
+    proc = run_group([*CLI, "--out", "out", "--progress-interval", "0", str(script), "out",
+                      "15", "0.1"], tmp_path, timeout=60,
+                     env={**os.environ, "TRACEML_CI_PROGRESS_INTERVAL": "0.2"})
+    err = proc.stderr
     assert proc.returncode == 0, err
     assert "traceml-ci: step" not in err  # the flag wins over the environment
     # --no-live on a terminal: the script keeps our terminal; progress lines come instead.
@@ -493,15 +479,10 @@ def test_a_bad_progress_interval_is_one_line(tmp_path) -> None:
 
 def test_ctrl_c_reaches_the_script_through_its_terminal(tmp_path) -> None:
     script = _script(tmp_path, "forever.py", FOREVER)
-    term = Terminal(tmp_path, ["--out", "out", str(script)])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
         time.sleep(0.3)
         os.write(term.fd, b"\x03")
         code = term.wait(60)
-    finally:
-        term.close(pid)
     text = term.text.replace("\r\n", "\n")
     assert code == 130, text
     assert text.count("Traceback (most recent call last):") == 1, text
@@ -513,16 +494,11 @@ def test_ctrl_c_with_stdin_elsewhere_reaches_the_scripts_group(tmp_path) -> None
     """stdin not the terminal (< /dev/null): our terminal stays as it is and its Ctrl-C
     signals the launcher, which passes it to the script's group (as the terminal would)."""
     script = _script(tmp_path, "forever.py", FOREVER)
-    term = Terminal(tmp_path, ["--out", "out", str(script)], stdin_null=True)
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script)], stdin_null=True) as (term, pid):
         assert b"\x1b[1;" in term.buf  # the view is on all the same
         time.sleep(0.3)
         os.write(term.fd, b"\x03")
         code = term.wait(60)
-    finally:
-        term.close(pid)
     text = term.text.replace("\r\n", "\n")
     assert code == 130, text
     assert text.count("Traceback (most recent call last):") == 1, text
@@ -531,17 +507,12 @@ def test_ctrl_c_with_stdin_elsewhere_reaches_the_scripts_group(tmp_path) -> None
 
 def test_a_second_ctrl_c_kills_a_script_that_ignores_the_first(tmp_path) -> None:
     script = _script(tmp_path, "stubborn.py", STUBBORN)
-    term = Terminal(tmp_path, ["--out", "out", str(script)])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
         os.write(term.fd, b"\x03")
         assert term.read_until(lambda b: b"caught one" in b, 30), term.text
         os.write(term.fd, b"\x03")
         code = term.wait(60)
         gone = _gone(pid, 10)
-    finally:
-        term.close(pid)
     assert code == 130, term.text
     assert gone
     assert "second Ctrl-C: killed the script" in term.text
@@ -552,15 +523,10 @@ def test_a_second_ctrl_c_kills_a_script_that_ignores_the_first(tmp_path) -> None
 
 def test_sigterm_is_passed_on_and_the_run_is_interrupted(tmp_path) -> None:
     script = _script(tmp_path, "forever.py", FOREVER)
-    term = Terminal(tmp_path, ["--out", "out", str(script)])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
         os.kill(term.pid, signal.SIGTERM)
         code = term.wait(60)
         gone = _gone(pid, 10)
-    finally:
-        term.close(pid)
     assert code == 143, term.text
     assert gone
     assert _summary(tmp_path)["run"]["status"] == "interrupted"
@@ -578,10 +544,7 @@ while time.time() < end and not os.path.exists("stop"):
 
 def test_a_resized_terminal_resizes_the_scripts_and_the_view_follows(tmp_path) -> None:
     script = _script(tmp_path, "resizes.py", RESIZES)
-    term = Terminal(tmp_path, ["--out", "out", str(script)])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
         termios.tcsetwinsize(term.fd, (ROWS + 10, COLS + 20))  # SIGWINCH to the launcher
         wide = re.compile(f"size {COLS + 20} (\\d+)\r\n".encode())
 
@@ -591,8 +554,6 @@ def test_a_resized_terminal_resizes_the_scripts_and_the_view_follows(tmp_path) -
         assert term.read_until(shrunk, 30), term.text
         (tmp_path / "stop").touch()
         code = term.wait(60)
-    finally:
-        term.close(pid)
     assert code == 0, term.text
     # The script got the new width and the new height less the view's rows; the view sits in
     # the rows below its scroll region.
@@ -606,10 +567,7 @@ def test_ctrl_z_stops_the_job_and_continuing_resumes_it(tmp_path) -> None:
     """As a shell job: Ctrl-Z stops the launcher (the shell's prompt comes back) and the
     script; fg (SIGCONT) gives the script its terminal back and it finishes."""
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
-    term = Terminal(tmp_path, ["--out", "out", str(script), "out", "30", "0.05"])
-    pid = 0
-    try:
-        pid = _ready_pid(term)
+    with _started(tmp_path, ["--out", "out", str(script), "out", "30", "0.05"]) as (term, pid):
         os.write(term.fd, b"\x1a")
         stopped = _stopped(term.pid, 30)
         assert stopped, term.text
@@ -620,8 +578,6 @@ def test_ctrl_z_stops_the_job_and_continuing_resumes_it(tmp_path) -> None:
         assert term.buf.count(b"line ") == before  # nothing runs meanwhile
         os.kill(term.pid, signal.SIGCONT)
         code = term.wait(60)
-    finally:
-        term.close(pid)
     assert code == 0, term.text
     assert b"".join(f"line {i}\r\n".encode() for i in range(1, 31)) in _script_bytes(term.buf)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,18 @@ torch = pytest.importorskip("torch")
 BATCH, ACCUM, STEPS, WARMUP = 4, 4, 20, 5
 # Known costs (ms): per item, per micro-batch forward and backward, per optimizer step.
 ITEM_MS, FORWARD_MS, BACKWARD_MS, OPTIMIZER_MS = 0.6, 1.5, 1.5, 8.0
+
+
+def cpu_args(tmp_path: Path, **given: Any) -> Any:
+    """A Trainer's arguments for these tests: one CPU process, quiet, nothing saved; ``given``
+    is what a test is about (steps, accumulation, evaluation)."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH, use_cpu=True,
+        report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+        dataloader_num_workers=0, seed=0, **given,
+    )
 
 
 def tiny_bert(watch: Stopwatch) -> torch.nn.Module:
@@ -68,7 +81,7 @@ def item(i: int) -> dict[str, torch.Tensor]:
 def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Stopwatch]:
     """One real Trainer run, gradient_accumulation_steps=4, with the callback: its summary and
     the stopwatch of the same run."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
     from traceml_ci.tracer import api
@@ -77,19 +90,7 @@ def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Sto
     watch = Stopwatch()
     model = tiny_bert(watch)
     optimizer = spin_optimizer(torch.optim.AdamW, OPTIMIZER_MS, watch)(model.parameters(), lr=1e-3)
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"),
-        per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=ACCUM,
-        max_steps=STEPS,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
+    args = cpu_args(tmp_path, gradient_accumulation_steps=ACCUM, max_steps=STEPS)
     out = tmp_path / "out"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -142,21 +143,12 @@ def test_samples_per_second_counts_every_micro_batch(
 
 def test_trainer_building_its_own_optimizer(tmp_path: Path) -> None:
     """The usual setup: the Trainer builds AdamW itself (after the callback started tracing)."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
 
     watch = Stopwatch()
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"),
-        per_device_train_batch_size=BATCH,
-        max_steps=4,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-    )
+    args = cpu_args(tmp_path, max_steps=4)
     Trainer(
         model=tiny_bert(watch),
         args=args,
@@ -174,26 +166,14 @@ def test_the_trainers_model_is_sampled_by_module(tmp_path: Path, monkeypatch) ->
     """Module sampling through the callback on a real BertForSequenceClassification: whole
     levels of its tree (down to each encoder layer's attention / intermediate / output), forward
     and backward through HF's ModelOutput, and shares that add up for siblings."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
     from traceml_ci.tracer import api
 
     monkeypatch.setenv("TRACEML_CI_MODULE_SAMPLE_S", "0.001")
     model = tiny_bert(Stopwatch())
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"),
-        per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=2,
-        max_steps=24,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
+    args = cpu_args(tmp_path, gradient_accumulation_steps=2, max_steps=24)
     out = tmp_path / "out"
     api.stop()
     try:
@@ -226,24 +206,12 @@ def test_samples_per_step_is_batch_times_accumulation_exactly(tmp_path: Path, ac
     last step fetches nothing and its first one an extra batch. Two whole epochs, so the run
     ends on such a step: every step still trains on batch x accumulation samples (issue 20:
     7.855 for 8 -- the last step's batch, fetched the step before, was counted nowhere)."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
 
     steps_per_epoch = 6
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"),
-        per_device_train_batch_size=BATCH,
-        gradient_accumulation_steps=accum,
-        num_train_epochs=2,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
+    args = cpu_args(tmp_path, gradient_accumulation_steps=accum, num_train_epochs=2)
     Trainer(
         model=tiny_bert(Stopwatch()),
         args=args,
@@ -259,7 +227,7 @@ def test_samples_per_step_is_batch_times_accumulation_exactly(tmp_path: Path, ac
 def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path) -> None:
     """Issue 20: eval_strategy="steps" -- the evaluations' time is between steps and reported
     as evaluation (on_evaluate), and samples/s is the training steps' alone."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
 
@@ -276,21 +244,8 @@ def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path)
 
     torch.manual_seed(0)
     model = SpinEvalBert(tiny_bert(Stopwatch()).config)
-    args = TrainingArguments(
-        output_dir=str(tmp_path / "hf"),
-        per_device_train_batch_size=BATCH,
-        per_device_eval_batch_size=BATCH,
-        max_steps=steps,
-        eval_strategy="steps",
-        eval_steps=8,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
+    args = cpu_args(tmp_path, per_device_eval_batch_size=BATCH, max_steps=steps,
+                    eval_strategy="steps", eval_steps=8)
     watch = Stopwatch()
     trainer = Trainer(
         model=model,

@@ -137,16 +137,21 @@ def test_the_hf_callback_logs_its_summary_into_the_trainers_run(tmp_path, store)
     """``TraceMLCallback(log_to=("mlflow",))``: at train end the summary goes into the MLflow
     run that is open (here the test's; under the Trainer's MLflow integration, its own)."""
     pytest.importorskip("transformers")
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import Trainer, default_data_collator
 
-    from tests.integrations.test_hf import BATCH, SpinDataset, Stopwatch, item, tiny_bert
+    from tests.integrations.test_hf import (
+        BATCH,
+        SpinDataset,
+        Stopwatch,
+        cpu_args,
+        item,
+        tiny_bert,
+    )
     from traceml_ci.integrations.hf import TraceMLCallback
 
     mlflow.set_tracking_uri(store)
     watch = Stopwatch()
-    args = TrainingArguments(output_dir=str(tmp_path / "hf"), per_device_train_batch_size=BATCH,
-                             max_steps=6, use_cpu=True, report_to="none", save_strategy="no",
-                             logging_strategy="no", disable_tqdm=True)
+    args = cpu_args(tmp_path, max_steps=6)
     with mlflow.start_run() as run:
         Trainer(model=tiny_bert(watch), args=args,
                 train_dataset=SpinDataset(6 * BATCH, 0.0, item, watch),
