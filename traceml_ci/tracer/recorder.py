@@ -318,7 +318,7 @@ class Recorder:
         """
         rec = self
         absorbed = ABSORBED_BY[p]
-        tail = ENDS_WITH[p]
+        ends = (p, ENDS_WITH[p])  # the phases this call may end: p, and backward's wait
 
         def general(args: tuple, kwargs: dict) -> Any:
             try:
@@ -355,7 +355,7 @@ class Recorder:
             finally:
                 try:
                     a = rec.active
-                    if a in (p, tail):  # else the state was reset under us (tail: see ENDS_WITH)
+                    if a in ends:  # else the state was reset under us
                         t1 = rec.mark()
                         if rec.in_step:
                             rec.acc[a] += t1 - rec.t_open  # host nanoseconds

@@ -172,6 +172,7 @@ class GradReadyProbe:
         self.handles: list[Any] = []
         self.steps = 0
         self.kept: list[int] = []
+        self.last_ready: list[Any] = []
 
     def watch(self, models: tuple[Any, ...]) -> bool:
         """Hook every parameter of the first DDP module among ``models``, once; whether one was
@@ -209,9 +210,19 @@ class GradReadyProbe:
     def _settle(self) -> None:
         self._remove()
         self.calibrating = False
-        hook = _Ready(self.rec)
-        self.handles = [self.params[i].register_post_accumulate_grad_hook(hook) for i in self.kept]
+        #: The parameters that stay hooked (benchmarks/wait_overhead.py hooks them again).
+        self.last_ready = [self.params[i] for i in self.kept]
+        self.hook_last_ready()
         self.params = []
+
+    def hook_last_ready(self) -> None:
+        """Hook the parameters that are ready last (after calibration)."""
+        hook = _Ready(self.rec)
+        self.handles = [p.register_post_accumulate_grad_hook(hook) for p in self.last_ready]
+
+    def remove_hooks(self) -> None:
+        """Every hook off (the benchmark's "off" side; ``close`` at finish)."""
+        self._remove()
 
     def _remove(self) -> None:
         handles, self.handles = self.handles, []
@@ -226,3 +237,4 @@ class GradReadyProbe:
         self._remove()
         self.calibrating = False
         self.params = []
+        self.last_ready = []
