@@ -5,6 +5,10 @@ traceml-ci run --nproc-per-node 2 examples/train_ddp.py --slow-rank 1 --slow dat
                                                                    # INPUT_STRAGGLER, rank 1
 traceml-ci run --nproc-per-node 2 examples/train_ddp.py --slow-rank 0 --slow forward
                                                                    # COMPUTE_STRAGGLER, rank 0
+traceml-ci run --nproc-per-node 2 examples/train_ddp.py --slow-rank 1 --slow backward
+                                                        # COMPUTE_STRAGGLER in backward, rank 1
+traceml-ci run --nproc-per-node 2 examples/train_ddp.py --slow-rank 1 --slow optimizer
+                                                                   # STRAGGLER (optimizer), rank 1
 torchrun --nproc-per-node 2 examples/train_ddp.py                 # the same, without our launcher
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,16 +52,35 @@ class Samples(Dataset):
         return self.x[i], self.y[i]
 
 
+class SlowBackward(torch.autograd.Function):
+    """Identity forward; its backward spins, between the gradients of the layers after it and
+    those of the layers before it (a slower backward kernel, not a slower all-reduce)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:
+        ctx.ms = ms
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        spin(ctx.ms)
+        return grad, None
+
+
 class Net(nn.Module):
-    def __init__(self, forward_ms: float) -> None:
+    def __init__(self, forward_ms: float, backward_ms: float = 0.0) -> None:
         super().__init__()
         self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
         self.forward_ms = forward_ms
+        self.backward_ms = backward_ms
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.forward_ms:
             spin(self.forward_ms)
-        return self.body(x)
+        h = self.body[0](x)
+        if self.backward_ms:
+            h = SlowBackward.apply(h, self.backward_ms)
+        return self.body[2](self.body[1](h))
 
 
 def main() -> None:
@@ -64,7 +88,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--slow-rank", type=int, default=None)
-    p.add_argument("--slow", choices=("data", "forward"), default="data")
+    p.add_argument("--slow", choices=("data", "forward", "backward", "optimizer"),
+                   default="data")
     p.add_argument("--slow-ms", type=float, default=6.0)
     p.add_argument("--no-destroy", action="store_true",
                    help="leave the process group for interpreter exit to clean up")
@@ -80,10 +105,13 @@ def main() -> None:
     slow = rank == args.slow_rank
     data_ms = args.slow_ms if slow and args.slow == "data" else 0.0
     forward_ms = args.slow_ms if slow and args.slow == "forward" else 0.0
+    backward_ms = args.slow_ms if slow and args.slow == "backward" else 0.0
 
     torch.manual_seed(0)
-    model = DistributedDataParallel(Net(forward_ms))
+    model = DistributedDataParallel(Net(forward_ms, backward_ms))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if slow and args.slow == "optimizer":  # inside optimizer.step(): a slower update
+        opt.register_step_pre_hook(lambda *_: spin(args.slow_ms))
     data = Samples(args.steps * args.batch_size * dist.get_world_size(), data_ms)
     loader = DataLoader(data, batch_size=args.batch_size, sampler=DistributedSampler(data))
     for step, (x, y) in enumerate(loader):

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.scripts import kill_group
 from traceml_ci.summary.schema import summary_problems
 
@@ -109,3 +111,41 @@ def test_distributed_options_without_nproc_per_node_are_one_line(tmp_path: Path)
     code, out = _finish(_start(tmp_path, "--nnodes", "2", str(EXAMPLE)), timeout=60)
     assert code == 2, out
     assert out.strip() == "traceml-ci: error: distributed options need --nproc-per-node N"
+
+
+@pytest.mark.parametrize(
+    ("slow", "label"),
+    [
+        ("forward", "COMPUTE_STRAGGLER"),
+        ("backward", "COMPUTE_STRAGGLER"),
+        ("optimizer", "STRAGGLER"),
+        (None, "RANKS_BALANCED"),
+    ],
+)
+def test_the_rank_the_others_wait_for_is_named_with_its_phase(
+    tmp_path: Path, slow: str | None, label: str
+) -> None:
+    """One run per case (3/3 each measured, also beside two CPU hogs: docs/distributed.md).
+    The slow rank spins 6 ms more per step in one phase; the other waits for it in its wait
+    phase, and the merged summary's split is the slow rank's."""
+    extra = ("--slow-rank", "1", "--slow", slow) if slow else ()
+    code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
+                               "--master-port", str(_free_port()), str(EXAMPLE),
+                               "--steps", "30", *extra))
+    assert code == 0, out
+    doc = _merged(tmp_path / "out" / "final_summary.json")
+    dist = doc["distributed"]
+    s = dist["straggler"]
+    assert s["evidence"] == "wait" and s["label"] == label, s
+    ranks = {r["rank"]: r for r in dist["ranks"]}
+    assert all(r["wait_ms"] is not None and "wait" in r["pct"] for r in ranks.values())
+    if slow is None:
+        assert s["rank"] is None
+        return
+    assert (s["rank"], s["cause"]) == (1, slow)
+    assert ranks[0]["wait_ms"] > ranks[1]["wait_ms"] + 2.0  # rank 0 waits for rank 1
+    # The headline is the slow rank's own split, with its own diagnosis.
+    assert dist["headline_rank"] == 1
+    assert doc["step_time"]["phase_ms"] == ranks[1]["phase_ms"]
+    per_rank = json.loads((tmp_path / "out" / "final_summary.rank1.json").read_text())
+    assert doc["step_time"]["diagnosis"] == per_rank["step_time"]["diagnosis"]

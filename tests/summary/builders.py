@@ -30,8 +30,9 @@ def record(
     **overrides: Any,
 ) -> RunRecord:
     """``steps`` identical steps (optionally with a deterministic +-jitter) of the given phases."""
+    measured = ("dataloader", "forward", "backward", "optimizer")
     cols: dict[str, list[float]] = {
-        p: [] for p in ("dataloader", "forward", "backward", "optimizer")
+        p: [] for p in (*measured, "wait") if p in measured or p in phase_ms
     }
     step_ms: list[float] = []
     for i in range(steps):

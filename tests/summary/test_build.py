@@ -34,6 +34,24 @@ def test_percentages_and_other() -> None:
     assert st_["throughput"]["steps_per_s"] == 50.0
 
 
+def test_a_run_with_a_process_group_has_the_wait_phase_and_only_such_a_run() -> None:
+    ms = {"dataloader": 2, "forward": 3, "backward": 4, "optimizer": 1, "wait": 6}
+    doc = summary_doc(ms, other_ms=4, waits=True)
+    st_ = doc["step_time"]
+    phases = ("dataloader", "forward", "backward", "wait", "optimizer", "other")
+    assert [st_[f"{p}_pct"] for p in phases] == [10.0, 15.0, 20.0, 30.0, 5.0, 20.0]
+    assert st_["phase_ms"]["wait"] == 6.0 and st_["phase_ms"]["other"] == 4.0
+    assert set(st_["noise"]["pct"]) == set(phases)
+    assert summary_problems(doc) == []
+    # Waiting is not compute: 30 % wait + 35 % compute is no COMPUTE_BOUND.
+    assert st_["diagnosis"] != "COMPUTE_BOUND"
+    # Without a process group: no wait key anywhere, whatever the columns hold.
+    single = summary_doc(ms, other_ms=4)["step_time"]
+    assert "wait_pct" not in single and "wait" not in single["phase_ms"]
+    assert "wait" not in single["noise"]["pct"]
+    assert summary_problems(summary_doc(ms, other_ms=4)) == []
+
+
 def test_rare_extreme_steps_do_not_move_the_percentages() -> None:
     rec = record({"dataloader": 1, "forward": 3, "backward": 4, "optimizer": 1}, other_ms=1)
     steps = list(rec.series.step_ms)

@@ -50,8 +50,9 @@ def test_a_rank_slow_in_its_dataloader_is_an_input_straggler_not_the_waiters() -
     assert s["score_pct"] > 15
     diag = next(d for d in out["diagnoses"] if d["area"] == "distributed")
     assert "Rank 1" in diag["message"] and "Rank 1" in diag["next_step"]
-    # Shares are the median rank's: the waiters' backward, not the straggler's input wait.
-    assert out["step_time"]["backward_pct"] > out["distributed"]["ranks"][1]["pct"]["backward"]
+    # The job's split is the straggler's own (the critical path), never a blend of ranks.
+    assert out["distributed"]["headline_rank"] == 1
+    assert out["step_time"] == docs[1]["step_time"]
     assert summary_problems(out) == []
 
 
@@ -178,3 +179,100 @@ def test_a_wait_every_rank_has_does_not_excuse_a_straggler() -> None:
     ]
     s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
     assert s["label"] == BALANCED and "50 % more runqueue wait" in s["contended"]
+
+
+# -- the wait phase: stragglers from evidence -------------------------------------------------
+
+
+def waited(r: int, ms: dict[str, float], wait: float, **extra: Any) -> dict[str, Any]:
+    """A rank traced with the wait phase: ``ms`` its own work per phase (backward = compute),
+    ``wait`` ms per step waiting in collectives."""
+    doc = rank(r, ms, **extra)
+    st = doc["step_time"]
+    step = sum(ms.values()) + wait
+    phases = ("dataloader", "forward", "backward", "wait", "optimizer", "other")
+    full = {**ms, "wait": wait}
+    for p in phases:
+        st[f"{p}_pct"] = round(100.0 * full[p] / step, 2)
+        st["phase_ms"][p] = full[p]
+        st["noise"]["pct"][p] = {"median": st[f"{p}_pct"], "iqr": 0.3}
+    st["other_pct"] = round(100.0 - sum(st[f"{p}_pct"] for p in phases[:-1]), 2)
+    st["step_ms"] = {"median": step, "p10": step * 0.95, "p90": step * 1.05, "mean": step}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("phase", "label"),
+    [
+        ("dataloader", INPUT_STRAGGLER),
+        ("forward", COMPUTE_STRAGGLER),
+        ("backward", COMPUTE_STRAGGLER),
+        ("optimizer", STRAGGLER),
+    ],
+)
+def test_the_rank_the_others_wait_for_is_named_with_the_phase_it_is_late_in(
+    phase: str, label: str
+) -> None:
+    # Rank 2 does 6 ms more in one phase; the other three wait ~6 ms for it each step.
+    docs = [waited(r, shift(), 6.2 - 0.1 * r) for r in (0, 1, 3)]
+    docs.insert(2, waited(2, shift(**{phase: 6.0}), 0.3))
+    out = merge_ranks(docs, world_size=4)
+    s = out["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"], s["evidence"]) == (label, 2, phase, "wait")
+    assert s["lateness_ms"] == pytest.approx(6.2 - 0.1 - 0.3, abs=0.01)
+    assert out["distributed"]["headline_rank"] == 2
+    assert out["step_time"] == docs[2]["step_time"]  # the job's split: the straggler's
+    diag = next(d for d in out["diagnoses"] if d["area"] == "distributed")
+    assert phase in diag["message"] and "wait" in diag["message"]
+    assert phase in diag["next_step"] or label != COMPUTE_STRAGGLER
+    assert summary_problems(out) == []
+
+
+def test_a_slow_backward_is_seen_only_with_the_wait_phase() -> None:
+    """Without the wait phase a rank slow in backward hides: the others' all-reduce wait sits
+    in their backward, so backward is not own work. With it, backward's compute is."""
+    old = [rank(0, shift(backward=6.0)), rank(1, shift(backward=6.0))]
+    assert merge_ranks(old, world_size=2)["distributed"]["straggler"]["label"] == BALANCED
+    new = [waited(0, shift(), 6.0), waited(1, shift(backward=6.0), 0.2)]
+    s = merge_ranks(new, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == (COMPUTE_STRAGGLER, 1, "backward")
+
+
+def test_balanced_ranks_with_waits_have_no_label_and_a_real_rank_heads_the_summary() -> None:
+    docs = [waited(r, shift(forward=0.1 * r), 1.0 + 0.2 * r) for r in range(3)]
+    out = merge_ranks(docs, world_size=3)
+    s = out["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["evidence"]) == (BALANCED, None, "wait")
+    # No straggler: the critical path is still one rank's, the one that waited least.
+    assert out["distributed"]["headline_rank"] == 0 and out["step_time"] == docs[0]["step_time"]
+    assert summary_problems(out) == []
+
+
+def test_more_own_work_that_nobody_waits_for_is_not_a_straggler() -> None:
+    """A rank's own work is 6 ms above the others', yet they do not wait for it (the excess
+    overlaps with their own, e.g. a slower loader that prefetches): the evidence says no."""
+    docs = [waited(0, shift(), 1.0), waited(1, shift(dataloader=6.0), 1.1)]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert s["label"] == BALANCED and s["lateness_ms"] < 2.0
+
+
+def test_ranks_sharing_a_loaded_cpu_do_not_excuse_a_backward_straggler() -> None:
+    def contention(wait: float) -> dict[str, float]:
+        return {"runqueue_wait_pct": wait, "involuntary_switches_per_s": 50.0,
+                "load_per_cpu": 2.0, "cpu_steal_pct": 0.0}
+
+    docs = [waited(0, shift(), 6.0, contention=contention(30.0)),
+            waited(1, shift(backward=6.0), 0.2, contention=contention(31.0))]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 1) and "contended" not in s
+    # Only rank 1 waited for a CPU that much more: its excess is within what that can cause.
+    docs[0]["run"]["contention"] = contention(2.0)
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert s["label"] == BALANCED and "contention" in s["contended"]
+
+
+def test_summaries_without_the_wait_phase_still_merge_as_before() -> None:
+    docs = [rank(0, shift(backward=6.0)), rank(1, shift(dataloader=6.0))]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["evidence"]) == (INPUT_STRAGGLER, 1, "own_work")
+    assert "lateness_ms" not in s

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 from traceml_ci.summary.view import SummaryView, as_view, finite
 
 DATA = Path(__file__).resolve().parents[1] / "gate" / "data"
@@ -43,6 +43,7 @@ ACCESSORS: dict[str, tuple[Callable[[SummaryView], Any], Any]] = {
     "repeats_count": (lambda v: v.repeats_count, None),
     "share": (lambda v: [v.share(p) for p in PHASES], [None] * len(PHASES)),
     "shares": (lambda v: v.shares(), dict.fromkeys(PHASES)),
+    "phases": (lambda v: v.phases, PHASES),
     "share_noise": (lambda v: [v.share_noise(p) for p in PHASES], [None] * len(PHASES)),
     "step_ms": (lambda v: [v.step_ms(s) for s in STATS], [None] * len(STATS)),
     "step_noise_ms": (lambda v: v.step_noise_ms, None),
@@ -82,6 +83,16 @@ PRESENCE: dict[str, tuple[Callable[[SummaryView], Any], Any]] = {
     "has_noise": (lambda v: v.has_noise, False),
     "mapped_from": (lambda v: v.mapped_from, None),
 }
+
+
+def test_the_wait_phase_is_a_phase_only_where_the_summary_has_it() -> None:
+    doc = _real(REAL[0])
+    assert SummaryView(doc).phases == PHASES and "wait" not in SummaryView(doc).shares()
+    st = doc["step_time"]
+    st["wait_pct"], st["backward_pct"] = 5.0, st["backward_pct"] - 5.0
+    v = SummaryView(doc)
+    assert v.phases == PHASES_WITH_WAIT and v.shares()["wait"] == 5.0
+    assert math.isclose(sum(v.shares().values()), 100.0, abs_tol=0.1)
 
 
 def test_every_public_accessor_is_covered_here() -> None:

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from traceml_ci.cli.options import MIN_WIDTH, width
-from traceml_ci.summary.keys import PHASES, SUMMARY_FILENAME
+from traceml_ci.summary.keys import SUMMARY_FILENAME
 
 BAR_WIDTH = 30
 SEVERITY_STYLE = {"info": "green", "warn": "yellow", "crit": "bold red"}
@@ -93,7 +93,7 @@ def render(doc: dict[str, Any]) -> Any:
     times.add_column("noise ±pp", justify="right")
     times.add_column("")
     step_mean = v.step_ms("mean")
-    for phase in PHASES:
+    for phase in v.phases:
         pct = v.share(phase)
         bar = "█" * round((pct or 0) / 100 * BAR_WIDTH)
         spread = v.share_noise(phase)
@@ -117,7 +117,9 @@ def render(doc: dict[str, Any]) -> Any:
         "mean ms = share × mean step",
         style="dim",
     )
-    parts: list[Any] = [head, Text(""), times, step_line]
+    # A distributed job: its ranks first, then the split of the rank that heads the summary.
+    ranks = _ranks(doc.get("distributed"))
+    parts: list[Any] = [head, *ranks, Text(""), times, step_line]
     parts += _between_lines(doc.get("step_time"))
     eff = v.efficiency
     if eff and isinstance(eff.get("not_counted"), str):
@@ -157,9 +159,8 @@ def render(doc: dict[str, Any]) -> Any:
             Text.assemble((plain(d.get("kind", "")), style), f"  {plain(d.get('message', ''))}")
         )
         verdicts.append(Text(f"  → {plain(d.get('next_step', ''))}", style="dim"))
-    ranks = _ranks(doc.get("distributed"))
     title = f"traceml-ci · {plain(v.label('step_time'))} · memory {plain(v.label('step_memory'))}"
-    body = Group(*parts, Text(""), memory, *ranks, Text(""), *verdicts)
+    body = Group(*parts, Text(""), memory, Text(""), *verdicts)
     return Panel(body, title=title)
 
 
@@ -172,7 +173,7 @@ def _ranks(block: Any) -> list[Any]:
     from rich.text import Text
 
     from traceml_ci.gate.fmt import plain
-    from traceml_ci.gate.render import RANK_HEADERS_SHORT, rank_rows, straggler_line
+    from traceml_ci.gate.render import headline_line, rank_headers, rank_rows, straggler_line
 
     if not isinstance(block, Mapping):
         return []
@@ -184,7 +185,8 @@ def _ranks(block: Any) -> list[Any]:
             block.get("backend") or "backend ?",
         )
     )
-    # Thirteen columns: no boxes, one space between them, to fit 100 columns.
+    headers = rank_headers(block, short=True)
+    # Thirteen columns (fourteen with wait): no boxes, one space between them, to fit 100.
     table = Table(
         title=f"Ranks ({where})",
         title_justify="left",
@@ -193,10 +195,10 @@ def _ranks(block: Any) -> list[Any]:
         pad_edge=False,
         padding=(0, 1, 0, 0),
     )
-    for i, name in enumerate(RANK_HEADERS_SHORT[:-1]):  # rank, node and figures to the right
+    for i, name in enumerate(headers[:-1]):  # rank, node and figures to the right
         table.add_column(
             name,
-            justify="right" if i in (0, 1) or 4 <= i < 12 else "left",
+            justify="right" if i in (0, 1) or 4 <= i < len(headers) - 1 else "left",
             no_wrap=i != 2,
             min_width=8 if i == 2 else None,
         )
@@ -215,6 +217,8 @@ def _ranks(block: Any) -> list[Any]:
     # The straggler's next step is among the diagnoses below.
     style = "bold yellow" if (block.get("straggler") or {}).get("rank") is not None else "green"
     out.append(Text(plain(straggler_line(block)), style=style))
+    if headline_line(block):
+        out.append(Text(plain(headline_line(block)), style="dim"))
     return out
 
 

@@ -14,15 +14,16 @@ from typing import Any
 
 from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import PHASES_WITH_WAIT, WAIT_PHASE, phases_of
 
 #: First line of every markdown report, so a bot can find its PR comment and update it.
 MARKER = "<!-- traceml-ci:report -->"
 #: GitHub refuses comments over 65,536 characters; stay under it with room for a footer.
 MAX_MARKDOWN_CHARS = 60_000
 BAR_WIDTH = 40
-#: One fill character per phase, in PHASES order, for the stacked bars.
-BAR_CHARS = {"dataloader": "█", "forward": "▓", "backward": "▒", "optimizer": "░", "other": "·"}
+#: One fill character per phase, in PHASES_WITH_WAIT order, for the stacked bars.
+BAR_CHARS = {"dataloader": "█", "forward": "▓", "backward": "▒", WAIT_PHASE: "~",
+             "optimizer": "░", "other": "·"}
 
 VERDICT_ICON = {
     Verdict.PASS: "✅", Verdict.WARN: "⚠️", Verdict.REGRESSION: "❌", Verdict.INCOMPARABLE: "⚪",
@@ -111,9 +112,11 @@ def _delta(row: Row) -> str:
 
 def _split(c: Comparison, side: str) -> dict[str, float] | None:
     values = {}
-    for phase in PHASES:
+    for phase in PHASES_WITH_WAIT:
         row = c.row(f"step_time.{phase}_pct")
         v = getattr(row, side) if row else None
+        if phase == WAIT_PHASE and v is None:  # a run without a process group
+            continue
         if not isinstance(v, float):
             return None
         values[phase] = max(v, 0.0)
@@ -129,7 +132,7 @@ def split_bar(pcts: dict[str, float], width: int = BAR_WIDTH) -> str:
     order = sorted(exact, key=lambda k: exact[k] - cells[k], reverse=True)
     for k in order[: width - sum(cells.values())]:
         cells[k] += 1
-    return "".join(BAR_CHARS[k] * cells[k] for k in PHASES if k in cells)
+    return "".join(BAR_CHARS[k] * cells[k] for k in PHASES_WITH_WAIT if k in cells)
 
 
 def _bars(c: Comparison, width: int) -> list[str] | None:
@@ -140,18 +143,47 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
     for side, split in (("base", base), ("head", head)):
         if split is not None:
             lines.append(f"{side}  {split_bar(split, width)}")
-    lines.append("      " + "  ".join(f"{BAR_CHARS[p]} {p}" for p in PHASES))
+    shown = phases_of(any(s is not None and WAIT_PHASE in s for s in (base, head)))
+    lines.append("      " + "  ".join(f"{BAR_CHARS[p]} {p}" for p in shown))
     return lines
 
 
 # --- ranks (distributed runs) ------------------------------------------------------------
 
-#: The per-rank table's columns after the phases' shares.
-RANK_HEADERS = ["rank", "node", "host", "status", "step ms", "own work ms",
-                *(f"{p} %" for p in PHASES), "peak MB", ""]
-#: The same columns, abbreviated for a terminal.
-RANK_HEADERS_SHORT = ["rank", "node", "host", "status", "step ms", "own ms", "data %", "fwd %",
-                      "bwd %", "opt %", "other %", "peak MB", ""]
+#: A phase's column in a terminal's per-rank table.
+_PHASE_SHORT = {"dataloader": "data", "forward": "fwd", "backward": "bwd", WAIT_PHASE: "wait",
+                "optimizer": "opt", "other": "other"}
+
+
+def rank_phases(block: Mapping[str, Any]) -> tuple[str, ...]:
+    """The phases of a ``distributed`` block's per-rank table: with the wait phase where its
+    ranks have one (then backward is backward's compute)."""
+    rows = [r for r in block.get("ranks") or [] if isinstance(r, Mapping)]
+    return phases_of(any(WAIT_PHASE in (r.get("pct") or {}) for r in rows))
+
+
+def rank_headers(block: Mapping[str, Any], *, short: bool = False) -> list[str]:
+    """The per-rank table's headers for ``block``: a column per phase, the wait phase's where
+    its ranks have one; ``short``: abbreviated for a terminal."""
+    phases = rank_phases(block)
+    if short:
+        return ["rank", "node", "host", "status", "step ms", "own ms",
+                *(f"{_PHASE_SHORT[p]} %" for p in phases), "peak MB", ""]
+    return ["rank", "node", "host", "status", "step ms", "own work ms",
+            *(f"{p} %" for p in phases), "peak MB", ""]
+
+
+def headline_line(block: Mapping[str, Any]) -> str:
+    """Whose step split heads a merged summary (unescaped); empty for older summaries."""
+    head = block.get("headline_rank")
+    if isinstance(head, bool) or not isinstance(head, int):
+        return ""
+    s = block.get("straggler") or {}
+    why = ("the straggler, whom the others wait for" if s.get("rank") == head
+           else "the critical path: the rank the others wait for" if s.get("evidence") == "wait"
+           else "the rank with the most own work")
+    return (f"The job's step split is rank {head}'s ({why}); ranks differ, "
+            "each rank's split is in its row.")
 STRAGGLER_MARK = "◀ straggler"
 
 
@@ -161,8 +193,9 @@ def _num(value: Any, digits: int = 1) -> str:
 
 def rank_rows(block: Mapping[str, Any]) -> list[list[str]]:
     """The per-rank table of a summary's ``distributed`` block, as unescaped strings in
-    RANK_HEADERS order; the straggler's row marked. Each medium escapes the cells."""
+    ``rank_headers`` order; the straggler's row marked. Each medium escapes the cells."""
     straggler = (block.get("straggler") or {}).get("rank")
+    phases = rank_phases(block)
     rows = []
     for r in block.get("ranks") or []:
         if not isinstance(r, Mapping):
@@ -171,7 +204,7 @@ def rank_rows(block: Mapping[str, Any]) -> list[list[str]]:
         rows.append([
             str(r.get("rank", "?")), str(r.get("node_rank", "—")), str(r.get("host") or "—"),
             str(r.get("status") or "—"), _num(r.get("step_ms_median"), 2),
-            _num(r.get("own_work_ms"), 2), *(_num(pct.get(p)) for p in PHASES),
+            _num(r.get("own_work_ms"), 2), *(_num(pct.get(p)) for p in phases),
             _num(r.get("peak_mb")),
             STRAGGLER_MARK if straggler is not None and r.get("rank") == straggler else "",
         ])
@@ -199,8 +232,11 @@ def straggler_line(block: Mapping[str, Any]) -> str:
                 f"more own work per step than the others' median; the most any rank does: "
                 f"{_num(s.get('score_pct'))} % more)")
         return line
+    late = s.get("lateness_ms")
+    waited = (f"; the others wait {_num(late, 2)} ms per step for it"
+              if isinstance(late, (int, float)) else "")
     return (f"{head}; {label}: rank {s.get('rank')} +{_num(s.get('score_pct'))} % own work per "
-            f"step over the others' median, mostly {s.get('cause') or 'unknown'}")
+            f"step over the others' median, mostly {s.get('cause') or 'unknown'}{waited}")
 
 
 def straggler_next_step(block: Mapping[str, Any]) -> str:
@@ -227,7 +263,9 @@ def _md_ranks(c: Comparison) -> list[str]:
             out += [f"→ {md_escape(step)}", ""]
         rows = [[md_escape(x) for x in row] for row in rank_rows(block)]
         if rows:
-            out += [github_table(rows, RANK_HEADERS), ""]
+            out += [github_table(rows, rank_headers(block)), ""]
+        if headline_line(block):
+            out += [md_escape(headline_line(block)), ""]
         if block.get("ranks_not_listed"):
             out += [f"*…and {int(block['ranks_not_listed'])} more ranks (quantiles in the "
                     "summary)*", ""]

@@ -9,9 +9,8 @@ from typing import Any
 from traceml_ci._version import __version__
 from traceml_ci.summary import stats
 from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
-from traceml_ci.summary.keys import MEASURED_PHASES
+from traceml_ci.summary.keys import WAIT_PHASE, phases_of
 from traceml_ci.summary.model import (
-    PHASES,
     BetweenSteps,
     DataLoaderSettings,
     Efficiency,
@@ -38,7 +37,7 @@ class StepSeries:
     """
 
     step_ms: Sequence[float]
-    phase_ms: dict[str, Sequence[float]]  # keys: MEASURED_PHASES
+    phase_ms: dict[str, Sequence[float]]  # keys: MEASURED_PHASES (``wait`` may be left out)
     stride: int = 1
     #: Per-step peak allocated / reserved MB (device runs only).
     allocated_mb: Sequence[float] | None = None
@@ -85,6 +84,8 @@ class RunRecord:
     between_steps: BetweenSteps | None = None
     #: Deterministic counters of one sampled step (tracer/counters.py), in the summary's shape.
     counters: dict[str, Any] | None = None
+    #: The run used a process group: its summary has the wait phase (time in collectives).
+    waits: bool = False
 
 
 #: The note a step-less zero-change run gets when it ran backward passes: why, and what to do.
@@ -161,41 +162,54 @@ def _device_type(device: str) -> str:
     return device.split(":", 1)[0] or "cpu"
 
 
-def _other_ms(series: StepSeries) -> list[float]:
-    phases = [series.phase_ms[p] for p in MEASURED_PHASES]
+def _measured(series: StepSeries, waits: bool) -> dict[str, Sequence[float]]:
+    """The measured phases' columns of the summary's phases (``wait`` only when ``waits``; a
+    series without a wait column -- a record built by hand -- waited none)."""
+    n = len(series.step_ms)
+    return {
+        p: series.phase_ms[p] if p in series.phase_ms or p != WAIT_PHASE else [0.0] * n
+        for p in phases_of(waits)
+        if p != "other"
+    }
+
+
+def _other_ms(series: StepSeries, measured: dict[str, Sequence[float]]) -> list[float]:
+    phases = list(measured.values())
     return [max(0.0, step - sum(ph[i] for ph in phases)) for i, step in enumerate(series.step_ms)]
 
 
 def _pct_of(indices: Sequence[int], cols: dict[str, Sequence[float]]) -> dict[str, float]:
-    """Share of each phase in the summed time of ``indices`` steps; the five add up to 100."""
-    sums = {p: sum(cols[p][i] for i in indices) for p in PHASES}
+    """Share of each phase (the keys of ``cols``) in the summed time of ``indices`` steps; they
+    add up to 100."""
+    sums = {p: sum(cols[p][i] for i in indices) for p in cols}
     total = sum(sums.values())
     if total <= 0:
-        return {p: (100.0 if p == "other" else 0.0) for p in PHASES}
-    return {p: 100.0 * sums[p] / total for p in PHASES}
+        return {p: (100.0 if p == "other" else 0.0) for p in cols}
+    return {p: 100.0 * sums[p] / total for p in cols}
 
 
 def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
     series = record.series
     n = len(series.step_ms)
+    phases = phases_of(record.waits)
     empty_ms = StepMs(None, None, None, None)
     if n == 0:
         return StepTime(
             diagnosis=StepTimeLabel.INSUFFICIENT_DATA,
-            pct={p: None for p in PHASES},
+            pct={p: None for p in phases},
             steps_total=record.steps_total,
             steps_analyzed=0,
             warmup_steps=record.warmup_steps,
             outlier_steps=0,
             step_ms=empty_ms,
-            phase_ms={p: None for p in PHASES},
+            phase_ms={p: None for p in phases},
             throughput=Throughput(None, None, record.batch_size, record.samples_per_step),
             clock=record.clock,
             noise=None,
             dataloader=record.dataloader,
         )
-    cols: dict[str, Sequence[float]] = {p: series.phase_ms[p] for p in MEASURED_PHASES}
-    cols["other"] = _other_ms(series)
+    cols = _measured(series, record.waits)
+    cols["other"] = _other_ms(series, cols)
     keep = stats.tukey_keep_mask(series.step_ms, th.outlier_fence_k)
     kept = [i for i in range(n) if keep[i]]
     pct = _pct_of(kept, cols)
@@ -219,7 +233,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         warmup_steps=record.warmup_steps,
         outlier_steps=(n - len(kept)) * series.stride,
         step_ms=step_ms,
-        phase_ms={p: stats.median(cols[p]) for p in PHASES},
+        phase_ms={p: stats.median(cols[p]) for p in phases},
         throughput=Throughput(steps_per_s, samples_per_s, record.batch_size, per_step),
         clock=record.clock,
         noise=_noise(kept, cols, series.step_ms, th),
@@ -244,7 +258,7 @@ def _noise(
             p: Spread(
                 stats.median([w[p] for w in per_window]), stats.iqr([w[p] for w in per_window])
             )
-            for p in PHASES
+            for p in cols
         },
         step_ms=Spread(stats.median(window_medians), stats.iqr(window_medians)),
     )

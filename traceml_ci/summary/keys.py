@@ -7,9 +7,23 @@ TOOL_NAME = "traceml-ci"
 
 #: The five phases a step is split into, in display order. ``other`` is the rest of the step.
 PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "other")
+#: Time a step spends waiting in collectives for the other ranks (DDP's gradient all-reduce at
+#: the end of backward, a synchronous ``dist.all_reduce``...): a phase only of runs that used a
+#: process group, whose summaries carry ``step_time.wait_pct`` (docs/distributed.md); a
+#: single-process summary has no such key.
+WAIT_PHASE = "wait"
+#: PHASES with the wait phase, in display order: the phases of a run that used a process group.
+PHASES_WITH_WAIT: tuple[str, ...] = ("dataloader", "forward", "backward", WAIT_PHASE,
+                                     "optimizer", "other")
 #: The phases the tracer measures, in the order of its per-phase slots and columns
-#: (tracer/recorder.py: PHASE_INDEX); ``other`` is derived as the rest of the step.
-MEASURED_PHASES: tuple[str, ...] = PHASES[:-1]
+#: (tracer/recorder.py: PHASE_INDEX); ``other`` is derived as the rest of the step. The wait
+#: slot is last, so the four phases every run has keep their slots.
+MEASURED_PHASES: tuple[str, ...] = (*PHASES[:-1], WAIT_PHASE)
+
+
+def phases_of(waits: bool) -> tuple[str, ...]:
+    """The phases a summary has: with the wait phase when the run used a process group."""
+    return PHASES_WITH_WAIT if waits else PHASES
 
 #: Where a run's files go unless told otherwise, and the summary's file name in that folder.
 DEFAULT_OUT_DIR = "traceml-out"

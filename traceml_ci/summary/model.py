@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME
+from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME, WAIT_PHASE, phases_of
 
 __all__ = ["PHASES", "SCHEMA_VERSION", "TOOL_NAME"]  # re-exported; defined in keys.py
 
@@ -126,7 +126,9 @@ class DataLoaderSettings:
 @dataclass(frozen=True)
 class StepTime:
     diagnosis: StepTimeLabel
-    pct: dict[str, float | None]  # phase -> percent of step time; serialised as <phase>_pct
+    #: phase -> percent of step time; serialised as <phase>_pct. ``wait`` only where the run
+    #: used a process group (keys.phases_of).
+    pct: dict[str, float | None]
     steps_total: int
     steps_analyzed: int
     warmup_steps: int
@@ -231,7 +233,8 @@ class Summary:
         """The JSON document, keys in a stable, readable order."""
         st = self.step_time
         step_time: dict[str, Any] = {"diagnosis": st.diagnosis.value}
-        for phase in PHASES:
+        phases = phases_of(WAIT_PHASE in st.pct)
+        for phase in phases:
             step_time[f"{phase}_pct"] = _round(st.pct.get(phase), 2)
         step_time.update(
             steps_total=st.steps_total,
@@ -239,7 +242,7 @@ class Summary:
             warmup_steps=st.warmup_steps,
             outlier_steps=st.outlier_steps,
             step_ms=_rounded(dataclasses.asdict(st.step_ms), 4),
-            phase_ms={p: _round(st.phase_ms.get(p), 4) for p in PHASES},
+            phase_ms={p: _round(st.phase_ms.get(p), 4) for p in phases},
             throughput=_rounded(dataclasses.asdict(st.throughput), 3),
             clock=st.clock,
             noise=_noise_dict(st.noise),

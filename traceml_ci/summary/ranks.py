@@ -1,15 +1,25 @@
-"""Several ranks, one summary: the per-rank table, cross-rank shares, and stragglers named by
+"""Several ranks, one summary: the per-rank table, the job's headline, and stragglers named by
 cause (docs/distributed.md).
 
-In data-parallel training every rank waits for the slowest at the gradient all-reduce, which
-sits inside backward: a slow rank makes the *others* look slow in backward. So ranks are
-compared on their **own work** -- the phases no collective waits in: dataloader, forward,
-optimizer and other (median ms per step) -- never on raw backward time. The straggler is the
-rank whose own work exceeds the median of the other ranks' by more than
+In data-parallel training every rank waits for the slowest at the gradient all-reduce. Ranks
+traced by this version have a **wait phase** (tracer/waits.py): the time each step spent waiting
+in collectives, split out of backward, so backward is backward's compute. Then the evidence is
+direct: the rank the others wait for is the one that waits least, and its lateness arises in
+the phase where its **own work** -- dataloader, forward, backward (compute), optimizer, other --
+exceeds the other ranks' median most, backward included. Older summaries have no wait phase:
+DDP's all-reduce waits inside their backward, so their own work leaves backward out and the
+straggler is the rank whose own work is highest.
+
+Either way a straggler's own work exceeds the median of the other ranks' by more than
 ``STRAGGLER_MIN_EXCESS_PCT``, by at least ``STRAGGLER_MIN_STEP_PCT`` of the step, by at least
 ``STRAGGLER_MIN_EXCESS_MS``, and by more than the ranks' own work moves from window to window
-within the run (``own_work_noise_ms``); its cause is the phase with the largest excess over
-that phase's median across the other ranks.
+within the run (``own_work_noise_ms``); with waits, the others also wait for it at least as
+long (``lateness_ms``). CPU contention excuses only what a rank waited for a CPU beyond the
+other ranks (ranks sharing cores all wait alike).
+
+The merged summary's step split is one real rank's, never a blend: the critical path's
+(``headline_rank``): the straggler, else the rank that waits least, else the one with the most
+own work.
 
 Pure data, no torch: the tracer gathers each rank's summary dict, rank 0 calls ``merge_ranks``.
 """
@@ -20,8 +30,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, WAIT_PHASE
+from traceml_ci.summary.view import SummaryView, finite
 
 #: A rank whose own work per step is this much above the other ranks' median (percent)
 #: straggles.
@@ -39,9 +49,13 @@ STRAGGLER_MIN_STEP_PCT = 5.0
 #: phase alike), read as a straggler by the percentages alone. A rank slowed by a real cause
 #: (examples/train_ddp.py: 6 ms more forward, or 48 ms more input wait) is well past it.
 STRAGGLER_MIN_EXCESS_MS = 2.0
-#: The phases a rank does on its own, without waiting for the others (DDP's all-reduce waits
-#: inside backward; see the module docstring).
+#: The phases a rank does on its own, without waiting for the others, in a summary without the
+#: wait phase (DDP's all-reduce waits inside its backward; see the module docstring).
 OWN_WORK_PHASES: tuple[str, ...] = ("dataloader", "forward", "optimizer", "other")
+#: ... and in one with it: backward is then backward's compute, its wait split out.
+OWN_WORK_PHASES_WITH_WAIT: tuple[str, ...] = (
+    "dataloader", "forward", "backward", "optimizer", "other"
+)
 #: Ranks listed one by one; beyond this the table keeps quantiles (the summary stays small).
 MAX_RANKS_LISTED = 64
 
@@ -52,7 +66,11 @@ STRAGGLER = "STRAGGLER"
 #: The labels, best first (a label further down is worse).
 LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, INPUT_STRAGGLER)
 
-_CAUSE_LABEL = {"dataloader": INPUT_STRAGGLER, "forward": COMPUTE_STRAGGLER}
+_CAUSE_LABEL = {
+    "dataloader": INPUT_STRAGGLER,
+    "forward": COMPUTE_STRAGGLER,
+    "backward": COMPUTE_STRAGGLER,
+}
 NEXT_STEP: dict[str, str] = {
     BALANCED: "Ranks do the same work per step; nothing to balance.",
     INPUT_STRAGGLER: (
@@ -61,8 +79,9 @@ NEXT_STEP: dict[str, str] = {
         "CPUs there."
     ),
     COMPUTE_STRAGGLER: (
-        "Rank {rank} computes its forward (and so its backward) slower than the others: a "
-        "slower or throttled GPU/host, another job sharing its device, or uneven batch shapes."
+        "Rank {rank} computes its {cause} slower than the others: a slower or throttled "
+        "GPU/host, another job sharing its device, uneven batch shapes, or a hook or extra "
+        "work only that rank runs in its {cause}."
     ),
     STRAGGLER: (
         "Rank {rank} spends longer outside forward and backward ({cause}) than the others: "
@@ -71,9 +90,15 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
+def own_work_phases(view: SummaryView) -> tuple[str, ...]:
+    """The phases ``view``'s rank does without waiting for the others: backward's compute
+    included where the summary has the wait phase."""
+    return OWN_WORK_PHASES_WITH_WAIT if WAIT_PHASE in view.phases else OWN_WORK_PHASES
+
+
 def own_work_ms(view: SummaryView) -> float | None:
     """Median ms per step of the phases a rank does without waiting for the others."""
-    parts = [view.phase_ms(p) for p in OWN_WORK_PHASES]
+    parts = [view.phase_ms(p) for p in own_work_phases(view)]
     if any(x is None for x in parts):
         return None
     return float(sum(x for x in parts if x is not None))
@@ -84,7 +109,7 @@ def own_work_noise_ms(view: SummaryView) -> float | None:
     phases' share IQRs across windows of steps (``step_time.noise``), at its median step.
     None when the summary has no windows."""
     step = view.step_ms("median")
-    iqrs = [view.share_noise(p) for p in OWN_WORK_PHASES]
+    iqrs = [view.share_noise(p) for p in own_work_phases(view)]
     if step is None or any(x is None for x in iqrs):
         return None
     return step * sum(x for x in iqrs if x is not None) / 100.0
@@ -103,8 +128,9 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "status": v.run_status,
         "steps_analyzed": v.steps_analyzed,
         "step_ms_median": v.step_ms("median"),
-        "pct": {p: v.share(p) for p in PHASES},
-        "phase_ms": {p: v.phase_ms(p) for p in PHASES},
+        "pct": {p: v.share(p) for p in v.phases},
+        "phase_ms": {p: v.phase_ms(p) for p in v.phases},
+        "wait_ms": v.phase_ms(WAIT_PHASE),
         "own_work_ms": None if own is None else round(own, 4),
         "own_work_noise_ms": None if noise is None else round(noise, 4),
         "runqueue_wait_pct": v.runqueue_wait_pct,
@@ -157,9 +183,20 @@ def _own_work_noise(
     return float(mine) + (statistics.median(theirs) if theirs else 0.0)
 
 
+def _waits(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether every row has the wait phase (ranks traced with it: the evidence is direct)."""
+    return bool(rows) and all(finite(r.get("wait_ms")) is not None for r in rows)
+
+
 def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict[str, Any]:
-    """The straggler analysis of per-rank rows (``_rank_row``): label, rank, score, cause."""
+    """The straggler analysis of per-rank rows (``_rank_row``): label, rank, score, cause.
+
+    With the wait phase on every rank (``evidence`` "wait"), the candidate is the rank that
+    waited least -- the one the others wait for -- and ``lateness_ms`` how much less it waited
+    than the others' median; without it ("own_work"), the rank with the most own work."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
+    waits = _waits(timed)
+    own_phases = OWN_WORK_PHASES_WITH_WAIT if waits else OWN_WORK_PHASES
     out: dict[str, Any] = {
         "label": BALANCED,
         "rank": None,
@@ -167,6 +204,7 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
         "cause": None,
         "threshold_pct": STRAGGLER_MIN_EXCESS_PCT,
         "scores_pct": {},
+        "evidence": "wait" if waits else "own_work",
     }
     if fsdp:  # measured: a slow rank read as balanced, a waiting one as the straggler
         out.update(label=None, not_analysed=FSDP_NOT_ANALYSED)
@@ -183,7 +221,10 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
 
     scores = {r["rank"]: score(r) for r in timed}
     out["scores_pct"] = {str(k): round(s, 2) for k, s in scores.items()}
-    worst = max(timed, key=lambda r: scores[r["rank"]])
+    if waits:  # the rank the others wait for; of equal waits, the one with more own work
+        worst = min(timed, key=lambda r: (r["wait_ms"], -r["own_work_ms"]))
+    else:
+        worst = max(timed, key=lambda r: scores[r["rank"]])
     score = scores[worst["rank"]]
     out["score_pct"] = round(score, 2)
     others = [r for r in timed if r is not worst]
@@ -192,10 +233,17 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
         r["step_ms_median"] for r in timed if isinstance(r.get("step_ms_median"), (int, float))
     ]
     step_ms = statistics.median(steps) if steps else 0.0
+    # How much longer the others waited than it did: the time they waited for it.
+    lateness_ms = (
+        statistics.median(r["wait_ms"] for r in others) - worst["wait_ms"] if waits else None
+    )
+    if lateness_ms is not None:
+        out["lateness_ms"] = round(lateness_ms, 3)
+    floor_ms = max(STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms, STRAGGLER_MIN_EXCESS_MS)
     if (
         score <= STRAGGLER_MIN_EXCESS_PCT
-        or excess_ms < STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms
-        or excess_ms < STRAGGLER_MIN_EXCESS_MS
+        or excess_ms < floor_ms
+        or (lateness_ms is not None and lateness_ms < floor_ms)
     ):
         return out
     noise_ms = _own_work_noise(worst, others)
@@ -219,23 +267,36 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
             "runqueue wait than the other ranks') can cause"
         )
         return out
-    excess = {}
-    for p in OWN_WORK_PHASES:
-        values = [r["phase_ms"].get(p) for r in timed if r is not worst]
-        if all(isinstance(x, (int, float)) for x in values):
-            excess[p] = worst["phase_ms"][p] - statistics.median(values)
-    cause = max(excess, key=lambda p: excess[p]) if excess else None
+    cause = straggler_cause(worst, others, own_phases)
     out.update(label=_CAUSE_LABEL.get(cause or "", STRAGGLER), rank=worst["rank"], cause=cause)
     return out
 
 
-def _median_shares(views: Sequence[SummaryView]) -> dict[str, float] | None:
-    shares = [v.shares() for v in views]
-    if not shares or any(s[p] is None for s in shares for p in PHASES):
+def straggler_cause(
+    worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], phases: Sequence[str]
+) -> str | None:
+    """The own-work phase where ``worst`` exceeds the other ranks' median most."""
+    excess = {}
+    for p in phases:
+        mine = finite((worst.get("phase_ms") or {}).get(p))
+        values = [finite((r.get("phase_ms") or {}).get(p)) for r in others]
+        if mine is not None and values and all(x is not None for x in values):
+            excess[p] = mine - statistics.median(x for x in values if x is not None)
+    return max(excess, key=lambda p: excess[p]) if excess else None
+
+
+def headline_rank(rows: Sequence[Mapping[str, Any]], analysis: Mapping[str, Any]) -> Any:
+    """The rank whose step split heads the merged summary -- the critical path's: the
+    straggler; else, where ranks have the wait phase, the one that waited least (the others
+    waited for it); else the one with the most own work. None when no rank was timed."""
+    if isinstance(analysis.get("rank"), int):
+        return analysis["rank"]
+    timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
+    if not timed:
         return None
-    med = {p: statistics.median(float(s[p]) for s in shares) for p in PHASES}  # type: ignore[arg-type]
-    total = sum(med.values()) or 1.0
-    return {p: round(100.0 * med[p] / total, 2) for p in PHASES}
+    if _waits(timed):
+        return min(timed, key=lambda r: (r["wait_ms"], -r["own_work_ms"]))["rank"]
+    return max(timed, key=lambda r: r["own_work_ms"])["rank"]
 
 
 def _quantiles(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float] | None:
@@ -262,44 +323,30 @@ def merge_ranks(
 ) -> dict[str, Any]:
     """One summary for a distributed job from its ranks' summaries (rank 0's first).
 
-    The result is rank 0's summary with: ``step_time.*_pct`` the medians across ranks (so a
-    reader of single-process summaries sees the typical rank), the step-time label and
-    diagnosis recomputed from them, and a ``distributed`` block (world size, nodes, backend,
-    the per-rank table, the straggler analysis). ``failed``: ranks that did not report (the
-    run's status is then ``crashed`` unless it was already worse)."""
+    The result is rank 0's summary with: the ``step_time`` block and step-time diagnoses of one
+    real rank, the critical path's (``headline_rank``: the rank the others wait for, whose
+    split is the job's; the others' waits are in the per-rank table), and a ``distributed``
+    block (world size, nodes, backend, the per-rank table, the straggler analysis, which rank
+    heads the summary). ``failed``: ranks that did not report (the run's status is then
+    ``crashed`` unless it was already worse)."""
     import copy
-
-    from traceml_ci.summary.diagnose import diagnose_step_time
-    from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 
     if not docs:
         raise ValueError("no rank summaries to merge")
-    views = [SummaryView(d) for d in docs]
     out = copy.deepcopy(dict(docs[0]))
     rows = sorted(
         (_rank_row(d) for d in docs),
         key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30,
     )
-    st = out.get("step_time") or {}
-    shares = _median_shares(views)
-    diagnoses = [d for d in out.get("diagnoses") or [] if d.get("area") != "step_time"]
-    if shares is not None:
-        for p in PHASES:
-            st[f"{p}_pct"] = shares[p]
-        analysed = views[0].steps_analyzed or 0
-        warmup = views[0].warmup_steps or 0
-        found = diagnose_step_time(
-            shares,
-            analysed,
-            warmup,
-            DEFAULT_THRESHOLDS,
-            dataloader=None,
-            device=views[0].memory_device or "cpu",
-        )
-        st["diagnosis"] = found[0].kind
-        diagnoses = [_diag_dict(d) for d in found] + diagnoses
     fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
     analysis = stragglers(rows, fsdp=fsdp)
+    head = headline_rank(rows, analysis)
+    source = next((d for d in docs if SummaryView(d).run.get("rank") == head), docs[0])
+    diagnoses = [d for d in out.get("diagnoses") or [] if d.get("area") != "step_time"]
+    if source is not docs[0] and isinstance(source.get("step_time"), Mapping):
+        out["step_time"] = copy.deepcopy(dict(source["step_time"]))
+    found = [d for d in SummaryView(source).diagnoses if d.get("area") == "step_time"]
+    diagnoses = [copy.deepcopy(dict(d)) for d in found] + diagnoses
     if analysis["label"] is not None:
         diagnoses.append(_straggler_diagnosis(analysis))
     out["diagnoses"] = diagnoses
@@ -323,18 +370,9 @@ def merge_ranks(
             else None
         ),
         "straggler": analysis,
+        "headline_rank": head,
     }
     return out
-
-
-def _diag_dict(d: Any) -> dict[str, Any]:
-    return {
-        "area": d.area,
-        "kind": d.kind,
-        "severity": getattr(d.severity, "value", d.severity),
-        "message": d.message,
-        "next_step": d.next_step,
-    }
 
 
 def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:
@@ -346,10 +384,16 @@ def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:
         )
         severity = "info"
     else:
+        lateness = a.get("lateness_ms")
+        waited = (
+            f"the other ranks wait {lateness:.1f} ms per step for it in collectives (their "
+            "wait phase)"
+            if isinstance(lateness, (int, float))
+            else "the others wait for it inside backward (the gradient all-reduce)"
+        )
         message = (
             f"Rank {a['rank']} does {a['score_pct']:.0f}% more own work per step than the "
-            f"other ranks' median, most of it in {a['cause']}; the others wait for it "
-            "inside backward (the gradient all-reduce)."
+            f"other ranks' median, most of it in {a['cause']}; {waited}."
         )
         severity = "warn"
     return {

@@ -36,7 +36,6 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.view import SummaryView
 
 #: Interquartile range of a normal distribution, in standard deviations: turns the standard
@@ -83,12 +82,13 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     runs = [d["step_time"] for d in docs]
     n = len(runs)
     shares = [v.shares() for v in views]
-    if all(s[p] is not None for s in shares for p in PHASES):
+    phases = SummaryView(out).phases  # with the wait phase where the runs used a process group
+    if all(s.get(p) is not None for s in shares for p in phases):
         pct_noise = (st.get("noise") or {}).get("pct") or {}
-        values = {p: [float(s[p]) for s in shares] for p in PHASES}  # type: ignore[arg-type]
+        values = {p: [float(s[p]) for s in shares] for p in phases}  # type: ignore[arg-type]
         centers = {p: statistics.fmean(v) for p, v in values.items()}
         total = sum(centers.values()) or 1.0  # 100 up to rounding: rescale the rest away
-        for p in PHASES:
+        for p in phases:
             share = round(centers[p] * 100.0 / total, 2)
             st[f"{p}_pct"] = share
             spread = IQR_PER_SD * statistics.stdev(values[p]) / n**0.5

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import PHASES, WAIT_PHASE, phases_of
 
 __all__ = ["PHASES", "SummaryView", "as_view", "finite", "whole"]
 
@@ -131,8 +131,15 @@ class SummaryView:
         """A phase's share of the step time, in percent."""
         return finite(self.step_time.get(f"{phase}_pct"))
 
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The summary's phases, in display order: with ``wait`` where the run used a process
+        group (``step_time.wait_pct`` present), else the five every summary has."""
+        return phases_of(f"{WAIT_PHASE}_pct" in self.step_time)
+
     def shares(self) -> dict[str, float | None]:
-        return {p: self.share(p) for p in PHASES}
+        """Each of the summary's phases' share (``phases``), in percent."""
+        return {p: self.share(p) for p in self.phases}
 
     def share_noise(self, phase: str) -> float | None:
         """The IQR (pp) of a phase's share across windows of steps; None if not reported."""

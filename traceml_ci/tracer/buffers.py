@@ -37,8 +37,10 @@ class StepColumns:
             cols[j][i] = value
         self.n = i + 1
 
-    def append_host(self, step: float, dl: float, fwd: float, bwd: float, opt: float) -> None:
-        """``append`` of a host row (the five time columns), unrolled: it runs every step."""
+    def append_host(
+        self, step: float, dl: float, fwd: float, bwd: float, opt: float, wait: float
+    ) -> None:
+        """``append`` of a host row (the six time columns), unrolled: it runs every step."""
         seen = self.seen
         self.seen = seen + 1
         if seen % self.stride:
@@ -53,6 +55,7 @@ class StepColumns:
         c[2][i] = fwd
         c[3][i] = bwd
         c[4][i] = opt
+        c[5][i] = wait
         self.n = i + 1
 
     def _halve(self) -> None:

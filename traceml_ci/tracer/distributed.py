@@ -59,11 +59,21 @@ def parallelism(models: tuple[Any, ...]) -> str | None:
 class RankGather:
     """Hooks ``init_process_group`` / ``destroy_process_group`` and gathers at finish.
 
-    ``finish``: the tracer's finish, called before the job's group is destroyed."""
+    ``finish``: the tracer's finish, called before the job's group is destroyed. ``on_group``:
+    called with ``torch.distributed`` once a process group is in use (the wait phase's
+    collectives are timed from then on, tracer/waits.py)."""
 
-    def __init__(self, finish: Callable[[], Any], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        finish: Callable[[], Any],
+        warn: Callable[[str], None],
+        on_group: Callable[[Any], None] | None = None,
+    ) -> None:
         self._finish = finish
         self._warn = warn
+        self._on_group = on_group
+        #: A process group was in use while tracing: the summary has the wait phase.
+        self.in_use = False
         self.group: Any = None
         self._originals: dict[str, Any] = {}
         self.backend: str | None = None
@@ -120,6 +130,12 @@ class RankGather:
         atexit.register(finish_at_exit)
 
     def _make_group(self, dist: Any) -> None:
+        self.in_use = True
+        if self._on_group is not None:
+            try:
+                self._on_group(dist)
+            except Exception as exc:
+                self._warn(f"collectives not timed ({exc!r})")
         try:
             self.backend = str(dist.get_backend())
             self.group = dist.new_group(backend="gloo",

@@ -25,7 +25,9 @@ from traceml_ci.summary.keys import MEASURED_PHASES
 #: Each measured phase's slot in ``Recorder.acc`` (and, one further, its column in the store):
 #: the summary's order, so a slot and the phase name it is summarised under cannot part.
 PHASE_INDEX = {name: i for i, name in enumerate(MEASURED_PHASES)}
-DL, FWD, BWD, OPT = (PHASE_INDEX[p] for p in ("dataloader", "forward", "backward", "optimizer"))
+DL, FWD, BWD, OPT, WAIT = (
+    PHASE_INDEX[p] for p in ("dataloader", "forward", "backward", "optimizer", "wait")
+)
 
 #: For each phase ``p`` (by slot): the open phases that keep counting when ``p`` begins
 #: inside them.
@@ -34,14 +36,19 @@ _ABSORBED = {
     FWD: frozenset({FWD, BWD}),  # a forward recomputed in backward (activation checkpointing)
     BWD: frozenset({BWD}),
     OPT: frozenset({OPT}),
+    WAIT: frozenset({WAIT}),  # a collective built on another (all_gather_object's all_gather)
 }
 ABSORBED_BY: tuple[frozenset[int], ...] = tuple(_ABSORBED[i] for i in range(len(PHASE_INDEX)))
+#: For each phase (by slot): the phase that may have taken over from it and ends with it, or
+#: -2 (none). Backward's wait: DDP's all-reduce is waited for at the end of backward, from when
+#: the last gradient became ready (``Recorder.grads_ready``) until backward returns.
+ENDS_WITH: tuple[int, ...] = tuple(WAIT if i == BWD else -2 for i in range(len(PHASE_INDEX)))
 
-#: Extra slots of ``Recorder.acc`` after the four phases: dataloader nanoseconds fetched
+#: Extra slots of ``Recorder.acc`` after the measured phases: dataloader nanoseconds fetched
 #: before the step (fast path), and DataLoader samples in the step.
-PRE, SAMPLES = 4, 5
+PRE, SAMPLES = 5, 6
 #: ``acc`` of a step that has not begun.
-ACC_ZERO = (0, 0, 0, 0, 0, 0)
+ACC_ZERO = (0, 0, 0, 0, 0, 0, 0)
 
 #: General path: fetches kept between two steps (e.g. several zipped loaders); older ones drop.
 #: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both --
@@ -189,10 +196,11 @@ class Recorder:
         if not stack:  # its begin was before a reset (a new step, a clock switch)
             return
         prev = stack.pop()
-        if prev in ABSORBED_BY[p] or self.active != p:
+        a = self.active
+        if prev in ABSORBED_BY[p] or (a != p and a != ENDS_WITH[p]):
             return
         t = self.mark()
-        self.record(p, self.t_open, t)
+        self.record(a, self.t_open, t)
         self.active = prev
         self.t_open = t  # the suspended phase, if any, resumes now
         if p == OPT:
@@ -264,6 +272,23 @@ class Recorder:
             if len(outside) > MAX_OUTSIDE_FETCHES:
                 del outside[0]
 
+    def grads_ready(self) -> None:
+        """Inside backward, a gradient DDP's reducer waits for became ready (a hook of
+        tracer/waits.py on the parameters that are ready last): backward's time so far was its
+        compute; from now until backward returns -- or the next such gradient, then this one
+        was not the last -- it waits for the gradient all-reduce (``ENDS_WITH``). Called on
+        autograd's thread while the training thread waits in backward."""
+        a = self.active
+        if a != BWD and a != WAIT:
+            return
+        t = self.mark()
+        if self.fast and self.in_step:
+            self.acc[BWD] += t - self.t_open
+        else:
+            self.record(BWD, self.t_open, t)
+        self.t_open = t
+        self.active = WAIT
+
     def optimizer_boundary(self) -> None:
         """A step boundary without an optimizer phase (GradScaler skipped optimizer.step())."""
         self.saw_opt = True
@@ -293,6 +318,7 @@ class Recorder:
         """
         rec = self
         absorbed = ABSORBED_BY[p]
+        ends = (p, ENDS_WITH[p])  # the phases this call may end: p, and backward's wait
 
         def general(args: tuple, kwargs: dict) -> Any:
             try:
@@ -328,12 +354,13 @@ class Recorder:
                 return orig(*args, **kwargs)
             finally:
                 try:
-                    if rec.active == p:  # else the state was reset under us
+                    a = rec.active
+                    if a in ends:  # else the state was reset under us
                         t1 = rec.mark()
                         if rec.in_step:
-                            rec.acc[p] += t1 - rec.t_open  # host nanoseconds
+                            rec.acc[a] += t1 - rec.t_open  # host nanoseconds
                         else:
-                            rec.record(p, rec.t_open, t1)
+                            rec.record(a, rec.t_open, t1)
                         rec.active = prev
                         rec.t_open = t1
                 except Exception as exc:
@@ -454,7 +481,7 @@ class Recorder:
         if self.active != -1:
             self._reset_phases()
         acc = self.acc
-        self.acc = [0, 0, 0, 0, 0, 0]  # ACC_ZERO
+        self.acc = [0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
         marks, outside = self.marks, self.outside
         if self.fast:  # the store reads these at once: empty lists can stay
             if marks:
@@ -616,7 +643,7 @@ class StepGate:
             if rec.active != -1:
                 rec._reset_phases()
             acc = rec.acc
-            rec.acc = [0, 0, 0, 0, 0, 0]  # ACC_ZERO
+            rec.acc = [0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
             marks, outside = rec.marks, rec.outside
             if marks:  # the store reads these at once: empty lists can stay
                 rec.marks = []

@@ -46,6 +46,7 @@ from traceml_ci.tracer.recorder import (
 )
 from traceml_ci.tracer.steps import ALLOC_COL, PHASE_COLS, RESERVED_COL, STEP, StepStore
 from traceml_ci.tracer.transparency import Transparency
+from traceml_ci.tracer.waits import CollectivePatches, GradReadyProbe
 from traceml_ci.tracer.warn import warn
 
 #: Evaluation spans kept for the summary (the newest); a run evaluates far less often.
@@ -126,8 +127,12 @@ class Tracer:
         #: Per-module forward and backward time, one step now and then (trace_step runs).
         self.module_sampler = ModuleSampler(warn, config.module_sample_s)
         self.module_sampler.clock = clock  # modules are timed with the phases' clock
+        #: The wait phase (tracer/waits.py): collectives timed once a process group is in
+        #: use, and a DDP model's last-ready gradients hooked from its first step.
+        self.collectives = CollectivePatches(self.rec, self.fail)
+        self.grad_ready = GradReadyProbe(self.rec)
         #: Distributed runs: finish before the job destroys its process group, gather there.
-        self.ranks = RankGather(self.finish, warn)
+        self.ranks = RankGather(self.finish, warn, self._group_in_use)
         try:
             self.ranks.install()
         except Exception as exc:
@@ -242,8 +247,15 @@ class Tracer:
             self._warned = True
             warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
         self.patches.uninstall()
+        self.collectives.uninstall()
+        self.grad_ready.close()
         if self.roots is not None:
             self.roots.uninstall()
+
+    def _group_in_use(self, dist: Any) -> None:
+        """A process group is in use (``RankGather``): collectives inside a step are waits."""
+        if self.enabled and self.config.mode == "auto" and self.summary is None:
+            self.collectives.install(dist)
 
     # -- device and clock --------------------------------------------------------------------
     def _decide_device(self, device: Any) -> None:
@@ -327,13 +339,18 @@ class Tracer:
                 rec.on_close = None
                 return
             n = self.store.steps_total
+            gr = self.grad_ready
+            if gr.calibrating:
+                gr.after_step()
+            roots = self.roots
+            if not gr.watched and self.ranks.in_use and roots is not None and roots.timed:
+                gr.watch(tuple(roots.timed))
             if fc.counting:
                 fc.end()
             if probe.active:
                 probe.end(n)
             if probe.pending:
                 probe.after_step(n)
-            roots = self.roots
             models = tuple(roots.timed) if roots is not None else ()
             if starting and models:
                 entering = roots.entering if roots is not None else None
@@ -341,7 +358,9 @@ class Tracer:
                     return
                 if probe.pending and not probe.active:
                     probe.begin(n, self.store.warmup_steps, models)
-            if fc.done and not fc.counting and not probe.pending:
+            if fc.done and not fc.counting and not probe.pending and not gr.calibrating and (
+                gr.watched or not self.ranks.in_use
+            ):
                 rec.on_close = None
         except Exception as exc:  # never into the user's step: the counts are given up
             rec.on_close = None
@@ -374,6 +393,8 @@ class Tracer:
         if self.roots is not None:
             self.roots.uninstall()  # trace_step names the model: no discovery needed
             self.roots = None
+        if self.config.mode == "auto" and models:
+            self.grad_ready.watch(models)
         if not self._device_decided:
             self._decide_device(_model_device(models))
 
@@ -392,6 +413,8 @@ class Tracer:
         if status is not None:
             self.status = RunStatus(status)
         self.patches.uninstall()
+        self.collectives.uninstall()
+        self.grad_ready.close()
         if self.ranks.world_size() <= 1:
             self.ranks.uninstall()
         if self.roots is not None:
@@ -542,6 +565,7 @@ class Tracer:
             system_total_mb=self._system_total_mb,
             device_total_mb=self._device_total_mb,
             gpu=self._gpu(final),
+            waits=self.ranks.in_use,
         )
         return self._finished(record) if final else record
 
@@ -736,6 +760,9 @@ class StepScope(StepGate):
             ):
                 tr.profile = None  # written (or given up): the short path may run again
                 self.primed = self._may_prime()
+            if tr.grad_ready.calibrating and not tr.rec.in_step:
+                tr.grad_ready.after_step()
+                self.primed = self._may_prime()
             saved = self.saved
             if saved is not None and not tr.rec.in_step:
                 self.saved = None
@@ -750,7 +777,7 @@ class StepScope(StepGate):
         due at a step boundary (the FLOP count, a profile, the counters)."""
         tr = self.tracer
         return (len(self.timers) <= 1 and not tr.flop_count.counting and tr.profile is None
-                and not tr.counters.pending)
+                and not tr.counters.pending and not tr.grad_ready.calibrating)
 
     def _fail(self, exc: BaseException) -> None:
         self.tracer.fail(exc)

@@ -10,7 +10,7 @@ from typing import Any
 
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler
-from traceml_ci.tracer.recorder import PHASE_INDEX
+from traceml_ci.tracer.recorder import PHASE_INDEX, PRE, SAMPLES
 
 #: Steps the device may lag behind the host before we wait for the oldest one. Only reached when
 #: the host runs far ahead, so waiting then costs the run nothing it was not already losing.
@@ -49,7 +49,7 @@ class StepStore:
         #: How often housekeeping runs: the RSS interval, or a module sample period if shorter.
         self.tick_ns = RSS_INTERVAL_NS
         self.cuda_memory: CudaMemory | None = None
-        self.columns = StepColumns(7, capacity)
+        self.columns = StepColumns(RESERVED_COL + 1, capacity)
         self.steps_total = 0  # steps handed to us
         self.resolved = 0  # steps resolved, in order
         self.pending: deque = deque()
@@ -85,7 +85,7 @@ class StepStore:
                 self._release(enter, exit_, marks, outside)
             return
         if self.host:  # a host step timed the general way: all its phases are in the marks
-            self.host_step(enter, exit_, [0, 0, 0, 0, 0, samples], marks, outside)
+            self.host_step(enter, exit_, [0, 0, 0, 0, 0, 0, samples], marks, outside)
             return
         self.steps_total += 1
         now = time.perf_counter_ns()
@@ -116,7 +116,7 @@ class StepStore:
             if self.tick is not None:
                 self.tick(exit_)
             self._wall(n, exit_)
-        before = acc[4]  # the batch fetched before the step, by the fast path
+        before = acc[PRE]  # the batch fetched before the step, by the fast path
         for p, t0, t1 in outside:  # ... or the general way
             before += t1 - t0
             acc[p] += t1 - t0
@@ -125,10 +125,10 @@ class StepStore:
         self.resolved = n  # host steps resolve at once, in order
         if n > self.warmup_steps:
             self.exit_last = exit_
-            self.samples_analyzed += acc[5]
+            self.samples_analyzed += acc[SAMPLES]
             # Nanoseconds: the columns of a host store are scaled to ms when read (column()).
             self.columns.append_host(
-                exit_ - enter + before, acc[0] + acc[4], acc[1], acc[2], acc[3]
+                exit_ - enter + before, acc[0] + acc[PRE], acc[1], acc[2], acc[3], acc[4]
             )
         else:  # the analysed window opens where the last warmup step ends
             self.warm_exit = exit_
@@ -193,7 +193,7 @@ class StepStore:
     def _resolve(self, item: tuple) -> None:
         enter, exit_, marks, outside, mem, samples = item
         el = self.clock.elapsed_ms
-        ph = [0.0, 0.0, 0.0, 0.0]
+        ph = [0.0, 0.0, 0.0, 0.0, 0.0]
         before = 0.0
         for p, t0, t1 in marks:
             ph[p] += el(t0, t1)
@@ -208,7 +208,7 @@ class StepStore:
         if self.resolved <= self.warmup_steps:
             return
         self.samples_analyzed += samples
-        self.columns.append((max(step, 0.0), ph[0], ph[1], ph[2], ph[3], mem[0], mem[1]))
+        self.columns.append((max(step, 0.0), *ph, mem[0], mem[1]))
 
     def _release(self, enter: Any, exit_: Any, marks: list, outside: list) -> None:
         # Boundaries can be shared (a phase starting at the step's enter mark): release once.
