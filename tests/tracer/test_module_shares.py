@@ -124,8 +124,8 @@ def test_the_sampler_s_shares_keep_the_promise(samples, leak) -> None:
         for at, ns in sorted(wait):
             total += ns
             t = int(at * length * 10)
-            s.waits["forward"].append((t, total, t))
-            s.waits["backward"].append((10**7 + 2 * t, total, 10**7 + 2 * t + 300))
+            s.waits["forward"].append((t, total, t, False))
+            s.waits["backward"].append((10**7 + 2 * t, total, 10**7 + 2 * t + 300, at > 50))
         sampler._add(s)
     out = sampler.summary()
     if out is None:

@@ -62,14 +62,17 @@ MIN_TICK_NS = 1_000_000
 #: Samples whose device events are not done yet: older ones are waited for.
 MAX_PENDING = 4
 
+#: A sample whose thread waited for a CPU more than this fraction of its time is not clean.
+PREEMPTED_FRACTION = 0.05
 #: Without a runqueue-wait reading (no schedstats; device clocks), a sample that ran this
 #: fraction of its time beyond the median sample is left out: a preemption lands in whichever
 #: module ran then -- one preempted 2 ms backward gave one of six identical layers 55 % of
 #: backward (issue #23). With a reading, the wait is left out where it happened instead.
 SLOW_FRACTION = 0.25
-#: Kept at least, the fastest first, when fewer samples are clean: this fraction of them,
-#: and at least ``MIN_KEPT`` (a noise estimate needs four).
-MIN_KEPT_FRACTION = 0.25
+#: The clean samples alone are used when they are at least this fraction of all, and at
+#: least ``MIN_KEPT`` (a noise estimate needs four); else see ``keep_samples``. Half: a few
+#: clean samples of a loaded run are noisy, and can still start on cold caches.
+MIN_KEPT_FRACTION = 0.5
 MIN_KEPT = 4
 #: Calls of a hooked no-op module, once per run, that measure the hooks' cost their own marks
 #: do not see (medians: a preempted call does not count).
@@ -220,8 +223,9 @@ class _Sample:
     """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass,
     pre0, post1]`` (``pre0``/``post1``: where its pre hook's work began and its post hook's
     ended, host clock only); ``gaps``: the forward hooks' own work, ``[from, to]`` marks (host
-    clock only); ``waits``: per direction, ``(mark, runqueue wait ns, mark)`` readings of the
-    thread's wait for a CPU, taken in the hooks (host clock with schedstats only)."""
+    clock only); ``waits``: per direction, ``(mark, runqueue wait ns, mark, opens_gap)``
+    readings of the thread's wait for a CPU, taken in the hooks (host clock with schedstats
+    only; ``_wait_gaps``)."""
 
     __slots__ = ("calls", "root", "backward_done", "gaps", "waits")
 
@@ -230,7 +234,10 @@ class _Sample:
         self.root: list[Any] = [None, None, None, None]  # forward from/to, backward from/to
         self.backward_done = False
         self.gaps: list[list[Any]] = []
-        self.waits: dict[str, list[tuple[Any, int, Any]]] = {"forward": [], "backward": []}
+        self.waits: dict[str, list[tuple[Any, int, Any, bool]]] = {
+            "forward": [],
+            "backward": [],
+        }
 
 
 #: (pre-hook outside, pre-hook inside, post-hook inside, post-hook outside) ns per call.
@@ -241,27 +248,38 @@ def _no_wait() -> int | None:
     return None
 
 
-def keep_samples(samples: Sequence[tuple[float, bool, Any]]) -> list[int]:
-    """Indexes of the samples whose shares count: ``samples`` are ``(root_ms, corrected,
-    ...)``; ``corrected``: the thread's waits for a CPU are already left out. Of the others,
-    one that ran ``SLOW_FRACTION`` of its time beyond the median is left out, but at least
-    ``MIN_KEPT_FRACTION`` of them and ``MIN_KEPT`` are kept (the fastest first)."""
+def keep_samples(samples: Sequence[tuple[float, float | None, Any]]) -> list[int]:
+    """Indexes of the samples whose shares count: ``samples`` are ``(root_ms, waited_ms,
+    ...)``, ``waited_ms`` what the thread waited for a CPU inside (already left out of
+    ``root_ms`` and the modules; None: not read).
+
+    Preferred: the clean ones, that waited at most ``PREEMPTED_FRACTION`` of their time (a
+    preempted thread comes back to cold caches, and its next work runs slower: measured,
+    +0.5 ms of CPU time on a 3.5 ms forward). Without readings, a sample that ran
+    ``SLOW_FRACTION`` of its time beyond the median is not clean. When fewer than
+    ``MIN_KEPT_FRACTION`` of them (and ``MIN_KEPT``) are clean: those with readings are all
+    kept (their waits are left out already), of the others the fastest that many."""
     if not samples:
         return []
     median = statistics.median(s[0] for s in samples)
 
-    def slow(s: tuple[float, bool, Any]) -> float:
-        root, corrected = s[0], s[1]
-        if corrected:
-            return 0.0
-        return max(root - median, 0.0) / root / SLOW_FRACTION if root > 0 else 1.0
+    def score(s: tuple[float, float | None, Any]) -> float:
+        root, waited = s[0], s[1]
+        if root <= 0:
+            return math.inf
+        if waited is not None:
+            return max(waited, 0.0) / root / PREEMPTED_FRACTION
+        return max(root - median, 0.0) / root / SLOW_FRACTION
 
-    scores = [slow(s) for s in samples]
+    scores = [score(s) for s in samples]
     kept = [i for i, x in enumerate(scores) if x <= 1.0]
     least = min(len(samples), max(MIN_KEPT, math.ceil(MIN_KEPT_FRACTION * len(samples))))
-    if len(kept) < least:
-        kept = sorted(sorted(range(len(samples)), key=lambda i: scores[i])[:least])
-    return kept
+    if len(kept) >= least:
+        return kept
+    corrected = [i for i, s in enumerate(samples) if s[1] is not None]
+    if len(corrected) >= least:
+        return corrected
+    return sorted(sorted(range(len(samples)), key=lambda i: scores[i])[:least])
 
 
 class ModuleSampler:
@@ -295,10 +313,10 @@ class ModuleSampler:
         self._rng = random.Random(0)
         self._current: _Sample | None = None
         self._pending: list[_Sample] = []
-        # per direction: samples, and per sample (the model's ms, whether its waits for a CPU
-        # were left out, {module: ms}) -- a reservoir of MAX_SHARES beyond that
+        # per direction: samples, and per sample (the model's ms, ms its thread waited for a
+        # CPU, left out, or None, {module: ms}) -- a reservoir of MAX_SHARES beyond that
         self.steps = {"forward": 0, "backward": 0}
-        self.samples: dict[str, list[tuple[float, bool, dict[str, float]]]] = {
+        self.samples: dict[str, list[tuple[float, float | None, dict[str, float]]]] = {
             "forward": [],
             "backward": [],
         }
@@ -414,7 +432,7 @@ class ModuleSampler:
             w = wait()
             sample.root[0] = t = mark()
             if w is not None:
-                fwaits.append((t, w, t))
+                fwaits.append((t, w, t, False))
 
         def backward_end() -> None:
             if self._current is not sample:  # a backward that came steps later: not counted
@@ -422,7 +440,7 @@ class ModuleSampler:
             sample.root[3] = t = mark()
             w = wait()
             if w is not None:
-                bwaits.append((t, w, t))
+                bwaits.append((t, w, t, False))
             sample.backward_done = True
             self._pending.append(sample)
             self._current = None
@@ -432,7 +450,7 @@ class ModuleSampler:
                 w = wait()
                 sample.root[2] = t = mark()
                 if w is not None:
-                    bwaits.append((t, w, t))
+                    bwaits.append((t, w, t, False))
                 import torch
 
                 torch.autograd.Variable._execution_engine.queue_callback(guarded(backward_end))
@@ -444,7 +462,7 @@ class ModuleSampler:
             sample.root[1] = t = mark()  # before the hooks go: removing them is no forward time
             w = wait()
             if w is not None:
-                fwaits.append((t, w, t))
+                fwaits.append((t, w, t, False))
             self._disarm()  # one step's forward: the hooks go as it returns
             self.missed = 0
             hooked = False
@@ -535,14 +553,14 @@ class ModuleSampler:
         fw = sample.waits["forward"]
         gaps += _wait_gaps(fw, f0, el)
         self._add_direction(
-            "forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps), corrected=bool(fw)
+            "forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps), _waited_ms(fw)
         )
         if backward:
             bw = sample.waits["backward"]
             self._add_direction(
                 "backward",
                 *attribute(el(b0, b1), bwd, self.ancestors, _wait_gaps(bw, b0, el)),
-                corrected=bool(bw),
+                _waited_ms(bw),
             )
 
     def _add_direction(
@@ -550,16 +568,16 @@ class ModuleSampler:
         direction: str,
         root_ms: float,
         per_module: dict[str, float],
-        corrected: bool = False,
+        waited_ms: float | None = None,
     ) -> None:
         """Keep one sample: ``root_ms`` the model's own time, ``per_module`` the modules'
         (``attribute``: each at most its parent's, siblings at most their parent's);
-        ``corrected``: the thread's waits for a CPU were left out of both."""
+        ``waited_ms``: the thread's waits for a CPU, left out of both (None: not read)."""
         if root_ms <= 0:
             return
         self.steps[direction] += 1
         kept = self.samples[direction]
-        record = (root_ms, corrected, per_module)
+        record = (root_ms, waited_ms, per_module)
         if len(kept) < MAX_SHARES:
             kept.append(record)
         else:  # a reservoir: every sample equally likely to be kept
@@ -639,6 +657,9 @@ def module_hooks(
     def pre(name: str) -> Callable[..., None]:
         def hook(module: Any, args: Any) -> None:
             g0 = mark() if gaps is not None else None
+            w = wait()  # at both ends of the hook's work: a wait inside it is left out once
+            if w is not None:
+                fwaits.append((g0, w, g0, True))
             call = [name, None, None, None, None, True, g0, None]
             calls.append(call)
             for t in _tensors(args):
@@ -650,7 +671,7 @@ def module_hooks(
             if gaps is not None:
                 gaps.append([g0, call[1]])
                 if w is not None:
-                    fwaits.append((call[1], w, call[1]))
+                    fwaits.append((call[1], w, call[1], False))
 
         return guarded(hook)
 
@@ -662,6 +683,9 @@ def module_hooks(
                 return
             call = open_calls.pop()
             call[2] = end
+            w = wait()
+            if w is not None:
+                fwaits.append((end, w, end, True))
             for t in _tensors(output):
                 t.register_hook(guarded(lambda grad, c=call: _set_start(c, mark, wait, bwaits)))
             if gaps is not None:
@@ -669,27 +693,36 @@ def module_hooks(
                 call[7] = mark()
                 gaps.append([end, call[7]])
                 if w is not None:
-                    fwaits.append((call[7], w, call[7]))
+                    fwaits.append((call[7], w, call[7], False))
 
         return guarded(hook)
 
     return pre, post
 
 
+def _waited_ms(readings: list[tuple[Any, int, Any, bool]]) -> float | None:
+    """What the thread waited for a CPU from its first reading to its last (None: none)."""
+    if not readings:
+        return None
+    waits = [r[1] for r in readings]
+    return max(max(waits) - min(waits), 0) / 1e6
+
+
 def _wait_gaps(
-    readings: list[tuple[Any, int, Any]], origin: Any, el: Callable[[Any, Any], float]
+    readings: list[tuple[Any, int, Any, bool]], origin: Any, el: Callable[[Any, Any], float]
 ) -> list[tuple[float, float]]:
     """The thread's waits for a CPU as gaps, ms from ``origin``: ``readings`` are ``(mark,
-    wait ns, mark)``, a reading taken between the two marks (its own cost, a gap too). What
-    it waited between two readings lies between them, in time that belongs to one chain of
-    modules (readings are taken in every hook): it is left out right after the first."""
+    wait ns, mark, opens_gap)``, a reading taken between the two marks (its own cost, a gap
+    too). What it waited between two readings lies between them, in time that belongs to one
+    chain of modules (readings are taken in every hook): it is left out right after the
+    first -- unless the first opens a hook's work (``opens_gap``), left out already."""
     out: list[tuple[float, float]] = []
-    last: tuple[Any, int, Any] | None = None
+    last: tuple[Any, int, Any, bool] | None = None
     for r in sorted(readings, key=lambda r: el(origin, r[0])):
         a, b = el(origin, r[0]), el(origin, r[2])
         if b > a:
             out.append((a, b))
-        if last is not None and r[1] > last[1]:
+        if last is not None and r[1] > last[1] and not last[3]:
             start = el(origin, last[2])
             out.append((start, min(start + (r[1] - last[1]) / 1e6, a)))
         last = r
@@ -766,7 +799,7 @@ def _set_start(
         call[3] = t = mark()
         w = wait()
         if w is not None:
-            waits.append((t, w, mark()))
+            waits.append((t, w, mark(), False))
 
 
 def _set_end(
@@ -775,7 +808,7 @@ def _set_end(
     call[4] = t = mark()  # the last of its inputs' gradients to be ready
     w = wait()
     if w is not None:
-        waits.append((t, w, mark()))
+        waits.append((t, w, mark(), False))
 
 
 def _marks(sample: _Sample) -> Iterator[Any]:
