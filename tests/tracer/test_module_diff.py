@@ -61,9 +61,11 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
         assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
     else:
         # On a loaded machine backward's share itself moved past the warn line (seen: +6.5 pp
-        # with the step faster): then its row, not a context line, names the module that grew.
+        # with the step faster): then its row, not a context line, names both modules, the
+        # one that grew and the one that shrank (issue #23: only layer.1 was named).
         row = flat.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct", 1)[0]
         assert "warn" in row and "layer.1 (Layer) +" in row, text
+        assert "layer.3 (Layer) -" in row, text
 
     # layer.3 got slower: backward's share regressed, and its row in the PR comment's
     # markdown names layer.3, what it moved and its share of backward now.
