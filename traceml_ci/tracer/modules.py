@@ -377,7 +377,7 @@ class ModuleSampler:
         try:
             if self.clock.kind == "host" and self._wait is None:  # once, at the first sample
                 self._wait = ThreadWait()
-                self.leak = calibrate(self.clock.mark)
+                self.leak = calibrate(self.clock.mark, self._wait.read)
             self._arm()
         except Exception as exc:
             self._disarm()
@@ -729,14 +729,23 @@ def _wait_gaps(
     return out
 
 
-def calibrate(mark: Callable[[], Any], calls: int = CALIBRATION_CALLS) -> Leak | None:
+def calibrate(
+    mark: Callable[[], Any],
+    wait: Callable[[], int | None] = _no_wait,
+    calls: int = CALIBRATION_CALLS,
+) -> Leak | None:
     """The hooks' per-call cost that their own marks do not see, in clock units (host ns):
     torch calling the pre hook and the hook's return (before and after its work's marks),
     the same for the post hook -- as ``(pre outside, pre inside, post inside, post outside)``
-    the call's interval, each beyond what calling an unhooked module costs. Measured on a
-    no-op module whose forward marks its own start and end, medians of ``calls`` calls each
-    way (~0.1 ms in all, once per run). None where it cannot be measured."""
+    the call's interval, each beyond what calling an unhooked module costs -- and, added to
+    the inside of the pre hook and the outside of the post hook, how much slower an op runs
+    on a tensor carrying a gradient hook (the first op on the call's input, and on its
+    output). Measured as a real call runs: a module whose input and output need a gradient
+    (so the hooks hang their gradient hooks, and read ``wait``), whose forward marks its own
+    start and end around one op; medians of ``calls`` calls each way (~2 ms in all, once per
+    run). None where it cannot be measured."""
     try:
+        import torch
         from torch import nn
     except Exception:
         return None
@@ -745,39 +754,56 @@ def calibrate(mark: Callable[[], Any], calls: int = CALIBRATION_CALLS) -> Leak |
     class Probe(nn.Module):
         def forward(self, x: Any) -> Any:
             seen.append(mark())
+            y = x.add(0.0)
             seen.append(mark())
-            return x
+            return y
 
-    probe, x = Probe(), object()
-    plain: list[tuple[float, float]] = []
-    for _ in range(calls):
+    probe = Probe()
+    leaf = torch.zeros(4, 4).requires_grad_()
+    kept: list[Any] = []  # outputs live on, as a model's do: no frees inside the marks
+
+    def timed() -> tuple[Any, Any]:
+        x = leaf.mul(1.0)  # not a leaf, as a layer's input; a fresh one each call
         seen.clear()
         a = mark()
-        probe(x)
+        kept.append(probe(x))
         b = mark()
-        plain.append((seen[0] - a, b - seen[1]))
-    before = statistics.median(p for p, _ in plain)
-    after = statistics.median(q for _, q in plain)
+        return a, b
+
+    plain: list[tuple[float, float, float]] = []
+    for _ in range(calls):
+        a, b = timed()
+        plain.append((seen[0] - a, b - seen[1], seen[1] - seen[0]))
+    before = statistics.median(p[0] for p in plain)
+    after = statistics.median(p[1] for p in plain)
+    body = statistics.median(p[2] for p in plain)
     sample = _Sample()
-    pre, post = module_hooks(sample, mark, _guarded_alike, True)
+    pre, post = module_hooks(sample, mark, _guarded_alike, True, wait)
     handles = [
         probe.register_forward_pre_hook(pre("probe")),
         probe.register_forward_hook(post("probe")),
     ]
-    parts: list[tuple[float, float, float, float]] = []
+    parts: list[tuple[float, float, float, float, float]] = []
     try:
         for _ in range(calls):
-            seen.clear()
             sample.calls.clear()
-            a = mark()
-            probe(x)
-            b = mark()
+            a, b = timed()
             _, c0, c1, _, _, _, p0, p1 = sample.calls[-1]
-            parts.append((p0 - a - before, seen[0] - c0, c1 - seen[1], b - p1 - after))
+            parts.append(
+                (p0 - a - before, seen[0] - c0, c1 - seen[1], b - p1 - after, seen[1] - seen[0])
+            )
     finally:
         for h in handles:
             h.remove()
-    return tuple(max(statistics.median(p[i] for p in parts), 0.0) for i in range(4))  # type: ignore[return-value]
+    kept.clear()
+    out_pre, in_pre, in_post, out_post, hooked_body = (
+        statistics.median(p[i] for p in parts) for i in range(5)
+    )
+    # An op on a tensor that carries a gradient hook runs slower: the first op on the call's
+    # input (inside the call) and on its output (in the parent, after it).
+    slower = max(hooked_body - body, 0.0)
+    return (max(out_pre, 0.0), max(in_pre, 0.0) + slower, max(in_post, 0.0),
+            max(out_post, 0.0) + slower)
 
 
 def _guarded_alike(fn: Callable[..., Any]) -> Callable[..., Any]:
