@@ -76,7 +76,7 @@ MIN_KEPT_FRACTION = 0.5
 MIN_KEPT = 4
 #: Calls of a hooked no-op module, once per run, that measure the hooks' cost their own marks
 #: do not see (medians: a preempted call does not count).
-CALIBRATION_CALLS = 64
+CALIBRATION_CALLS = 100
 
 #: Armed steps in a row without the model's own forward before sampling stops.
 MAX_MISSED = 3
@@ -758,47 +758,45 @@ def calibrate(
             seen.append(mark())
             return y
 
-    probe = Probe()
+    plain_probe, probe = Probe(), Probe()
     leaf = torch.zeros(4, 4).requires_grad_()
     kept: list[Any] = []  # outputs live on, as a model's do: no frees inside the marks
 
-    def timed() -> tuple[Any, Any]:
+    def timed(module: Any) -> tuple[Any, Any]:
         x = leaf.mul(1.0)  # not a leaf, as a layer's input; a fresh one each call
         seen.clear()
         a = mark()
-        kept.append(probe(x))
+        kept.append(module(x))
         b = mark()
         return a, b
 
-    plain: list[tuple[float, float, float]] = []
-    for _ in range(calls):
-        a, b = timed()
-        plain.append((seen[0] - a, b - seen[1], seen[1] - seen[0]))
-    before = statistics.median(p[0] for p in plain)
-    after = statistics.median(p[1] for p in plain)
-    body = statistics.median(p[2] for p in plain)
     sample = _Sample()
     pre, post = module_hooks(sample, mark, _guarded_alike, True, wait)
     handles = [
         probe.register_forward_pre_hook(pre("probe")),
         probe.register_forward_hook(post("probe")),
     ]
+    plain: list[tuple[float, float, float]] = []
     parts: list[tuple[float, float, float, float, float]] = []
     try:
-        for _ in range(calls):
+        for _ in range(calls):  # in turns: a drift of the machine's speed touches both alike
+            a, b = timed(plain_probe)
+            plain.append((seen[0] - a, b - seen[1], seen[1] - seen[0]))
             sample.calls.clear()
-            a, b = timed()
+            a, b = timed(probe)
             _, c0, c1, _, _, _, p0, p1 = sample.calls[-1]
-            parts.append(
-                (p0 - a - before, seen[0] - c0, c1 - seen[1], b - p1 - after, seen[1] - seen[0])
-            )
+            parts.append((p0 - a, seen[0] - c0, c1 - seen[1], b - p1, seen[1] - seen[0]))
     finally:
         for h in handles:
             h.remove()
     kept.clear()
+    before = statistics.median(p[0] for p in plain)
+    after = statistics.median(p[1] for p in plain)
+    body = statistics.median(p[2] for p in plain)
     out_pre, in_pre, in_post, out_post, hooked_body = (
         statistics.median(p[i] for p in parts) for i in range(5)
     )
+    out_pre, out_post = out_pre - before, out_post - after
     # An op on a tensor that carries a gradient hook runs slower: the first op on the call's
     # input (inside the call) and on its output (in the parent, after it).
     slower = max(hooked_body - body, 0.0)
