@@ -23,10 +23,11 @@ module and its ancestors only -- the timed call that began last among those runn
 their parent, even where backward intervals overlap (an input several modules read, hooks
 firing on one tensor in turn). On the host clock the hooks' own work is timed and left out,
 of the modules and of the model's own time alike, and so is their cost that no mark sees
-(torch calling them, their return): measured once per run on a hooked no-op module
-(``calibrate``). A sampled step is slower than the others by that work, and shares are of the
-step as it runs unsampled. A sample whose thread was preempted inside a direction is left out
-of that direction: the wait would land in one module.
+(torch calling them, their return, ops slowed by a tensor's gradient hook): measured once per
+run on a hooked probe module (``calibrate``). A sampled step is slower than the others by that
+work, and shares are of the step as it runs unsampled. The thread's waits for a CPU, read in
+every hook (schedstat), are left out where they fell -- a preemption would land in one module
+-- and clean samples are preferred (``keep_samples``).
 """
 
 from __future__ import annotations
