@@ -134,11 +134,14 @@ def test_the_module_with_a_slow_backward_is_named_with_its_share(fresh_tracer) -
     assert mods["backward_steps"] >= 3 and mods["clock"] == "host"
     layers = [m for m in mods["backward"] if m["name"].startswith("layer.")]
     assert layers[0]["name"] == "layer.3"
-    # Against the stopwatches in the graph, over the same sampled steps.
+    # Against the stopwatches in the graph, over the unsampled steps (no hooks: the tracer
+    # leaves the hooks' wait reads and the thread's waits for a CPU out; the gradient hooks'
+    # calls stay in, the same for every timed module).
     sampled = [i for i, (_, s) in enumerate(backward_log) if s]
     assert len(sampled) == mods["backward_steps"]
+    plain = [i for i, (_, s) in enumerate(backward_log) if not s][2:]  # after warmup
     per_call = model.layer[3].backward_ms_per_call()
-    truth = 100.0 * sum(per_call[i] for i in sampled) / sum(backward_log[i][0] for i in sampled)
+    truth = 100.0 * sum(per_call[i] for i in plain) / sum(backward_log[i][0] for i in plain)
     tolerance = stopwatch_tolerance_pp(doc, 3.0)
     assert abs(layers[0]["share_pct"] - truth) < tolerance, (layers[0], truth, tolerance)
     assert layers[0]["noise_pp"] is not None
