@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.gate.summaries import make, shift
-from traceml_ci.gate import compare, render_markdown
+from traceml_ci.gate import compare, render_markdown, render_text
 from traceml_ci.gate.modules import module_movers
 from traceml_ci.summary.keys import TOP_MODULES
 
@@ -109,3 +109,30 @@ def test_a_changed_flop_count_is_said_as_context() -> None:
     assert grown.verdict.value == "pass"  # information, never a verdict
     assert ("FLOPs per step changed 1 GFLOP → 1.25 GFLOP (+25.0 %): the model or its input shapes "
             "changed, not only how fast it runs") in grown.reasons
+
+
+def test_time_moved_between_modules_names_both_beside_a_phase_that_moved() -> None:
+    """Issue #23: time moved from layer.3 to layer.1 while backward grew: both are named,
+    one up, one down, in the text and markdown a PR comment shows."""
+    base = with_modules(make(), "backward", layer__1=1.0, layer__3=4.0, layer__2=0.5)
+    head = with_modules(make(shift(backward=4.0)), "backward", layer__1=8.0, layer__3=1.0,
+                        layer__2=0.5)
+    c = compare(base, head)
+    row = c.row("step_time.backward_pct")
+    assert row.status.value == "regressed"
+    note = row.note
+    assert "layer.1 +" in note and "layer.3 -" in note, note
+    assert note.index("layer.1 +") < note.index("layer.3 -")  # the phase's way first
+    # layer.2 kept its time: the longer step only diluted its share, it is not named.
+    assert "layer.2" not in note, note
+    for text in (render_markdown(c), render_text(c, width=300)):
+        assert "layer.1 +" in text and "layer.3 -" in text, text
+
+
+def test_every_module_that_moved_is_named() -> None:
+    base = with_modules(make(), layer__1=1.0, layer__2=1.0, layer__3=4.0)
+    head = with_modules(make(), layer__1=2.5, layer__2=2.5, layer__3=1.0)
+    line = next(r for r in compare(base, head).reasons
+                if r.startswith("time moved within forward"))
+    for name in ("layer.1 +", "layer.2 +", "layer.3 -"):
+        assert name in line, line

@@ -52,18 +52,21 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
     slower = _run(fresh_tracer, tmp_path, "slower", [0.1, 0.1, 0.1, 12.0])
 
     # The slowness moved from layer.3 to layer.1: backward held still, both are named.
-    out = _cli(tmp_path, "diff", str(base), str(moved))
+    # Wide enough that the row naming both modules does not wrap inside its table cell.
+    out = _cli(tmp_path, "diff", "--width", "400", str(base), str(moved))
     assert out.returncode != 1, out.stdout + out.stderr  # no regression from a move alone
     text = out.stdout
-    flat = " ".join(text.split())  # the line may wrap at the terminal's width
+    flat = " ".join(text.split())  # a context line may still wrap
     if "time moved within backward" in text:
         line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
         assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
     else:
         # On a loaded machine backward's share itself moved past the warn line (seen: +6.5 pp
-        # with the step faster): then its row, not a context line, names the module that grew.
+        # with the step faster): then its row, not a context line, names both modules, the
+        # one that grew and the one that shrank (issue #23: only layer.1 was named).
         row = flat.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct", 1)[0]
         assert "warn" in row and "layer.1 (Layer) +" in row, text
+        assert "layer.3 (Layer) -" in row, text
 
     # layer.3 got slower: backward's share regressed, and its row in the PR comment's
     # markdown names layer.3, what it moved and its share of backward now.

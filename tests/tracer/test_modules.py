@@ -18,8 +18,10 @@ from traceml_ci.tracer.modules import select_modules
 
 
 def _spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1000.0
-    while time.perf_counter() < end:
+    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest
+    of the step (the tracer leaves the thread's waits for a CPU out of module times)."""
+    end = time.thread_time() + ms / 1000.0
+    while time.thread_time() < end:
         pass
 
 
@@ -32,11 +34,11 @@ class Layer(nn.Module):
         self.ms, self.log = ms, log
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         _spin(self.ms)
         out = torch.relu(self.lin(x))
         # (ms, whether this call is a sampled one: the sampler's hooks are on it)
-        self.log.append(((time.perf_counter_ns() - t0) / 1e6, bool(self._forward_hooks)))
+        self.log.append(((time.thread_time_ns() - t0) / 1e6, bool(self._forward_hooks)))
         return out
 
 
@@ -61,10 +63,10 @@ class Net(nn.Module):
         self.head = nn.Linear(16, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         sampled = bool(self._forward_hooks)
         out = self.head(self.encoder(self.embed(x)))
-        self.forward_log.append(((time.perf_counter_ns() - t0) / 1e6, sampled))
+        self.forward_log.append(((time.thread_time_ns() - t0) / 1e6, sampled))
         return out
 
 
@@ -93,28 +95,25 @@ def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
     assert names[0] == "encoder"
     layers = [m for m in top if m["name"].startswith("encoder.layer.")]
     assert layers[0]["name"] == "encoder.layer.3"
-    # Its share of forward against the model's own stopwatch, bracketed: in the sampled steps
-    # the stopwatch counts the hooks' cost (the tracer leaves their own work out), in the
-    # unsampled ones there is none to count (the tracer still has the hooks' dispatch, issue
-    # 23). The share lies between the two, within the tolerance of the run's contention.
+    # Its share of forward against the stopwatches inside the model on the UNsampled steps,
+    # which carry no hooks (issue #23: before the hooks' cost was left out, the share sat
+    # 6-14 pp below). The stopwatches read the thread's CPU time: beside other work, the
+    # tracer leaves the thread's waits for a CPU out too.
     assert sum(s for _, s in model.forward_log) == mods["sampled_steps"]
-    layer3 = sum(ms for ms, sampled in model.logs[3] if sampled)
-    forward = sum(ms for ms, sampled in model.forward_log if sampled)
-    hooked = 100.0 * layer3 / forward
     plain = [i for i, (_, s) in enumerate(model.forward_log) if not s][2:]  # after warmup
     bare = (
         100.0
-        * statistics.median(model.logs[3][i][0] for i in plain)
-        / statistics.median(model.forward_log[i][0] for i in plain)
+        * sum(model.logs[3][i][0] for i in plain)
+        / sum(model.forward_log[i][0] for i in plain)
     )
     tolerance = stopwatch_tolerance_pp(doc, 3.0)
     share = layers[0]["share_pct"]
-    assert min(hooked, bare) - tolerance < share < max(hooked, bare) + tolerance, (
-        layers[0],
-        hooked,
-        bare,
-        tolerance,
-    )
+    assert abs(share - bare) < tolerance, (layers[0], bare, tolerance)
+    # The model's forward as the tracer counts it is an unhooked step's, not a hooked one's.
+    hooked = [ms for ms, sampled in model.forward_log if sampled]
+    plain_ms = statistics.median(model.forward_log[i][0] for i in plain)
+    assert mods["forward_ms"] < statistics.median(hooked), (mods["forward_ms"], hooked)
+    assert abs(mods["forward_ms"] - plain_ms) < 0.15 * plain_ms, (mods["forward_ms"], plain_ms)
     # No hook is left on any module once the run is over.
     for module in model.modules():
         assert not module._forward_hooks and not module._forward_pre_hooks

@@ -207,12 +207,21 @@ def name_modules(
         if phase in MODULE_PHASES and row.name == f"step_time.{phase}_pct":
             if row.status in (Status.REGRESSED, Status.WARN):
                 movers = module_movers(base, head, phase, noise_factor)
-                # The modules that moved the way the phase did: the others only diluted.
+                # Both ways: the modules that moved the way the phase did, then those whose
+                # own time moved against it (a share the phase's growth only diluted is not).
                 same_way = [m for m in movers if row.delta is not None and m[1] * row.delta > 0]
-                if not same_way:
+                own = dict(module_movers(base, head, phase, noise_factor, undiluted=True))
+                other_way = [
+                    m
+                    for m in movers
+                    if row.delta is not None
+                    and m[1] * row.delta < 0
+                    and own.get(m[0], 0.0) * m[1] > 0
+                ]
+                if not same_way and not other_way:
                     out.append(row)
                     continue
-                named = describe_movers(same_way, head=head, phase=phase)
+                named = describe_movers(same_way + other_way, head=head, phase=phase)
                 row = with_status(row, row.status, f"{row.note}; {named}" if row.note else named)
             else:
                 # The phase held: did time move between its modules? (Shares of the phase: a

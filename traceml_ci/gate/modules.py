@@ -6,6 +6,9 @@ so "encoder.layer.3 +7.6 pp" reads against "forward +8.1 pp". The noise rule is 
 a move counts only beyond ``noise_factor`` × the combined per-sample spread both summaries
 report for that module (and at least ``MIN_MOVE_PP``). Times are inclusive, so a parent moves
 with its child: a parent whose move one of its descendants explains is left for the child.
+Every module that moved is named, both ways: time that moved from ``layers.3`` to ``layers.1``
+names both. A module that moved against its phase is named only when its own time moved
+(``undiluted``), not when only the others' growth shrank its share.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ MIN_MOVE_PP = 0.5
 MIN_MOVE_WITHIN_PP = 5.0
 #: A parent is left out when a descendant moved by at least this fraction of its move.
 CHILD_EXPLAINS = 0.75
-#: Modules named beside a phase share that moved (the largest movers first).
-MODULES_NAMED = 2
+#: Modules named beside a phase share that moved (the largest movers first; None: all).
+MODULES_NAMED: int | None = None
 
 
 def _listed(doc: SummaryView, phase: str, of_step: bool
@@ -51,14 +54,23 @@ def _listed(doc: SummaryView, phase: str, of_step: bool
 def module_movers(base: SummaryView | Mapping[str, Any], head: SummaryView | Mapping[str, Any],
                   phase: str = "forward",
                   noise_factor: float = 1.0, *, of_step: bool = True,
-                  least_pp: float = MIN_MOVE_PP) -> list[tuple[str, float]]:
+                  least_pp: float = MIN_MOVE_PP, undiluted: bool = False
+                  ) -> list[tuple[str, float]]:
     """Sampled modules of ``phase`` whose share of the step (``of_step``; else of the phase)
     moved beyond their noise, in pp, the largest first; a parent whose move a descendant
-    explains is left out."""
-    b, b_cut = _listed(as_view(base), phase, of_step)
-    h, h_cut = _listed(as_view(head), phase, of_step)
+    explains is left out. ``undiluted``: base's shares are first scaled to head's step (or
+    phase) length, so a module moves only when its own time did -- not when the step grew
+    around it (None when a length is missing: nothing moves)."""
+    base_v, head_v = as_view(base), as_view(head)
+    b, b_cut = _listed(base_v, phase, of_step)
+    h, h_cut = _listed(head_v, phase, of_step)
     if not b or not h:
         return []
+    if undiluted:
+        ratio = _length_ratio(base_v, head_v, phase, of_step)
+        if ratio is None:
+            return []
+        b = {name: (share * ratio, noise * ratio) for name, (share, noise) in b.items()}
     # A module listed on one side only was below the other side's shortest entry (if that list
     # was cut): take that entry as its share, which understates the move, never overstates it.
     b_floor = min(s for s, _ in b.values()) if b_cut else None
@@ -76,13 +88,25 @@ def module_movers(base: SummaryView | Mapping[str, Any], head: SummaryView | Map
     return sorted(kept, key=lambda kv: -abs(kv[1]))
 
 
+def _length_ratio(base: SummaryView, head: SummaryView, phase: str, of_step: bool
+                  ) -> float | None:
+    """base's step (or phase) ms over head's: what a base share is of head's length."""
+    if of_step:
+        b, h = base.step_ms(), head.step_ms()
+    else:
+        b, h = base.phase_ms(phase), head.phase_ms(phase)
+    if b is None or h is None or b <= 0 or h <= 0:
+        return None
+    return b / h
+
+
 def _explained_by_child(name: str, delta: float, moved: Mapping[str, float]) -> bool:
     prefix = name + "."
     return any(other.startswith(prefix) and d * delta > 0 and abs(d) >= CHILD_EXPLAINS * abs(delta)
                for other, d in moved.items())
 
 
-def describe_movers(movers: list[tuple[str, float]], limit: int = MODULES_NAMED,
+def describe_movers(movers: list[tuple[str, float]], limit: int | None = MODULES_NAMED,
                     head: SummaryView | Mapping[str, Any] | None = None, phase: str = "") -> str:
     """``encoder.layer.3 +7.6 pp (41 % of forward), embed -0.3 pp`` -- with ``head``, each
     module's share of the phase there (names are data: the renderers escape them)."""

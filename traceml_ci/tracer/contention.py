@@ -12,11 +12,16 @@ guess that from the shares, each run records what the kernel saw:
   all CPU time (``/proc/stat``; null elsewhere).
 
 Torch-free, and it never raises: a figure it cannot read is None.
+
+``ThreadWait`` reads the same runqueue wait for whichever thread calls it, a few microseconds a
+read: the module sampler brackets a sampled step's forward and backward with it, and leaves out
+a sample whose thread was preempted inside (tracer/modules.py).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -34,6 +39,35 @@ def _schedstat(pid: int) -> tuple[int, int] | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
+
+
+class ThreadWait:
+    """``read()``: ns the calling thread has waited runnable for a CPU so far, or None (no
+    schedstats). One open file per thread, read with ``pread`` (~5 µs; opening it is ~40 µs)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}
+        self.available = _schedstat(threading.get_native_id()) is not None
+
+    def read(self) -> int | None:
+        if not self.available:
+            return None
+        tid = threading.get_native_id()
+        fd = self._fds.get(tid)
+        try:
+            if fd is None:
+                fd = self._fds[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+            return int(os.pread(fd, 96, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _involuntary_switches() -> int | None:

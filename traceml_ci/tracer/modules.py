@@ -22,20 +22,27 @@ module and its ancestors only -- the timed call that began last among those runn
 (``attribute``) -- so a child never exceeds its parent and siblings never add up to more than
 their parent, even where backward intervals overlap (an input several modules read, hooks
 firing on one tensor in turn). On the host clock the hooks' own work is timed and left out,
-of the modules and of the model's own time alike: a sampled step is slower than the others
-by that work, and shares are of the step as it runs unsampled.
+of the modules and of the model's own time alike, and so is their cost that no mark sees
+(torch calling them, their return, ops slowed by a tensor's gradient hook): measured once per
+run on a hooked probe module (``calibrate``). A sampled step is slower than the others by that
+work, and shares are of the step as it runs unsampled. The thread's waits for a CPU, read in
+every hook (schedstat), are left out where they fell -- a preemption would land in one module
+-- and clean samples are preferred (``keep_samples``).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
+import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from traceml_ci.summary.keys import DEFAULT_MODULE_SAMPLE_S, TOP_MODULES
 from traceml_ci.summary.stats import iqr
 from traceml_ci.tracer.clocks import HostClock
+from traceml_ci.tracer.contention import ThreadWait
 from traceml_ci.tracer.flops import compile_in_use, compiled_frames
 
 #: Seconds of training between two sampled steps (``init(module_sample_s=...)``; 0: off).
@@ -55,6 +62,22 @@ MIN_STEP_GAP = 4
 MIN_TICK_NS = 1_000_000
 #: Samples whose device events are not done yet: older ones are waited for.
 MAX_PENDING = 4
+
+#: A sample whose thread waited for a CPU more than this fraction of its time is not clean.
+PREEMPTED_FRACTION = 0.05
+#: Without a runqueue-wait reading (no schedstats; device clocks), a sample that ran this
+#: fraction of its time beyond the median sample is left out: a preemption lands in whichever
+#: module ran then -- one preempted 2 ms backward gave one of six identical layers 55 % of
+#: backward (issue #23). With a reading, the wait is left out where it happened instead.
+SLOW_FRACTION = 0.25
+#: The clean samples alone are used when they are at least this fraction of all, and at
+#: least ``MIN_KEPT`` (a noise estimate needs four); else see ``keep_samples``. Half: a few
+#: clean samples of a loaded run are noisy, and can still start on cold caches.
+MIN_KEPT_FRACTION = 0.5
+MIN_KEPT = 4
+#: Calls of a hooked no-op module, once per run, that measure the hooks' cost their own marks
+#: do not see (medians: a preempted call does not count).
+CALIBRATION_CALLS = 100
 
 #: Armed steps in a row without the model's own forward before sampling stops.
 MAX_MISSED = 3
@@ -198,16 +221,66 @@ def attribute(
 
 
 class _Sample:
-    """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass]``;
-    ``gaps``: the forward hooks' own work, ``[from, to]`` marks (host clock only)."""
+    """One sampled step's marks. A call is ``[name, fwd0, fwd1, bwd0, bwd1, ends_with_pass,
+    pre0, post1]`` (``pre0``/``post1``: where its pre hook's work began and its post hook's
+    ended, host clock only); ``gaps``: the forward hooks' own work, ``[from, to]`` marks (host
+    clock only); ``waits``: per direction, ``(mark, runqueue wait ns, mark, opens_gap)``
+    readings of the thread's wait for a CPU, taken in the hooks (host clock with schedstats
+    only; ``_wait_gaps``)."""
 
-    __slots__ = ("calls", "root", "backward_done", "gaps")
+    __slots__ = ("calls", "root", "backward_done", "gaps", "waits")
 
     def __init__(self) -> None:
         self.calls: list[list[Any]] = []
         self.root: list[Any] = [None, None, None, None]  # forward from/to, backward from/to
         self.backward_done = False
         self.gaps: list[list[Any]] = []
+        self.waits: dict[str, list[tuple[Any, int, Any, bool]]] = {
+            "forward": [],
+            "backward": [],
+        }
+
+
+#: (pre-hook outside, pre-hook inside, post-hook inside, post-hook outside) ns per call.
+Leak = tuple[float, float, float, float]
+
+
+def _no_wait() -> int | None:
+    return None
+
+
+def keep_samples(samples: Sequence[tuple[float, float | None, Any]]) -> list[int]:
+    """Indexes of the samples whose shares count: ``samples`` are ``(root_ms, waited_ms,
+    ...)``, ``waited_ms`` what the thread waited for a CPU inside (already left out of
+    ``root_ms`` and the modules; None: not read).
+
+    Preferred: the clean ones, that waited at most ``PREEMPTED_FRACTION`` of their time (a
+    preempted thread comes back to cold caches, and its next work runs slower: measured,
+    +0.5 ms of CPU time on a 3.5 ms forward). Without readings, a sample that ran
+    ``SLOW_FRACTION`` of its time beyond the median is not clean. When fewer than
+    ``MIN_KEPT_FRACTION`` of them (and ``MIN_KEPT``) are clean: those with readings are all
+    kept (their waits are left out already), of the others the fastest that many."""
+    if not samples:
+        return []
+    median = statistics.median(s[0] for s in samples)
+
+    def score(s: tuple[float, float | None, Any]) -> float:
+        root, waited = s[0], s[1]
+        if root <= 0:
+            return math.inf
+        if waited is not None:
+            return max(waited, 0.0) / root / PREEMPTED_FRACTION
+        return max(root - median, 0.0) / root / SLOW_FRACTION
+
+    scores = [score(s) for s in samples]
+    kept = [i for i, x in enumerate(scores) if x <= 1.0]
+    least = min(len(samples), max(MIN_KEPT, math.ceil(MIN_KEPT_FRACTION * len(samples))))
+    if len(kept) >= least:
+        return kept
+    corrected = [i for i, s in enumerate(samples) if s[1] is not None]
+    if len(corrected) >= least:
+        return corrected
+    return sorted(sorted(range(len(samples)), key=lambda i: scores[i])[:least])
 
 
 class ModuleSampler:
@@ -235,14 +308,19 @@ class ModuleSampler:
         self.missed = 0
         #: Why sampling is off for this run (None: it is not).
         self.off_reason: str | None = None
+        #: The hooks' cost their marks do not see, ns per call (``calibrate``; host clock).
+        self.leak: Leak | None = None
+        self._wait: ThreadWait | None = None
         self._rng = random.Random(0)
         self._current: _Sample | None = None
         self._pending: list[_Sample] = []
-        # per direction: summed ms of the model and of each module, steps, per-sample shares
+        # per direction: samples, and per sample (the model's ms, ms its thread waited for a
+        # CPU, left out, or None, {module: ms}) -- a reservoir of MAX_SHARES beyond that
         self.steps = {"forward": 0, "backward": 0}
-        self.root_ms = {"forward": 0.0, "backward": 0.0}
-        self.totals: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}
-        self.shares: dict[str, dict[str, list[float]]] = {"forward": {}, "backward": {}}
+        self.samples: dict[str, list[tuple[float, float | None, dict[str, float]]]] = {
+            "forward": [],
+            "backward": [],
+        }
 
     def set_every(self, every_s: float) -> None:
         """A later ``init(module_sample_s=...)``, before the first step: 0 turns sampling off."""
@@ -298,6 +376,9 @@ class ModuleSampler:
             self._off(OFF_COMPILED)
             return
         try:
+            if self.clock.kind == "host" and self._wait is None:  # once, at the first sample
+                self._wait = ThreadWait()
+                self.leak = calibrate(self.clock.mark, self._wait.read)
             self._arm()
         except Exception as exc:
             self._disarm()
@@ -322,10 +403,7 @@ class ModuleSampler:
             self._pending.append(current)
         sample = self._current = _Sample()
         mark = self.clock.mark
-        calls = sample.calls
-        # The hooks' own work, left out of every time: host marks cost ~50 ns; device events
-        # would time the device, which the hooks do not occupy.
-        gaps = sample.gaps if self.clock.kind == "host" else None
+        wait = self._wait.read if self._wait is not None else _no_wait
         warn = self._warn
         failed: list[bool] = []
 
@@ -341,66 +419,53 @@ class ModuleSampler:
 
             return run
 
-        opened: dict[str, list[list[Any]]] = {}  # a module's calls not returned yet
-
-        def pre(name: str) -> Callable[..., None]:
-            def hook(module: Any, args: Any) -> None:
-                g0 = mark() if gaps is not None else None
-                call = [name, None, None, None, None, True]
-                calls.append(call)
-                for t in _tensors(args):
-                    call[5] = False
-                    t.register_hook(guarded(lambda grad, c=call: _set_end(c, mark())))
-                opened.setdefault(name, []).append(call)
-                call[1] = mark()  # the call starts as its hook's work ends
-                if gaps is not None:
-                    gaps.append([g0, call[1]])
-
-            return guarded(hook)
-
-        def post(name: str) -> Callable[..., None]:
-            def hook(module: Any, args: Any, output: Any) -> None:
-                end = mark()  # the call ends as its hook's work begins
-                open_calls = opened.get(name)
-                if not open_calls:
-                    return
-                call = open_calls.pop()
-                call[2] = end
-                for t in _tensors(output):
-                    t.register_hook(guarded(lambda grad, c=call: _set_start(c, mark)))
-                if gaps is not None:
-                    gaps.append([end, mark()])
-
-            return guarded(hook)
-
+        # The hooks' own work, left out of every time: host marks cost ~50 ns; device events
+        # would time the device, which the hooks do not occupy.
+        pre, post = module_hooks(sample, mark, guarded, self.clock.kind == "host", wait)
         for name, module in self.modules:
             self.handles.append(module.register_forward_pre_hook(pre(name)))
             self.handles.append(module.register_forward_hook(post(name)))
 
+        fwaits, bwaits = sample.waits["forward"], sample.waits["backward"]
+
+        # Runqueue waits at the model's own marks are read outside them: in no time.
         def root_pre(module: Any, args: Any) -> None:
-            sample.root[0] = mark()
+            w = wait()
+            sample.root[0] = t = mark()
+            if w is not None:
+                fwaits.append((t, w, t, False))
 
         def backward_end() -> None:
             if self._current is not sample:  # a backward that came steps later: not counted
                 return
-            sample.root[3] = mark()
+            sample.root[3] = t = mark()
+            w = wait()
+            if w is not None:
+                bwaits.append((t, w, t, False))
             sample.backward_done = True
             self._pending.append(sample)
             self._current = None
 
         def backward_start(grad: Any) -> None:
             if sample.root[2] is None:
-                sample.root[2] = mark()
+                w = wait()
+                sample.root[2] = t = mark()
+                if w is not None:
+                    bwaits.append((t, w, t, False))
                 import torch
 
                 torch.autograd.Variable._execution_engine.queue_callback(guarded(backward_end))
 
         def root_post(module: Any, args: Any, output: Any) -> None:
-            self._disarm()  # one step's forward: the hooks go as it returns
             if sample.root[0] is None:
+                self._disarm()
                 return
+            sample.root[1] = t = mark()  # before the hooks go: removing them is no forward time
+            w = wait()
+            if w is not None:
+                fwaits.append((t, w, t, False))
+            self._disarm()  # one step's forward: the hooks go as it returns
             self.missed = 0
-            sample.root[1] = mark()
             hooked = False
             for t in _tensors(output):
                 t.register_hook(guarded(backward_start))
@@ -433,6 +498,8 @@ class ModuleSampler:
         except Exception as exc:
             self._warn(f"module sampling: the last samples were lost ({exc!r})")
             self._pending = []
+        if self._wait is not None:
+            self._wait.close()
 
     # -- resolving -----------------------------------------------------------------------------
     def _resolve(self, wait: bool) -> None:
@@ -454,93 +521,319 @@ class ModuleSampler:
 
     def _add(self, sample: _Sample) -> None:
         """One sample's times: its marks as ms from the model's own start, each instant given
-        to one chain of modules (``attribute``), the hooks' own work left out."""
+        to one chain of modules (``attribute``), the hooks' own work and the cost their marks
+        do not see (``leak``) left out."""
         el = self.clock.elapsed_ms
         f0, f1, b0, b1 = sample.root
         if f0 is None or f1 is None:
             return
         backward = sample.backward_done and b0 is not None and b1 is not None
+        leak = self.leak if self.clock.kind == "host" else None
+        out_pre, in_pre, in_post, out_post = (x / 1e6 for x in leak) if leak else (0.0,) * 4
         fwd: list[tuple[str, float, float]] = []
         bwd: list[tuple[str, float, float]] = []
-        for name, c0, c1, d0, d1, ends_with_pass in sample.calls:
-            if c0 is not None and c1 is not None:
-                fwd.append((name, el(f0, c0), el(f0, c1)))
-            end = b1 if ends_with_pass or d1 is None else d1
-            if backward and d0 is not None and end is not None:
-                bwd.append((name, el(b0, d0), el(b0, end)))
         gaps = [
             (el(f0, g0), el(f0, g1)) for g0, g1 in sample.gaps if g0 is not None and g1 is not None
         ]
-        self._add_direction("forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps))
+        if leak:  # the model's own hooks cost as a module's do, inside its forward
+            root_ms = el(f0, f1)
+            gaps += [(0.0, in_pre), (root_ms - in_post, root_ms)]
+        for name, c0, c1, d0, d1, ends_with_pass, p0, p1 in sample.calls:
+            if c0 is not None and c1 is not None:
+                s, e = el(f0, c0), el(f0, c1)
+                fwd.append((name, s, e))
+                if leak:
+                    gaps += [(s, s + in_pre), (e - in_post, e)]
+                    if p0 is not None:
+                        gaps.append((el(f0, p0) - out_pre, el(f0, p0)))
+                    if p1 is not None:
+                        gaps.append((el(f0, p1), el(f0, p1) + out_post))
+            end = b1 if ends_with_pass or d1 is None else d1
+            if backward and d0 is not None and end is not None:
+                bwd.append((name, el(b0, d0), el(b0, end)))
+        fw = sample.waits["forward"]
+        gaps += _wait_gaps(fw, f0, el)
+        self._add_direction(
+            "forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps), _waited_ms(fw)
+        )
         if backward:
-            self._add_direction("backward", *attribute(el(b0, b1), bwd, self.ancestors))
+            bw = sample.waits["backward"]
+            self._add_direction(
+                "backward",
+                *attribute(el(b0, b1), bwd, self.ancestors, _wait_gaps(bw, b0, el)),
+                _waited_ms(bw),
+            )
 
-    def _add_direction(self, direction: str, root_ms: float, per_module: dict[str, float]) -> None:
-        """Add one sample: ``root_ms`` the model's own time, ``per_module`` the modules'
-        (``attribute``: each at most its parent's, siblings at most their parent's)."""
+    def _add_direction(
+        self,
+        direction: str,
+        root_ms: float,
+        per_module: dict[str, float],
+        waited_ms: float | None = None,
+    ) -> None:
+        """Keep one sample: ``root_ms`` the model's own time, ``per_module`` the modules'
+        (``attribute``: each at most its parent's, siblings at most their parent's);
+        ``waited_ms``: the thread's waits for a CPU, left out of both (None: not read)."""
         if root_ms <= 0:
             return
         self.steps[direction] += 1
-        self.root_ms[direction] += root_ms
-        totals, shares = self.totals[direction], self.shares[direction]
-        for name, ms in per_module.items():
-            totals[name] = totals.get(name, 0.0) + ms
-            kept = shares.setdefault(name, [])
-            share = 100.0 * ms / root_ms
-            if len(kept) < MAX_SHARES:
-                kept.append(share)
-            else:  # a reservoir: every sample equally likely to be kept
-                j = self._rng.randrange(self.steps[direction])
-                if j < MAX_SHARES:
-                    kept[j] = share
+        kept = self.samples[direction]
+        record = (root_ms, waited_ms, per_module)
+        if len(kept) < MAX_SHARES:
+            kept.append(record)
+        else:  # a reservoir: every sample equally likely to be kept
+            j = self._rng.randrange(self.steps[direction])
+            if j < MAX_SHARES:
+                kept[j] = record
 
     def summary(self) -> dict[str, Any] | None:
         """The ``modules`` block (docs/pinpoint.md); None when sampling never ran."""
         if self.off_reason is not None:
             return {"sampled_steps": 0, "off": self.off_reason, "forward": []}
         n = self.steps["forward"]
-        if not n or self.root_ms["forward"] <= 0:
+        forward = self._direction("forward")
+        if not n or forward is None:
             return None
         out: dict[str, Any] = {
             "sampled_steps": n,
             "every_s": self.every_ns / 1e9,
             "clock": self.clock.kind,
-            "forward_ms": round(self.root_ms["forward"] / n, 4),
-            "forward": self._top("forward"),
+            "forward_ms": forward[0],
+            "forward_left_out": forward[1],
+            "forward": forward[2],
         }
-        nb = self.steps["backward"]
-        if nb and self.root_ms["backward"] > 0:
-            out["backward_steps"] = nb
-            out["backward_ms"] = round(self.root_ms["backward"] / nb, 4)
-            out["backward"] = self._top("backward")
+        backward = self._direction("backward")
+        if self.steps["backward"] and backward is not None:
+            out["backward_steps"] = self.steps["backward"]
+            out["backward_ms"] = backward[0]
+            out["backward_left_out"] = backward[1]
+            out["backward"] = backward[2]
         return out
 
-    def _top(self, direction: str) -> list[dict[str, Any]]:
-        n, root = self.steps[direction], self.root_ms[direction]
-        top = sorted(self.totals[direction].items(), key=lambda kv: -kv[1])[:TOP_MODULES]
+    def _direction(self, direction: str) -> tuple[float, int, list[dict[str, Any]]] | None:
+        """One direction over its kept samples (``keep_samples``): the model's mean ms, how
+        many samples were left out, and the slowest modules' rows. Ratios of sums over whole
+        samples, so what ``attribute`` promises of each sample holds of the whole."""
+        samples = self.samples[direction]
+        kept = [samples[i] for i in keep_samples(samples)]
+        root = sum(r for r, _, _ in kept)
+        if not kept or root <= 0:
+            return None
+        totals: dict[str, float] = {}
+        for _, _, per_module in kept:
+            for name, ms in per_module.items():
+                totals[name] = totals.get(name, 0.0) + ms
+        top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_MODULES]
         rows = []
         for name, ms in top:
-            shares = self.shares[direction].get(name) or []
+            shares = [100.0 * pm.get(name, 0.0) / r for r, _, pm in kept]
             rows.append(
                 {
                     "name": name,
                     "type": self.types.get(name, ""),
-                    "ms": round(ms / n, 4),
+                    "ms": round(ms / len(kept), 4),
                     "share_pct": round(100.0 * ms / root, 2),
                     # per-sample spread of the share: the gate's noise rule for modules
                     "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None,
                 }
             )
-        return rows
+        return round(root / len(kept), 4), len(samples) - len(kept), rows
 
 
-def _set_start(call: list[Any], mark: Callable[[], Any]) -> None:
+def module_hooks(
+    sample: _Sample,
+    mark: Callable[[], Any],
+    guarded: Callable[[Callable[..., Any]], Callable[..., Any]],
+    host: bool,
+    wait: Callable[[], int | None] = _no_wait,
+) -> tuple[Callable[[str], Callable[..., None]], Callable[[str], Callable[..., None]]]:
+    """Makers of a module's pre- and post-forward hooks that stamp its calls into ``sample``
+    (``host``: the hooks' own work is stamped too, as ``sample.gaps``; ``wait``: the thread's
+    runqueue wait, read inside that work, into ``sample.waits``)."""
+    calls = sample.calls
+    gaps = sample.gaps if host else None
+    fwaits, bwaits = sample.waits["forward"], sample.waits["backward"]
+    opened: dict[str, list[list[Any]]] = {}  # a module's calls not returned yet
+
+    def pre(name: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any) -> None:
+            g0 = mark() if gaps is not None else None
+            w = wait()  # at both ends of the hook's work: a wait inside it is left out once
+            if w is not None:
+                fwaits.append((g0, w, g0, True))
+            call = [name, None, None, None, None, True, g0, None]
+            calls.append(call)
+            for t in _tensors(args):
+                call[5] = False
+                t.register_hook(guarded(lambda grad, c=call: _set_end(c, mark, wait, bwaits)))
+            opened.setdefault(name, []).append(call)
+            w = wait()
+            call[1] = mark()  # the call starts as its hook's work ends
+            if gaps is not None:
+                gaps.append([g0, call[1]])
+                if w is not None:
+                    fwaits.append((call[1], w, call[1], False))
+
+        return guarded(hook)
+
+    def post(name: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            end = mark()  # the call ends as its hook's work begins
+            open_calls = opened.get(name)
+            if not open_calls:
+                return
+            call = open_calls.pop()
+            call[2] = end
+            w = wait()
+            if w is not None:
+                fwaits.append((end, w, end, True))
+            for t in _tensors(output):
+                t.register_hook(guarded(lambda grad, c=call: _set_start(c, mark, wait, bwaits)))
+            if gaps is not None:
+                w = wait()
+                call[7] = mark()
+                gaps.append([end, call[7]])
+                if w is not None:
+                    fwaits.append((call[7], w, call[7], False))
+
+        return guarded(hook)
+
+    return pre, post
+
+
+def _waited_ms(readings: list[tuple[Any, int, Any, bool]]) -> float | None:
+    """What the thread waited for a CPU from its first reading to its last (None: none)."""
+    if not readings:
+        return None
+    waits = [r[1] for r in readings]
+    return max(max(waits) - min(waits), 0) / 1e6
+
+
+def _wait_gaps(
+    readings: list[tuple[Any, int, Any, bool]], origin: Any, el: Callable[[Any, Any], float]
+) -> list[tuple[float, float]]:
+    """The thread's waits for a CPU as gaps, ms from ``origin``: ``readings`` are ``(mark,
+    wait ns, mark, opens_gap)``, a reading taken between the two marks (its own cost, a gap
+    too). What it waited between two readings lies between them, in time that belongs to one
+    chain of modules (readings are taken in every hook): it is left out right after the
+    first -- unless the first opens a hook's work (``opens_gap``), left out already."""
+    out: list[tuple[float, float]] = []
+    last: tuple[Any, int, Any, bool] | None = None
+    for r in sorted(readings, key=lambda r: el(origin, r[0])):
+        a, b = el(origin, r[0]), el(origin, r[2])
+        if b > a:
+            out.append((a, b))
+        if last is not None and r[1] > last[1] and not last[3]:
+            start = el(origin, last[2])
+            out.append((start, min(start + (r[1] - last[1]) / 1e6, a)))
+        last = r
+    return out
+
+
+def calibrate(
+    mark: Callable[[], Any],
+    wait: Callable[[], int | None] = _no_wait,
+    calls: int = CALIBRATION_CALLS,
+) -> Leak | None:
+    """The hooks' per-call cost that their own marks do not see, in clock units (host ns):
+    torch calling the pre hook and the hook's return (before and after its work's marks),
+    the same for the post hook -- as ``(pre outside, pre inside, post inside, post outside)``
+    the call's interval, each beyond what calling an unhooked module costs -- and, added to
+    the inside of the pre hook and the outside of the post hook, how much slower an op runs
+    on a tensor carrying a gradient hook (the first op on the call's input, and on its
+    output). Measured as a real call runs: a module whose input and output need a gradient
+    (so the hooks hang their gradient hooks, and read ``wait``), whose forward marks its own
+    start and end around one op; medians of ``calls`` calls each way (~2 ms in all, once per
+    run). None where it cannot be measured."""
+    try:
+        import torch
+        from torch import nn
+    except Exception:
+        return None
+    seen: list[Any] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: Any) -> Any:
+            seen.append(mark())
+            y = x.add(0.0)
+            seen.append(mark())
+            return y
+
+    plain_probe, probe = Probe(), Probe()
+    leaf = torch.zeros(4, 4).requires_grad_()
+    kept: list[Any] = []  # outputs live on, as a model's do: no frees inside the marks
+
+    def timed(module: Any) -> tuple[Any, Any]:
+        x = leaf.mul(1.0)  # not a leaf, as a layer's input; a fresh one each call
+        seen.clear()
+        a = mark()
+        kept.append(module(x))
+        b = mark()
+        return a, b
+
+    sample = _Sample()
+    pre, post = module_hooks(sample, mark, _guarded_alike, True, wait)
+    handles = [
+        probe.register_forward_pre_hook(pre("probe")),
+        probe.register_forward_hook(post("probe")),
+    ]
+    plain: list[tuple[float, float, float]] = []
+    parts: list[tuple[float, float, float, float, float]] = []
+    try:
+        for _ in range(calls):  # in turns: a drift of the machine's speed touches both alike
+            a, b = timed(plain_probe)
+            plain.append((seen[0] - a, b - seen[1], seen[1] - seen[0]))
+            sample.calls.clear()
+            a, b = timed(probe)
+            _, c0, c1, _, _, _, p0, p1 = sample.calls[-1]
+            parts.append((p0 - a, seen[0] - c0, c1 - seen[1], b - p1, seen[1] - seen[0]))
+    finally:
+        for h in handles:
+            h.remove()
+    kept.clear()
+    before = statistics.median(p[0] for p in plain)
+    after = statistics.median(p[1] for p in plain)
+    body = statistics.median(p[2] for p in plain)
+    out_pre, in_pre, in_post, out_post, hooked_body = (
+        statistics.median(p[i] for p in parts) for i in range(5)
+    )
+    out_pre, out_post = out_pre - before, out_post - after
+    # An op on a tensor that carries a gradient hook runs slower: the first op on the call's
+    # input (inside the call) and on its output (in the parent, after it).
+    slower = max(hooked_body - body, 0.0)
+    return (max(out_pre, 0.0), max(in_pre, 0.0) + slower, max(in_post, 0.0),
+            max(out_post, 0.0) + slower)
+
+
+def _guarded_alike(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The sampler's ``guarded`` wrapper as it costs: one more frame and a try."""
+
+    def run(*args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            raise
+
+    return run
+
+
+def _set_start(
+    call: list[Any], mark: Callable[[], Any], wait: Callable[[], int | None], waits: list[Any]
+) -> None:
     if call[3] is None:  # the first of its outputs' gradients to be ready
-        call[3] = mark()
+        call[3] = t = mark()
+        w = wait()
+        if w is not None:
+            waits.append((t, w, mark(), False))
 
 
-def _set_end(call: list[Any], t: Any) -> None:
-    call[4] = t  # the last of its inputs' gradients to be ready
+def _set_end(
+    call: list[Any], mark: Callable[[], Any], wait: Callable[[], int | None], waits: list[Any]
+) -> None:
+    call[4] = t = mark()  # the last of its inputs' gradients to be ready
+    w = wait()
+    if w is not None:
+        waits.append((t, w, mark(), False))
 
 
 def _marks(sample: _Sample) -> Iterator[Any]:
