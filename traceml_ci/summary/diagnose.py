@@ -18,6 +18,12 @@ NEXT_STEP: dict[str, str] = {
         "Look at the input pipeline: raise DataLoader num_workers, set pin_memory=True and "
         "persistent_workers=True, and time the dataset's __getitem__ (decoding, augmentation, I/O)."
     ),
+    StepTimeLabel.H2D_BOUND: (
+        "Make the host-to-device copies cheaper: set DataLoader pin_memory=True and copy with "
+        ".to(device, non_blocking=True), copy the batch once (not tensor by tensor), send "
+        "compact dtypes (uint8 images) and convert on the device, or keep a small dataset on "
+        "the device."
+    ),
     StepTimeLabel.COMPUTE_BOUND: (
         "Compute dominates, the healthy case. To go faster: mixed precision (torch.autocast), "
         "torch.compile, larger batches, fused kernels; open torch.profiler or Nsight Systems to "
@@ -83,6 +89,17 @@ def input_next_step(settings: DataLoaderSettings | None, device: str = "cpu") ->
     return "Look at the input pipeline: " + "; ".join(hints) + "."
 
 
+def h2d_next_step(settings: DataLoaderSettings | None) -> str:
+    """H2D_BOUND's next step: pinned memory first where the loader does not pin."""
+    if settings is not None and not settings.pin_memory:
+        return (
+            "The DataLoader does not pin its batches (pin_memory=False): set pin_memory=True "
+            "and copy with .to(device, non_blocking=True); then copy the batch once (not "
+            "tensor by tensor), send compact dtypes (uint8 images) and convert on the device."
+        )
+    return NEXT_STEP[StepTimeLabel.H2D_BOUND]
+
+
 def _severity_for_share(share: float, th: Thresholds) -> Severity:
     return Severity.CRIT if share >= th.critical_pct else Severity.WARN
 
@@ -99,8 +116,9 @@ def diagnose_step_time(
     """All step-time diagnoses that apply, the primary one first. ``dataloader`` and ``device``
     (a device type: ``cpu``, ``cuda``, ...) shape INPUT_BOUND's next step.
 
-    Priority when several apply: INPUT_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND > COMPUTE_BOUND,
-    because waiting on data or on the host is wasted device time, while compute is the work.
+    Priority when several apply: INPUT_BOUND > H2D_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND >
+    COMPUTE_BOUND, because waiting on data, on copies or on the host is wasted device time,
+    while compute is the work. H2D_BOUND only where the summary has the h2d phase.
     """
     area = "step_time"
     if steps_analyzed < th.min_steps or pct.get("dataloader") is None:
@@ -122,6 +140,12 @@ def diagnose_step_time(
     checks = [
         (StepTimeLabel.INPUT_BOUND, p["dataloader"], th.input_bound_pct, "Waiting for data"),
         (
+            StepTimeLabel.H2D_BOUND,
+            p.get("h2d", 0.0),
+            th.h2d_bound_pct,
+            "Copying tensors from host to device",
+        ),
+        (
             StepTimeLabel.OVERHEAD_BOUND,
             p["other"],
             th.overhead_bound_pct,
@@ -137,11 +161,12 @@ def diagnose_step_time(
     for label, share, limit, what in checks:
         if share >= limit:
             msg = f"{what} is {share:.1f}% of step time (threshold {limit:g}%)."
-            nxt = (
-                input_next_step(dataloader, device)
-                if label is StepTimeLabel.INPUT_BOUND
-                else NEXT_STEP[label]
-            )
+            if label is StepTimeLabel.INPUT_BOUND:
+                nxt = input_next_step(dataloader, device)
+            elif label is StepTimeLabel.H2D_BOUND:
+                nxt = h2d_next_step(dataloader)
+            else:
+                nxt = NEXT_STEP[label]
             found.append(Diagnosis(area, label.value, _severity_for_share(share, th), msg, nxt))
     if compute >= th.compute_bound_pct:
         limit = th.compute_bound_pct

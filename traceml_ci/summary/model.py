@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME, WAIT_PHASE, phases_of
+from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME, phases_in
 
 __all__ = ["PHASES", "SCHEMA_VERSION", "TOOL_NAME"]  # re-exported; defined in keys.py
 
@@ -17,6 +17,7 @@ class StepTimeLabel(str, Enum):
     """Where a step's time went, as ``step_time.label`` says it (docs/diagnoses.md)."""
 
     INPUT_BOUND = "INPUT_BOUND"
+    H2D_BOUND = "H2D_BOUND"
     COMPUTE_BOUND = "COMPUTE_BOUND"
     OPTIMIZER_BOUND = "OPTIMIZER_BOUND"
     OVERHEAD_BOUND = "OVERHEAD_BOUND"
@@ -127,7 +128,7 @@ class DataLoaderSettings:
 class StepTime:
     diagnosis: StepTimeLabel
     #: phase -> percent of step time; serialised as <phase>_pct. ``wait`` only where the run
-    #: used a process group (keys.phases_of).
+    #: used a process group, ``h2d`` only where it copied to a device (keys.phases_of).
     pct: dict[str, float | None]
     steps_total: int
     steps_analyzed: int
@@ -233,7 +234,7 @@ class Summary:
         """The JSON document, keys in a stable, readable order."""
         st = self.step_time
         step_time: dict[str, Any] = {"diagnosis": st.diagnosis.value}
-        phases = phases_of(WAIT_PHASE in st.pct)
+        phases = phases_in(st.pct)
         for phase in phases:
             step_time[f"{phase}_pct"] = _round(st.pct.get(phase), 2)
         step_time.update(

@@ -30,7 +30,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, WAIT_PHASE
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, H2D_PHASE, WAIT_PHASE
 from traceml_ci.summary.view import SummaryView, finite
 
 #: A rank whose own work per step is this much above the other ranks' median (percent)
@@ -61,13 +61,16 @@ MAX_RANKS_LISTED = 64
 
 BALANCED = "RANKS_BALANCED"
 INPUT_STRAGGLER = "INPUT_STRAGGLER"
+H2D_STRAGGLER = "H2D_STRAGGLER"
 COMPUTE_STRAGGLER = "COMPUTE_STRAGGLER"
 STRAGGLER = "STRAGGLER"
 #: The labels, best first (a label further down is worse).
-LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, INPUT_STRAGGLER)
+LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, H2D_STRAGGLER,
+                           INPUT_STRAGGLER)
 
 _CAUSE_LABEL = {
     "dataloader": INPUT_STRAGGLER,
+    H2D_PHASE: H2D_STRAGGLER,
     "forward": COMPUTE_STRAGGLER,
     "backward": COMPUTE_STRAGGLER,
 }
@@ -77,6 +80,12 @@ NEXT_STEP: dict[str, str] = {
         "Rank {rank} waits longer for its data than the others: look for uneven shards or "
         "sample sizes, a slower disk or data path on its host, fewer DataLoader workers or "
         "CPUs there."
+    ),
+    H2D_STRAGGLER: (
+        "Rank {rank} copies its batches to the device slower than the others: check that its "
+        "DataLoader pins memory, its GPU's PCIe link (nvidia-smi -q: link width and "
+        "generation) and NUMA placement (the loader's CPUs near its GPU), and whether its "
+        "shard has larger batches."
     ),
     COMPUTE_STRAGGLER: (
         "Rank {rank} computes its {cause} slower than the others: a slower or throttled "
@@ -90,10 +99,18 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
+def own_phases_of(waits: bool, copies: bool) -> tuple[str, ...]:
+    """The phases a rank does without waiting for the others: backward's compute included
+    where the summary has the wait phase, its host-to-device copies where it has the h2d
+    phase (a copy waits for no other rank)."""
+    phases = OWN_WORK_PHASES_WITH_WAIT if waits else OWN_WORK_PHASES
+    return (phases[0], H2D_PHASE, *phases[1:]) if copies else phases
+
+
 def own_work_phases(view: SummaryView) -> tuple[str, ...]:
-    """The phases ``view``'s rank does without waiting for the others: backward's compute
-    included where the summary has the wait phase."""
-    return OWN_WORK_PHASES_WITH_WAIT if WAIT_PHASE in view.phases else OWN_WORK_PHASES
+    """The phases ``view``'s rank does without waiting for the others (``own_phases_of``)."""
+    phases = view.phases
+    return own_phases_of(WAIT_PHASE in phases, H2D_PHASE in phases)
 
 
 def own_work_ms(view: SummaryView) -> float | None:
@@ -196,7 +213,10 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
     than the others' median; without it ("own_work"), the rank with the most own work."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
     waits = _waits(timed)
-    own_phases = OWN_WORK_PHASES_WITH_WAIT if waits else OWN_WORK_PHASES
+    # Copies are a cause where every rank has the h2d phase (a rank that copied nothing has
+    # none: its copies are 0 ms, not unknown).
+    copies = bool(timed) and any(H2D_PHASE in (r.get("phase_ms") or {}) for r in timed)
+    own_phases = own_phases_of(waits, copies)
     out: dict[str, Any] = {
         "label": BALANCED,
         "rank": None,
@@ -278,11 +298,19 @@ def straggler_cause(
     """The own-work phase where ``worst`` exceeds the other ranks' median most."""
     excess = {}
     for p in phases:
-        mine = finite((worst.get("phase_ms") or {}).get(p))
-        values = [finite((r.get("phase_ms") or {}).get(p)) for r in others]
+        mine = _phase_ms(worst, p)
+        values = [_phase_ms(r, p) for r in others]
         if mine is not None and values and all(x is not None for x in values):
             excess[p] = mine - statistics.median(x for x in values if x is not None)
     return max(excess, key=lambda p: excess[p]) if excess else None
+
+
+def _phase_ms(row: Mapping[str, Any], phase: str) -> float | None:
+    """A rank's median ms in ``phase``; a rank without the h2d phase copied nothing (0 ms)."""
+    ms = row.get("phase_ms") or {}
+    if phase == H2D_PHASE and phase not in ms:
+        return 0.0
+    return finite(ms.get(phase))
 
 
 def headline_rank(rows: Sequence[Mapping[str, Any]], analysis: Mapping[str, Any]) -> Any:

@@ -15,6 +15,13 @@ class Thresholds:
     min_steps: int = 10
     #: dataloader_pct at or above this -> INPUT_BOUND.
     input_bound_pct: float = 30.0
+    #: h2d_pct (host-to-device copies inside the step) at or above this -> H2D_BOUND. Lower
+    #: than the other phases' 30: a copy is work the device does not need at all once the
+    #: batch is pinned and copied ``non_blocking`` ahead of its use (or kept on the device),
+    #: and a pinned copy runs at ~10-25 GB/s, so a fifth of a step spent copying means a
+    #: pageable batch, a batch far larger than the model's work on it, or copies made one
+    #: small tensor at a time.
+    h2d_bound_pct: float = 20.0
     #: optimizer_pct at or above this -> OPTIMIZER_BOUND.
     optimizer_bound_pct: float = 30.0
     #: other_pct (time outside the named phases) at or above this -> OVERHEAD_BOUND.
