@@ -8,7 +8,7 @@ from typing import Any
 
 from traceml_ci._version import __version__
 from traceml_ci.summary import stats
-from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
+from traceml_ci.summary.diagnose import diagnose_gpu, diagnose_memory, diagnose_step_time
 from traceml_ci.summary.keys import MEASURED_PHASES, phases_of
 from traceml_ci.summary.model import (
     BetweenSteps,
@@ -128,7 +128,7 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         step_time=step_time,
         step_memory=step_memory,
         gpu=record.gpu,
-        diagnoses=tuple(st_diags + mem_diags),
+        diagnoses=tuple(st_diags + mem_diags + diagnose_gpu(record.gpu, thresholds)),
         tool_version=__version__,
         efficiency=_efficiency(record, step_time),
         modules=record.modules,

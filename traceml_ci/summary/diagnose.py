@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from traceml_ci.summary.model import (
     DataLoaderSettings,
     Diagnosis,
+    GpuUtil,
     MemoryLabel,
     Severity,
     StepTimeLabel,
@@ -284,6 +285,62 @@ def diagnose_memory(
                 Severity.INFO,
                 "No growth, pressure or fragmentation.",
                 NEXT_STEP[MemoryLabel.BALANCED],
+            )
+        )
+    return found
+
+
+#: The GPU diagnoses (area ``gpu``): from the NVML sampler's figures; none without them.
+LOW_GPU_UTILIZATION = "LOW_GPU_UTILIZATION"
+HIGH_GPU_TEMPERATURE = "HIGH_GPU_TEMPERATURE"
+GPU_NEXT_STEP: dict[str, str] = {
+    LOW_GPU_UTILIZATION: (
+        "The GPU ran no kernel most of the time: see which phase the step spends outside "
+        "forward and backward (INPUT_BOUND, H2D_BOUND, OVERHEAD_BOUND above, the wait phase "
+        "of a distributed run); then larger batches, CUDA graphs or torch.compile for many "
+        "small kernels."
+    ),
+    HIGH_GPU_TEMPERATURE: (
+        "The GPU ran hot enough to slow its clocks: check the cooling and airflow of its host "
+        "(nvidia-smi -q -d TEMPERATURE,PERFORMANCE shows thermal slowdown), and compare its "
+        "step times with a cooler run before reading a regression into them."
+    ),
+}
+
+
+def diagnose_gpu(gpu: GpuUtil, th: Thresholds) -> list[Diagnosis]:
+    """GPU diagnoses that apply (none for a run without NVML samples, or too few)."""
+    if gpu.samples < th.min_gpu_samples or gpu.util_mean_pct is None:
+        return []
+    found: list[Diagnosis] = []
+    if gpu.util_mean_pct < th.low_gpu_util_pct:
+        found.append(
+            Diagnosis(
+                "gpu",
+                LOW_GPU_UTILIZATION,
+                Severity.WARN,
+                f"The GPU was busy {gpu.util_mean_pct:.0f}% of the time on average over "
+                f"{gpu.samples} samples (threshold {th.low_gpu_util_pct:g}%).",
+                GPU_NEXT_STEP[LOW_GPU_UTILIZATION],
+            )
+        )
+    hot = gpu.temp_max_c
+    limit = th.high_gpu_temp_c
+    if gpu.temp_slowdown_c is not None:
+        limit = min(limit, gpu.temp_slowdown_c - th.gpu_temp_margin_c)
+    if hot is not None and hot >= limit:
+        slowdown = (
+            f"; the device slows its clocks at {gpu.temp_slowdown_c:.0f} C"
+            if gpu.temp_slowdown_c is not None
+            else ""
+        )
+        found.append(
+            Diagnosis(
+                "gpu",
+                HIGH_GPU_TEMPERATURE,
+                Severity.WARN,
+                f"The GPU reached {hot:.0f} C (threshold {limit:g} C{slowdown}).",
+                GPU_NEXT_STEP[HIGH_GPU_TEMPERATURE],
             )
         )
     return found

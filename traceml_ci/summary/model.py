@@ -53,7 +53,7 @@ class RunStatus(str, Enum):
 
 @dataclass(frozen=True)
 class Diagnosis:
-    area: str  # "step_time" | "step_memory" | "gpu"
+    area: str  # "step_time" | "step_memory" | "gpu" | "distributed"
     kind: str
     severity: Severity
     message: str
@@ -165,10 +165,30 @@ class StepMemory:
 
 @dataclass(frozen=True)
 class GpuUtil:
+    """What the NVML sampler saw (tracer/gpu_util.py), every ``SAMPLE_INTERVAL_S``."""
+
     util_mean_pct: float | None = None
     util_p10_pct: float | None = None
     mem_used_peak_mb: float | None = None
     samples: int = 0
+    #: The GPU's core temperature, highest and mean over the samples (degrees C); left out of
+    #: the JSON where not read (no NVML, an older tracer).
+    temp_max_c: float | None = None
+    temp_mean_c: float | None = None
+    #: The temperature at which the driver starts slowing the GPU's clocks (NVML's slowdown
+    #: threshold), where the device reports one.
+    temp_slowdown_c: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _rounded(dataclasses.asdict(self), 2)
+        for key in OPTIONAL_GPU_KEYS:
+            if out[key] is None:
+                del out[key]
+        return out
+
+
+#: The ``gpu`` block's keys written only when known (summaries before them stay as they were).
+OPTIONAL_GPU_KEYS = ("temp_max_c", "temp_mean_c", "temp_slowdown_c")
 
 
 @dataclass(frozen=True)
@@ -270,7 +290,7 @@ class Summary:
             "env": dict(self.env),
             "step_time": step_time,
             "step_memory": _rounded(mem, 2),
-            "gpu": _rounded(dataclasses.asdict(self.gpu), 2),
+            "gpu": self.gpu.to_dict(),
             "diagnoses": [
                 {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
             ],

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, H2D_PHASE, WAIT_PHASE
+from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from traceml_ci.summary.view import SummaryView, finite
 
 #: A rank whose own work per step is this much above the other ranks' median (percent)
@@ -348,6 +349,7 @@ def merge_ranks(
     nodes: int | None = None,
     backend: str | None = None,
     failed: Sequence[int] = (),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> dict[str, Any]:
     """One summary for a distributed job from its ranks' summaries (rank 0's first).
 
@@ -377,6 +379,9 @@ def merge_ranks(
     diagnoses = [copy.deepcopy(dict(d)) for d in found] + diagnoses
     if analysis["label"] is not None:
         diagnoses.append(_straggler_diagnosis(analysis))
+    imbalance = memory_imbalance(docs, thresholds)
+    if imbalance is not None:
+        diagnoses.append(imbalance)
     out["diagnoses"] = diagnoses
     statuses = {r["status"] for r in rows}
     run = out.setdefault("run", {})
@@ -401,6 +406,47 @@ def merge_ranks(
         "headline_rank": head,
     }
     return out
+
+
+RANK_GPU_MEMORY_IMBALANCE = "RANK_GPU_MEMORY_IMBALANCE"
+
+
+def memory_imbalance(
+    docs: Sequence[Mapping[str, Any]], th: Thresholds = DEFAULT_THRESHOLDS
+) -> dict[str, Any] | None:
+    """RANK_GPU_MEMORY_IMBALANCE where the ranks' peak GPU memory (allocated) differs by at
+    least ``rank_memory_imbalance_fraction`` of the highest and ``rank_memory_imbalance_min_mb``
+    (thresholds.py); None when balanced, or fewer than two ranks report a GPU peak."""
+    peaks = []
+    for d in docs:
+        v = SummaryView(d)
+        mb = finite(v.memory_mb("peak_allocated_mb"))
+        if mb is not None:
+            peaks.append((mb, v.run.get("rank")))
+    if len(peaks) < 2:
+        return None
+    high, high_rank = max(peaks, key=lambda p: p[0])
+    low, low_rank = min(peaks, key=lambda p: p[0])
+    gap = high - low
+    if gap < th.rank_memory_imbalance_min_mb or gap < th.rank_memory_imbalance_fraction * high:
+        return None
+    return {
+        "area": "distributed",
+        "kind": RANK_GPU_MEMORY_IMBALANCE,
+        "severity": "warn",
+        "message": (
+            f"Rank {high_rank} peaked at {high:.0f} MB of GPU memory, rank {low_rank} at "
+            f"{low:.0f} MB ({100 * gap / high:.0f}% less; threshold "
+            f"{100 * th.rank_memory_imbalance_fraction:g}% and "
+            f"{th.rank_memory_imbalance_min_mb:g} MB)."
+        ),
+        "next_step": (
+            f"Ranks of a data-parallel job should hold the same memory: look for work only rank "
+            f"{high_rank} does (metrics or outputs kept on the GPU, a checkpoint or evaluation "
+            "gathered to it), uneven batch shapes between ranks, or a leak on that rank; the "
+            "per-rank peaks are in `traceml-ci show`."
+        ),
+    }
 
 
 def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:

@@ -50,5 +50,32 @@ class Thresholds:
     #: ... with at least this many MB unused in the cache -> FRAGMENTATION.
     fragmentation_min_mb: float = 1024.0
 
+    # --- GPU (the NVML sampler's figures: tracer/gpu_util.py) ---
+    #: Fewer NVML samples than this (5 a second) -> no GPU diagnosis: a run of under ~2 s is
+    #: mostly start-up (allocator warm-up, cuDNN autotuning, the first compiled graphs).
+    min_gpu_samples: int = 10
+    #: Mean utilisation below this -> LOW_GPU_UTILIZATION. NVML's utilisation is the share of
+    #: each sample period in which any kernel ran: a loop that keeps its GPU fed sits at 90 %+
+    #: even with small kernels, so under 40 % the GPU stood idle most of the run -- waiting
+    #: for input, copies, the host or other ranks. Far below the healthy range, so the label
+    #: does not flicker between runs.
+    low_gpu_util_pct: float = 40.0
+    #: Highest core temperature at or above this (degrees C) -> HIGH_GPU_TEMPERATURE. NVIDIA's
+    #: data-centre GPUs begin to slow their clocks (thermal slowdown) at about 85-95 degrees C
+    #: depending on the model; 85 warns before any of them throttles. Where the device reports
+    #: its own slowdown threshold, reaching within ``gpu_temp_margin_c`` of it fires too.
+    high_gpu_temp_c: float = 85.0
+    gpu_temp_margin_c: float = 5.0
+
+    # --- ranks (a merged distributed summary) ---
+    #: The ranks' peak GPU memory (allocated) differs by at least this fraction of the highest
+    #: peak ... Data-parallel ranks hold the same model, optimizer state and batch shapes, so
+    #: their peaks agree within a few percent; rank 0 may hold a little more (metrics, a
+    #: checkpoint gathered to it).
+    rank_memory_imbalance_fraction: float = 0.20
+    #: ... and by at least this many MB -> RANK_GPU_MEMORY_IMBALANCE (a small model's peaks
+    #: differ by large fractions of little).
+    rank_memory_imbalance_min_mb: float = 1024.0
+
 
 DEFAULT_THRESHOLDS = Thresholds()

@@ -623,7 +623,9 @@ class Tracer:
         if final:
             return sampler.stop()
         return summarize_gpu(list(sampler.util[-GPU_RECENT_SAMPLES:]),
-                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]))
+                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]),
+                             list(sampler.temp_c[-GPU_RECENT_SAMPLES:]),
+                             sampler.temp_slowdown_c)
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
