@@ -7,7 +7,9 @@ Checks: device events resolve; no per-step synchronisation (sync debug mode "err
 profiler's count of cuda*Synchronize calls in steady-state steps); per-step peak allocated /
 reserved memory filled and plausible; NVML utilisation sampled; AMP GradScaler with skipped
 steps; torch.compile on CUDA; overhead A/B on a ~2 ms and a ~20 ms step; DDP over NCCL with one
-rank. Exit 0 when nothing FAILed. ``--json FILE`` also writes the results.
+rank; the wait phase (an explicit all_reduce in a 1-rank group) and the h2d phase (a pinned batch
+copied non_blocking) against stopwatches. Exit 0 when nothing FAILed. ``--json FILE`` also
+writes the results.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from torch import nn  # noqa: E402
 
 import traceml_ci as traceml  # noqa: E402
 from traceml_ci.errors import install_hint  # noqa: E402
+from traceml_ci.summary.keys import phases_in  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
 from traceml_ci.tracer.modules import MIN_STEP_GAP  # noqa: E402
 
-PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
 RESULTS: list[dict[str, Any]] = []
 SKIPPED: set[str] = set()
 
@@ -164,13 +166,13 @@ def train(
 
 def shares(summary: dict[str, Any]) -> str:
     st = summary["step_time"]
-    return " ".join(f"{p[:3]} {st[f'{p}_pct']}" for p in PHASES) + f" | {st['diagnosis']}"
+    return " ".join(f"{p[:3]} {st[f'{p}_pct']}" for p in phases_in(st)) + f" | {st['diagnosis']}"
 
 
 def assert_summary(summary: dict[str, Any], clock: str | None = None) -> None:
     st = summary.get("step_time") or {}
     assert st.get("steps_analyzed", 0) > 0, f"no step analysed: {st}"
-    total = sum(st[f"{p}_pct"] for p in PHASES)
+    total = sum(st[f"{p}_pct"] for p in phases_in(st))  # h2d and wait where the run had them
     assert abs(total - 100) < 0.5, f"shares add up to {total}"
     if clock is not None:
         assert st["clock"] == clock, f"clock {st['clock']!r}, expected {clock!r}"
@@ -366,6 +368,83 @@ def ddp(device: str, out: Path) -> str:
     assert_summary(s)
     assert s["step_time"]["backward_pct"] > 0, shares(s)
     return f"{backend}: {shares(s)}"
+
+
+def matches(traced_ms: float | None, watch_ms: list[float], what: str) -> str:
+    """The tracer's median ms of a phase agrees with a stopwatch's median of the same calls
+    (within 0.3 ms + 30 %: the stopwatch's syncs and the events' placement differ a little)."""
+    truth = statistics.median(watch_ms)
+    assert traced_ms is not None, f"no {what} phase in the summary"
+    assert abs(traced_ms - truth) <= 0.3 + 0.3 * truth, (
+        f"{what}: traced {traced_ms:.3f} ms, stopwatch {truth:.3f} ms"
+    )
+    return f"{what} {traced_ms:.3f} ms vs stopwatch {truth:.3f} ms"
+
+
+@check("wait phase")
+def wait_phase(device: str, out: Path) -> str:
+    """An explicit all_reduce inside each step of a 1-rank group (nccl on CUDA, gloo on CPU):
+    the summary's wait phase against a stopwatch with the device synchronised around the call."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = "29518"
+    model, opt = job(1024, 4, device)
+    batches = endless(loader(1024, 256, 32, device))
+    grads = torch.randn(scaled(16 * 2**20, device), device=device)  # 64 MB on a GPU
+    watch: list[float] = []
+    with tracing(out / "wait") as s:
+        dist.init_process_group(backend, rank=0, world_size=1)  # after start: the tracer sees it
+        try:
+            for i in range(40):
+                x, y = next(batches)
+                with traceml.trace_step(model):
+                    x, y = x.to(device), y.to(device)
+                    opt.zero_grad(set_to_none=True)
+                    ((model(x) - y) ** 2).mean().backward()
+                    sync(device)
+                    t0 = time.perf_counter()
+                    dist.all_reduce(grads)
+                    sync(device)
+                    if i >= 3:  # the warmup steps
+                        watch.append((time.perf_counter() - t0) * 1000)
+                    opt.step()
+        finally:
+            dist.destroy_process_group()
+    assert_summary(s)
+    assert "wait_pct" in s["step_time"], shares(s)
+    return f"{backend}: " + matches(s["step_time"]["phase_ms"].get("wait"), watch, "wait")
+
+
+@check("h2d phase")
+def h2d_phase(device: str, out: Path) -> str:
+    """A pinned batch copied ``.to("cuda", non_blocking=True)`` inside each step: the summary's
+    h2d phase (device events, no sync) against a stopwatch with the device synchronised around
+    the copy."""
+    cuda_only(device)
+    model, opt = job(1024, 4, device)
+    host = torch.randn(16 * 2**20).pin_memory()  # 64 MB: a few ms over PCIe
+    target = torch.randn(256, scaled(1024, device), device=device)
+    watch: list[float] = []
+    with tracing(out / "h2d") as s:
+        for i in range(40):
+            with traceml.trace_step(model):
+                sync(device)
+                t0 = time.perf_counter()
+                batch = host.to("cuda", non_blocking=True)
+                sync(device)
+                if i >= 3:
+                    watch.append((time.perf_counter() - t0) * 1000)
+                opt.zero_grad(set_to_none=True)
+                x = target + batch[: target.numel()].view_as(target)
+                ((model(x)) ** 2).mean().backward()
+                opt.step()
+    assert_summary(s, "device_event")
+    st = s["step_time"]
+    assert "h2d_pct" in st, shares(s)
+    gb_s = host.numel() * 4 / 2**30 / (st["phase_ms"]["h2d"] / 1000)
+    return matches(st["phase_ms"]["h2d"], watch, "h2d") + f" ({gb_s:.1f} GiB/s) | {shares(s)}"
 
 
 class Wide(nn.Module):
@@ -564,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
         overhead(device, out, args.quick)
         ddp(device, out)
         pinpoint(device, out)
+        wait_phase(device, out)
+        h2d_phase(device, out)
     failed = [r["check"] for r in RESULTS if r["status"] == "FAIL"]
     took = time.perf_counter() - t0
     print(

@@ -32,7 +32,7 @@ def record(
     """``steps`` identical steps (optionally with a deterministic +-jitter) of the given phases."""
     measured = ("dataloader", "forward", "backward", "optimizer")
     cols: dict[str, list[float]] = {
-        p: [] for p in (*measured, "wait") if p in measured or p in phase_ms
+        p: [] for p in (*measured, "wait", "h2d") if p in measured or p in phase_ms
     }
     step_ms: list[float] = []
     for i in range(steps):

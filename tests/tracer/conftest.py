@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog
 from traceml_ci.summary.schema import summary_problems
-from traceml_ci.tracer import api
+from traceml_ci.tracer import api, session
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.config import TracerConfig
 
@@ -34,6 +35,7 @@ def fresh_tracer(tmp_path: Path, torch_single_thread: None) -> Iterator[Callable
     api.stop()
     for tracer in started:
         tracer.patches.uninstall()
+        tracer.copies.uninstall()  # torch.Tensor's methods, even where a test failed midway
         if tracer.roots is not None:
             tracer.roots.uninstall()
 
@@ -51,3 +53,15 @@ def finish_and_load(tracer: Any) -> dict[str, Any]:
 
 def pct(doc: dict[str, Any], phase: str) -> float:
     return doc["step_time"][f"{phase}_pct"]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """Make the tracer believe the model lives on cuda:0, with fake events and allocator."""
+    log = FakeEventLog(lag_records=25)
+    memory = FakeCudaMemory(allocated_mb=1000.0, reserved_mb=3000.0)
+    monkeypatch.setattr(session, "device_event_factory", lambda device: log.factory)
+    monkeypatch.setattr(session, "CudaMemory", lambda torch_mod, index: memory)
+    monkeypatch.setattr(session, "_model_device", lambda models: FakeDevice("cuda", 0))
+    monkeypatch.setattr(session.Tracer, "_start_gpu_sampler", lambda self, t, i: None)
+    return log, memory

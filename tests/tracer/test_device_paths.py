@@ -8,13 +8,10 @@ import torch
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import (
-    FakeCudaMemory,
-    FakeDevice,
     FakeEventLog,
     fake_torch_for_memory,
 )
 from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
-from traceml_ci.tracer import session
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
@@ -91,18 +88,6 @@ def test_cuda_memory_reads_peaks_from_the_allocator_and_resets_them() -> None:
     assert mem.counters() == (3, 1)
     assert mem.total_mb() == 16 * 1024.0
     assert MB == 2**20
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    """Make the tracer believe the model lives on cuda:0, with fake events and allocator."""
-    log = FakeEventLog(lag_records=25)
-    memory = FakeCudaMemory(allocated_mb=1000.0, reserved_mb=3000.0)
-    monkeypatch.setattr(session, "device_event_factory", lambda device: log.factory)
-    monkeypatch.setattr(session, "CudaMemory", lambda torch_mod, index: memory)
-    monkeypatch.setattr(session, "_model_device", lambda models: FakeDevice("cuda", 0))
-    monkeypatch.setattr(session.Tracer, "_start_gpu_sampler", lambda self, t, i: None)
-    return log, memory
 
 
 def test_device_run_end_to_end_fills_memory_fields_and_clock(fresh_tracer, fake_cuda) -> None:

@@ -32,6 +32,7 @@ PHASE_STYLE = {"dataloader": "yellow", "forward": "bright_blue", "backward": "ma
 #: kind, message and next step; the summary's severity of a *_BOUND label depends on the share).
 KIND_SEVERITY = {
     StepTimeLabel.INPUT_BOUND.value: Severity.WARN.value,
+    StepTimeLabel.H2D_BOUND.value: Severity.WARN.value,
     StepTimeLabel.OVERHEAD_BOUND.value: Severity.WARN.value,
     StepTimeLabel.OPTIMIZER_BOUND.value: Severity.WARN.value,
     StepTimeLabel.COMPUTE_BOUND.value: Severity.INFO.value,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES_WITH_WAIT
+from traceml_ci.summary.keys import ALL_PHASES
 from traceml_ci.summary.view import SummaryLike, as_view
 
 
@@ -64,9 +64,10 @@ class Metric:
 
 def _catalogue() -> tuple[Metric, ...]:
     out: list[Metric] = [Metric("step_time.diagnosis", Kind.LABEL, ("step_time", "diagnosis"), "")]
-    # The wait phase is only in summaries of runs that used a process group: a metric either
-    # side has no value for is left out (gate/judging.py), so older baselines still compare.
-    for phase in PHASES_WITH_WAIT:
+    # The wait and h2d phases are only in summaries of runs that used a process group / copied
+    # to a device: a metric either side has no value for is left out (gate/judging.py), so
+    # older baselines still compare.
+    for phase in ALL_PHASES:
         out.append(
             Metric(
                 f"step_time.{phase}_pct", Kind.PCT, ("step_time", f"{phase}_pct"), "%",
@@ -84,7 +85,7 @@ def _catalogue() -> tuple[Metric, ...]:
             Metric(f"step_time.step_ms.{q}", Kind.TIME, ("step_time", "step_ms", q), "ms",
                    env_dependent=True)
         )
-    for phase in PHASES_WITH_WAIT:
+    for phase in ALL_PHASES:
         out.append(
             Metric(f"step_time.phase_ms.{phase}", Kind.TIME, ("step_time", "phase_ms", phase),
                    "ms", env_dependent=True)

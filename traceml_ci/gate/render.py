@@ -14,15 +14,16 @@ from typing import Any
 
 from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
-from traceml_ci.summary.keys import PHASES_WITH_WAIT, WAIT_PHASE, phases_of
+from traceml_ci.summary.keys import ALL_PHASES, H2D_PHASE, WAIT_PHASE, phases_in
 
 #: First line of every markdown report, so a bot can find its PR comment and update it.
 MARKER = "<!-- traceml-ci:report -->"
 #: GitHub refuses comments over 65,536 characters; stay under it with room for a footer.
 MAX_MARKDOWN_CHARS = 60_000
 BAR_WIDTH = 40
-#: One fill character per phase, in PHASES_WITH_WAIT order, for the stacked bars.
-BAR_CHARS = {"dataloader": "█", "forward": "▓", "backward": "▒", WAIT_PHASE: "~",
+#: One fill character per phase, in ALL_PHASES order, for the stacked bars.
+BAR_CHARS = {"dataloader": "█", H2D_PHASE: "=", "forward": "▓", "backward": "▒",
+             WAIT_PHASE: "~",
              "optimizer": "░", "other": "·"}
 
 VERDICT_ICON = {
@@ -112,10 +113,11 @@ def _delta(row: Row) -> str:
 
 def _split(c: Comparison, side: str) -> dict[str, float] | None:
     values = {}
-    for phase in PHASES_WITH_WAIT:
+    for phase in ALL_PHASES:
         row = c.row(f"step_time.{phase}_pct")
         v = getattr(row, side) if row else None
-        if phase == WAIT_PHASE and v is None:  # a run without a process group
+        # a run without a process group / without copies to a device
+        if phase in (WAIT_PHASE, H2D_PHASE) and v is None:
             continue
         if not isinstance(v, float):
             return None
@@ -132,7 +134,7 @@ def split_bar(pcts: dict[str, float], width: int = BAR_WIDTH) -> str:
     order = sorted(exact, key=lambda k: exact[k] - cells[k], reverse=True)
     for k in order[: width - sum(cells.values())]:
         cells[k] += 1
-    return "".join(BAR_CHARS[k] * cells[k] for k in PHASES_WITH_WAIT if k in cells)
+    return "".join(BAR_CHARS[k] * cells[k] for k in ALL_PHASES if k in cells)
 
 
 def _bars(c: Comparison, width: int) -> list[str] | None:
@@ -143,7 +145,7 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
     for side, split in (("base", base), ("head", head)):
         if split is not None:
             lines.append(f"{side}  {split_bar(split, width)}")
-    shown = phases_of(any(s is not None and WAIT_PHASE in s for s in (base, head)))
+    shown = phases_in({p for s in (base, head) if s is not None for p in s})
     lines.append("      " + "  ".join(f"{BAR_CHARS[p]} {p}" for p in shown))
     return lines
 
@@ -151,7 +153,8 @@ def _bars(c: Comparison, width: int) -> list[str] | None:
 # --- ranks (distributed runs) ------------------------------------------------------------
 
 #: A phase's column in a terminal's per-rank table.
-_PHASE_SHORT = {"dataloader": "data", "forward": "fwd", "backward": "bwd", WAIT_PHASE: "wait",
+_PHASE_SHORT = {"dataloader": "data", H2D_PHASE: "h2d", "forward": "fwd", "backward": "bwd",
+                WAIT_PHASE: "wait",
                 "optimizer": "opt", "other": "other"}
 
 
@@ -159,7 +162,7 @@ def rank_phases(block: Mapping[str, Any]) -> tuple[str, ...]:
     """The phases of a ``distributed`` block's per-rank table: with the wait phase where its
     ranks have one (then backward is backward's compute)."""
     rows = [r for r in block.get("ranks") or [] if isinstance(r, Mapping)]
-    return phases_of(any(WAIT_PHASE in (r.get("pct") or {}) for r in rows))
+    return phases_in({p for r in rows for p in (r.get("pct") or {})})
 
 
 def rank_headers(block: Mapping[str, Any], *, short: bool = False) -> list[str]:

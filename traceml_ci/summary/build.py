@@ -8,8 +8,8 @@ from typing import Any
 
 from traceml_ci._version import __version__
 from traceml_ci.summary import stats
-from traceml_ci.summary.diagnose import diagnose_memory, diagnose_step_time
-from traceml_ci.summary.keys import WAIT_PHASE, phases_of
+from traceml_ci.summary.diagnose import diagnose_gpu, diagnose_memory, diagnose_step_time
+from traceml_ci.summary.keys import MEASURED_PHASES, phases_of
 from traceml_ci.summary.model import (
     BetweenSteps,
     DataLoaderSettings,
@@ -86,6 +86,9 @@ class RunRecord:
     counters: dict[str, Any] | None = None
     #: The run used a process group: its summary has the wait phase (time in collectives).
     waits: bool = False
+    #: The run copied tensors from host to device inside its steps: its summary has the h2d
+    #: phase.
+    copies: bool = False
 
 
 #: The note a step-less zero-change run gets when it ran backward passes: why, and what to do.
@@ -125,7 +128,7 @@ def build_summary(record: RunRecord, thresholds: Thresholds = DEFAULT_THRESHOLDS
         step_time=step_time,
         step_memory=step_memory,
         gpu=record.gpu,
-        diagnoses=tuple(st_diags + mem_diags),
+        diagnoses=tuple(st_diags + mem_diags + diagnose_gpu(record.gpu, thresholds)),
         tool_version=__version__,
         efficiency=_efficiency(record, step_time),
         modules=record.modules,
@@ -162,13 +165,14 @@ def _device_type(device: str) -> str:
     return device.split(":", 1)[0] or "cpu"
 
 
-def _measured(series: StepSeries, waits: bool) -> dict[str, Sequence[float]]:
-    """The measured phases' columns of the summary's phases (``wait`` only when ``waits``; a
-    series without a wait column -- a record built by hand -- waited none)."""
+def _measured(series: StepSeries, phases: Sequence[str]) -> dict[str, Sequence[float]]:
+    """The measured phases' columns of the summary's ``phases`` (``wait`` and ``h2d`` only where
+    the run had them; a series without their columns -- a record built by hand -- spent none)."""
     n = len(series.step_ms)
+    optional = MEASURED_PHASES[4:]  # the slots after the four every run has
     return {
-        p: series.phase_ms[p] if p in series.phase_ms or p != WAIT_PHASE else [0.0] * n
-        for p in phases_of(waits)
+        p: series.phase_ms[p] if p in series.phase_ms or p not in optional else [0.0] * n
+        for p in phases
         if p != "other"
     }
 
@@ -191,7 +195,7 @@ def _pct_of(indices: Sequence[int], cols: dict[str, Sequence[float]]) -> dict[st
 def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
     series = record.series
     n = len(series.step_ms)
-    phases = phases_of(record.waits)
+    phases = phases_of(record.waits, record.copies)
     empty_ms = StepMs(None, None, None, None)
     if n == 0:
         return StepTime(
@@ -208,7 +212,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
             noise=None,
             dataloader=record.dataloader,
         )
-    cols = _measured(series, record.waits)
+    cols = _measured(series, phases)
     cols["other"] = _other_ms(series, cols)
     keep = stats.tukey_keep_mask(series.step_ms, th.outlier_fence_k)
     kept = [i for i in range(n) if keep[i]]

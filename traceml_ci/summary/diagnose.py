@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from traceml_ci.summary.model import (
     DataLoaderSettings,
     Diagnosis,
+    GpuUtil,
     MemoryLabel,
     Severity,
     StepTimeLabel,
@@ -17,6 +18,12 @@ NEXT_STEP: dict[str, str] = {
     StepTimeLabel.INPUT_BOUND: (
         "Look at the input pipeline: raise DataLoader num_workers, set pin_memory=True and "
         "persistent_workers=True, and time the dataset's __getitem__ (decoding, augmentation, I/O)."
+    ),
+    StepTimeLabel.H2D_BOUND: (
+        "Make the host-to-device copies cheaper: set DataLoader pin_memory=True and copy with "
+        ".to(device, non_blocking=True), copy the batch once (not tensor by tensor), send "
+        "compact dtypes (uint8 images) and convert on the device, or keep a small dataset on "
+        "the device."
     ),
     StepTimeLabel.COMPUTE_BOUND: (
         "Compute dominates, the healthy case. To go faster: mixed precision (torch.autocast), "
@@ -83,6 +90,17 @@ def input_next_step(settings: DataLoaderSettings | None, device: str = "cpu") ->
     return "Look at the input pipeline: " + "; ".join(hints) + "."
 
 
+def h2d_next_step(settings: DataLoaderSettings | None) -> str:
+    """H2D_BOUND's next step: pinned memory first where the loader does not pin."""
+    if settings is not None and not settings.pin_memory:
+        return (
+            "The DataLoader does not pin its batches (pin_memory=False): set pin_memory=True "
+            "and copy with .to(device, non_blocking=True); then copy the batch once (not "
+            "tensor by tensor), send compact dtypes (uint8 images) and convert on the device."
+        )
+    return NEXT_STEP[StepTimeLabel.H2D_BOUND]
+
+
 def _severity_for_share(share: float, th: Thresholds) -> Severity:
     return Severity.CRIT if share >= th.critical_pct else Severity.WARN
 
@@ -99,8 +117,9 @@ def diagnose_step_time(
     """All step-time diagnoses that apply, the primary one first. ``dataloader`` and ``device``
     (a device type: ``cpu``, ``cuda``, ...) shape INPUT_BOUND's next step.
 
-    Priority when several apply: INPUT_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND > COMPUTE_BOUND,
-    because waiting on data or on the host is wasted device time, while compute is the work.
+    Priority when several apply: INPUT_BOUND > H2D_BOUND > OVERHEAD_BOUND > OPTIMIZER_BOUND >
+    COMPUTE_BOUND, because waiting on data, on copies or on the host is wasted device time,
+    while compute is the work. H2D_BOUND only where the summary has the h2d phase.
     """
     area = "step_time"
     if steps_analyzed < th.min_steps or pct.get("dataloader") is None:
@@ -122,6 +141,12 @@ def diagnose_step_time(
     checks = [
         (StepTimeLabel.INPUT_BOUND, p["dataloader"], th.input_bound_pct, "Waiting for data"),
         (
+            StepTimeLabel.H2D_BOUND,
+            p.get("h2d", 0.0),
+            th.h2d_bound_pct,
+            "Copying tensors from host to device",
+        ),
+        (
             StepTimeLabel.OVERHEAD_BOUND,
             p["other"],
             th.overhead_bound_pct,
@@ -137,11 +162,12 @@ def diagnose_step_time(
     for label, share, limit, what in checks:
         if share >= limit:
             msg = f"{what} is {share:.1f}% of step time (threshold {limit:g}%)."
-            nxt = (
-                input_next_step(dataloader, device)
-                if label is StepTimeLabel.INPUT_BOUND
-                else NEXT_STEP[label]
-            )
+            if label is StepTimeLabel.INPUT_BOUND:
+                nxt = input_next_step(dataloader, device)
+            elif label is StepTimeLabel.H2D_BOUND:
+                nxt = h2d_next_step(dataloader)
+            else:
+                nxt = NEXT_STEP[label]
             found.append(Diagnosis(area, label.value, _severity_for_share(share, th), msg, nxt))
     if compute >= th.compute_bound_pct:
         limit = th.compute_bound_pct
@@ -259,6 +285,62 @@ def diagnose_memory(
                 Severity.INFO,
                 "No growth, pressure or fragmentation.",
                 NEXT_STEP[MemoryLabel.BALANCED],
+            )
+        )
+    return found
+
+
+#: The GPU diagnoses (area ``gpu``): from the NVML sampler's figures; none without them.
+LOW_GPU_UTILIZATION = "LOW_GPU_UTILIZATION"
+HIGH_GPU_TEMPERATURE = "HIGH_GPU_TEMPERATURE"
+GPU_NEXT_STEP: dict[str, str] = {
+    LOW_GPU_UTILIZATION: (
+        "The GPU ran no kernel most of the time: see which phase the step spends outside "
+        "forward and backward (INPUT_BOUND, H2D_BOUND, OVERHEAD_BOUND above, the wait phase "
+        "of a distributed run); then larger batches, CUDA graphs or torch.compile for many "
+        "small kernels."
+    ),
+    HIGH_GPU_TEMPERATURE: (
+        "The GPU ran hot enough to slow its clocks: check the cooling and airflow of its host "
+        "(nvidia-smi -q -d TEMPERATURE,PERFORMANCE shows thermal slowdown), and compare its "
+        "step times with a cooler run before reading a regression into them."
+    ),
+}
+
+
+def diagnose_gpu(gpu: GpuUtil, th: Thresholds) -> list[Diagnosis]:
+    """GPU diagnoses that apply (none for a run without NVML samples, or too few)."""
+    if gpu.samples < th.min_gpu_samples or gpu.util_mean_pct is None:
+        return []
+    found: list[Diagnosis] = []
+    if gpu.util_mean_pct < th.low_gpu_util_pct:
+        found.append(
+            Diagnosis(
+                "gpu",
+                LOW_GPU_UTILIZATION,
+                Severity.WARN,
+                f"The GPU was busy {gpu.util_mean_pct:.0f}% of the time on average over "
+                f"{gpu.samples} samples (threshold {th.low_gpu_util_pct:g}%).",
+                GPU_NEXT_STEP[LOW_GPU_UTILIZATION],
+            )
+        )
+    hot = gpu.temp_max_c
+    limit = th.high_gpu_temp_c
+    if gpu.temp_slowdown_c is not None:
+        limit = min(limit, gpu.temp_slowdown_c - th.gpu_temp_margin_c)
+    if hot is not None and hot >= limit:
+        slowdown = (
+            f"; the device slows its clocks at {gpu.temp_slowdown_c:.0f} C"
+            if gpu.temp_slowdown_c is not None
+            else ""
+        )
+        found.append(
+            Diagnosis(
+                "gpu",
+                HIGH_GPU_TEMPERATURE,
+                Severity.WARN,
+                f"The GPU reached {hot:.0f} C (threshold {limit:g} C{slowdown}).",
+                GPU_NEXT_STEP[HIGH_GPU_TEMPERATURE],
             )
         )
     return found

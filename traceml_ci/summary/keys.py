@@ -2,6 +2,8 @@
 gate's CLI, whose whole run (start-up included) has a 0.25 s budget, and for the pytest plugin's
 start-up in every session."""
 
+from collections.abc import Container
+
 SCHEMA_VERSION = "1.0"
 TOOL_NAME = "traceml-ci"
 
@@ -12,18 +14,39 @@ PHASES: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer", "ot
 #: process group, whose summaries carry ``step_time.wait_pct`` (docs/distributed.md); a
 #: single-process summary has no such key.
 WAIT_PHASE = "wait"
+#: Time a step spends copying tensors from host to device (``.to(device)``, ``.cuda()``,
+#: ``copy_`` of a host tensor into a device one, inside the step: tracer/copies.py): a phase
+#: only of runs that made such copies, whose summaries carry ``step_time.h2d_pct``; a run
+#: without copies (a CPU run) has no such key.
+H2D_PHASE = "h2d"
+#: Every phase a summary may have, in display order (a summary has the five of ``PHASES``, and
+#: ``h2d`` / ``wait`` where the run made copies / used a process group: ``phases_of``).
+ALL_PHASES: tuple[str, ...] = ("dataloader", H2D_PHASE, "forward", "backward", WAIT_PHASE,
+                               "optimizer", "other")
 #: PHASES with the wait phase, in display order: the phases of a run that used a process group.
-PHASES_WITH_WAIT: tuple[str, ...] = ("dataloader", "forward", "backward", WAIT_PHASE,
-                                     "optimizer", "other")
+PHASES_WITH_WAIT: tuple[str, ...] = tuple(p for p in ALL_PHASES if p != H2D_PHASE)
 #: The phases the tracer measures, in the order of its per-phase slots and columns
 #: (tracer/recorder.py: PHASE_INDEX); ``other`` is derived as the rest of the step. The wait
-#: slot is last, so the four phases every run has keep their slots.
-MEASURED_PHASES: tuple[str, ...] = (*PHASES[:-1], WAIT_PHASE)
+#: and h2d slots are last, so the four phases every run has keep their slots.
+MEASURED_PHASES: tuple[str, ...] = (*PHASES[:-1], WAIT_PHASE, H2D_PHASE)
 
 
-def phases_of(waits: bool) -> tuple[str, ...]:
-    """The phases a summary has: with the wait phase when the run used a process group."""
+def phases_of(waits: bool, copies: bool = False) -> tuple[str, ...]:
+    """The phases a summary has, in display order: with the wait phase when the run used a
+    process group, with the h2d phase when it copied tensors from host to device."""
+    if copies:
+        return ALL_PHASES if waits else tuple(p for p in ALL_PHASES if p != WAIT_PHASE)
     return PHASES_WITH_WAIT if waits else PHASES
+
+
+def phases_in(shares: Container[str]) -> tuple[str, ...]:
+    """The phases of a summary whose ``step_time`` block (or anything keyed like it: ``pct``
+    of a per-rank row, by phase) is ``shares``: ``<phase>_pct`` or bare phase keys."""
+    return phases_of(
+        f"{WAIT_PHASE}_pct" in shares or WAIT_PHASE in shares,
+        f"{H2D_PHASE}_pct" in shares or H2D_PHASE in shares,
+    )
+
 
 #: Where a run's files go unless told otherwise, and the summary's file name in that folder.
 DEFAULT_OUT_DIR = "traceml-out"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME, WAIT_PHASE, phases_of
+from traceml_ci.summary.keys import PHASES, SCHEMA_VERSION, TOOL_NAME, phases_in
 
 __all__ = ["PHASES", "SCHEMA_VERSION", "TOOL_NAME"]  # re-exported; defined in keys.py
 
@@ -17,6 +17,7 @@ class StepTimeLabel(str, Enum):
     """Where a step's time went, as ``step_time.label`` says it (docs/diagnoses.md)."""
 
     INPUT_BOUND = "INPUT_BOUND"
+    H2D_BOUND = "H2D_BOUND"
     COMPUTE_BOUND = "COMPUTE_BOUND"
     OPTIMIZER_BOUND = "OPTIMIZER_BOUND"
     OVERHEAD_BOUND = "OVERHEAD_BOUND"
@@ -52,7 +53,7 @@ class RunStatus(str, Enum):
 
 @dataclass(frozen=True)
 class Diagnosis:
-    area: str  # "step_time" | "step_memory" | "gpu"
+    area: str  # "step_time" | "step_memory" | "gpu" | "distributed"
     kind: str
     severity: Severity
     message: str
@@ -127,7 +128,7 @@ class DataLoaderSettings:
 class StepTime:
     diagnosis: StepTimeLabel
     #: phase -> percent of step time; serialised as <phase>_pct. ``wait`` only where the run
-    #: used a process group (keys.phases_of).
+    #: used a process group, ``h2d`` only where it copied to a device (keys.phases_of).
     pct: dict[str, float | None]
     steps_total: int
     steps_analyzed: int
@@ -164,10 +165,30 @@ class StepMemory:
 
 @dataclass(frozen=True)
 class GpuUtil:
+    """What the NVML sampler saw (tracer/gpu_util.py), every ``SAMPLE_INTERVAL_S``."""
+
     util_mean_pct: float | None = None
     util_p10_pct: float | None = None
     mem_used_peak_mb: float | None = None
     samples: int = 0
+    #: The GPU's core temperature, highest and mean over the samples (degrees C); left out of
+    #: the JSON where not read (no NVML, an older tracer).
+    temp_max_c: float | None = None
+    temp_mean_c: float | None = None
+    #: The temperature at which the driver starts slowing the GPU's clocks (NVML's slowdown
+    #: threshold), where the device reports one.
+    temp_slowdown_c: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _rounded(dataclasses.asdict(self), 2)
+        for key in OPTIONAL_GPU_KEYS:
+            if out[key] is None:
+                del out[key]
+        return out
+
+
+#: The ``gpu`` block's keys written only when known (summaries before them stay as they were).
+OPTIONAL_GPU_KEYS = ("temp_max_c", "temp_mean_c", "temp_slowdown_c")
 
 
 @dataclass(frozen=True)
@@ -233,7 +254,7 @@ class Summary:
         """The JSON document, keys in a stable, readable order."""
         st = self.step_time
         step_time: dict[str, Any] = {"diagnosis": st.diagnosis.value}
-        phases = phases_of(WAIT_PHASE in st.pct)
+        phases = phases_in(st.pct)
         for phase in phases:
             step_time[f"{phase}_pct"] = _round(st.pct.get(phase), 2)
         step_time.update(
@@ -269,7 +290,7 @@ class Summary:
             "env": dict(self.env),
             "step_time": step_time,
             "step_memory": _rounded(mem, 2),
-            "gpu": _rounded(dataclasses.asdict(self.gpu), 2),
+            "gpu": self.gpu.to_dict(),
             "diagnoses": [
                 {**dataclasses.asdict(d), "severity": d.severity.value} for d in self.diagnoses
             ],

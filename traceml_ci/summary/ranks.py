@@ -30,7 +30,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, WAIT_PHASE
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, H2D_PHASE, WAIT_PHASE
+from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from traceml_ci.summary.view import SummaryView, finite
 
 #: A rank whose own work per step is this much above the other ranks' median (percent)
@@ -61,13 +62,16 @@ MAX_RANKS_LISTED = 64
 
 BALANCED = "RANKS_BALANCED"
 INPUT_STRAGGLER = "INPUT_STRAGGLER"
+H2D_STRAGGLER = "H2D_STRAGGLER"
 COMPUTE_STRAGGLER = "COMPUTE_STRAGGLER"
 STRAGGLER = "STRAGGLER"
 #: The labels, best first (a label further down is worse).
-LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, INPUT_STRAGGLER)
+LABELS: tuple[str, ...] = (BALANCED, STRAGGLER, COMPUTE_STRAGGLER, H2D_STRAGGLER,
+                           INPUT_STRAGGLER)
 
 _CAUSE_LABEL = {
     "dataloader": INPUT_STRAGGLER,
+    H2D_PHASE: H2D_STRAGGLER,
     "forward": COMPUTE_STRAGGLER,
     "backward": COMPUTE_STRAGGLER,
 }
@@ -77,6 +81,12 @@ NEXT_STEP: dict[str, str] = {
         "Rank {rank} waits longer for its data than the others: look for uneven shards or "
         "sample sizes, a slower disk or data path on its host, fewer DataLoader workers or "
         "CPUs there."
+    ),
+    H2D_STRAGGLER: (
+        "Rank {rank} copies its batches to the device slower than the others: check that its "
+        "DataLoader pins memory, its GPU's PCIe link (nvidia-smi -q: link width and "
+        "generation) and NUMA placement (the loader's CPUs near its GPU), and whether its "
+        "shard has larger batches."
     ),
     COMPUTE_STRAGGLER: (
         "Rank {rank} computes its {cause} slower than the others: a slower or throttled "
@@ -90,10 +100,18 @@ NEXT_STEP: dict[str, str] = {
 }
 
 
+def own_phases_of(waits: bool, copies: bool) -> tuple[str, ...]:
+    """The phases a rank does without waiting for the others: backward's compute included
+    where the summary has the wait phase, its host-to-device copies where it has the h2d
+    phase (a copy waits for no other rank)."""
+    phases = OWN_WORK_PHASES_WITH_WAIT if waits else OWN_WORK_PHASES
+    return (phases[0], H2D_PHASE, *phases[1:]) if copies else phases
+
+
 def own_work_phases(view: SummaryView) -> tuple[str, ...]:
-    """The phases ``view``'s rank does without waiting for the others: backward's compute
-    included where the summary has the wait phase."""
-    return OWN_WORK_PHASES_WITH_WAIT if WAIT_PHASE in view.phases else OWN_WORK_PHASES
+    """The phases ``view``'s rank does without waiting for the others (``own_phases_of``)."""
+    phases = view.phases
+    return own_phases_of(WAIT_PHASE in phases, H2D_PHASE in phases)
 
 
 def own_work_ms(view: SummaryView) -> float | None:
@@ -196,7 +214,10 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
     than the others' median; without it ("own_work"), the rank with the most own work."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
     waits = _waits(timed)
-    own_phases = OWN_WORK_PHASES_WITH_WAIT if waits else OWN_WORK_PHASES
+    # Copies are a cause where every rank has the h2d phase (a rank that copied nothing has
+    # none: its copies are 0 ms, not unknown).
+    copies = bool(timed) and any(H2D_PHASE in (r.get("phase_ms") or {}) for r in timed)
+    own_phases = own_phases_of(waits, copies)
     out: dict[str, Any] = {
         "label": BALANCED,
         "rank": None,
@@ -278,11 +299,19 @@ def straggler_cause(
     """The own-work phase where ``worst`` exceeds the other ranks' median most."""
     excess = {}
     for p in phases:
-        mine = finite((worst.get("phase_ms") or {}).get(p))
-        values = [finite((r.get("phase_ms") or {}).get(p)) for r in others]
+        mine = _phase_ms(worst, p)
+        values = [_phase_ms(r, p) for r in others]
         if mine is not None and values and all(x is not None for x in values):
             excess[p] = mine - statistics.median(x for x in values if x is not None)
     return max(excess, key=lambda p: excess[p]) if excess else None
+
+
+def _phase_ms(row: Mapping[str, Any], phase: str) -> float | None:
+    """A rank's median ms in ``phase``; a rank without the h2d phase copied nothing (0 ms)."""
+    ms = row.get("phase_ms") or {}
+    if phase == H2D_PHASE and phase not in ms:
+        return 0.0
+    return finite(ms.get(phase))
 
 
 def headline_rank(rows: Sequence[Mapping[str, Any]], analysis: Mapping[str, Any]) -> Any:
@@ -320,6 +349,7 @@ def merge_ranks(
     nodes: int | None = None,
     backend: str | None = None,
     failed: Sequence[int] = (),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> dict[str, Any]:
     """One summary for a distributed job from its ranks' summaries (rank 0's first).
 
@@ -349,6 +379,9 @@ def merge_ranks(
     diagnoses = [copy.deepcopy(dict(d)) for d in found] + diagnoses
     if analysis["label"] is not None:
         diagnoses.append(_straggler_diagnosis(analysis))
+    imbalance = memory_imbalance(docs, thresholds)
+    if imbalance is not None:
+        diagnoses.append(imbalance)
     out["diagnoses"] = diagnoses
     statuses = {r["status"] for r in rows}
     run = out.setdefault("run", {})
@@ -373,6 +406,47 @@ def merge_ranks(
         "headline_rank": head,
     }
     return out
+
+
+RANK_GPU_MEMORY_IMBALANCE = "RANK_GPU_MEMORY_IMBALANCE"
+
+
+def memory_imbalance(
+    docs: Sequence[Mapping[str, Any]], th: Thresholds = DEFAULT_THRESHOLDS
+) -> dict[str, Any] | None:
+    """RANK_GPU_MEMORY_IMBALANCE where the ranks' peak GPU memory (allocated) differs by at
+    least ``rank_memory_imbalance_fraction`` of the highest and ``rank_memory_imbalance_min_mb``
+    (thresholds.py); None when balanced, or fewer than two ranks report a GPU peak."""
+    peaks = []
+    for d in docs:
+        v = SummaryView(d)
+        mb = finite(v.memory_mb("peak_allocated_mb"))
+        if mb is not None:
+            peaks.append((mb, v.run.get("rank")))
+    if len(peaks) < 2:
+        return None
+    high, high_rank = max(peaks, key=lambda p: p[0])
+    low, low_rank = min(peaks, key=lambda p: p[0])
+    gap = high - low
+    if gap < th.rank_memory_imbalance_min_mb or gap < th.rank_memory_imbalance_fraction * high:
+        return None
+    return {
+        "area": "distributed",
+        "kind": RANK_GPU_MEMORY_IMBALANCE,
+        "severity": "warn",
+        "message": (
+            f"Rank {high_rank} peaked at {high:.0f} MB of GPU memory, rank {low_rank} at "
+            f"{low:.0f} MB ({100 * gap / high:.0f}% less; threshold "
+            f"{100 * th.rank_memory_imbalance_fraction:g}% and "
+            f"{th.rank_memory_imbalance_min_mb:g} MB)."
+        ),
+        "next_step": (
+            f"Ranks of a data-parallel job should hold the same memory: look for work only rank "
+            f"{high_rank} does (metrics or outputs kept on the GPU, a checkpoint or evaluation "
+            "gathered to it), uneven batch shapes between ranks, or a leak on that rank; the "
+            "per-rank peaks are in `traceml-ci show`."
+        ),
+    }
 
 
 def _straggler_diagnosis(a: Mapping[str, Any]) -> dict[str, Any]:

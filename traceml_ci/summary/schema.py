@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.keys import SCHEMA_VERSION, WAIT_PHASE, phases_of
+from traceml_ci.summary.keys import SCHEMA_VERSION, phases_in
 
 SUMMARY_SCHEMA = "final_summary.schema.json"
 
@@ -174,9 +174,9 @@ def semantic_problems(doc: dict[str, Any]) -> list[Problem]:
 
 
 def _share_problems(st: dict[str, Any]) -> list[Problem]:
-    """The shares (five, six with ``wait_pct``) add up to 100; all are null only when no step
-    was analysed."""
-    phases = phases_of(f"{WAIT_PHASE}_pct" in st)
+    """The shares (five, with ``wait_pct`` and ``h2d_pct`` where present) add up to 100; all
+    are null only when no step was analysed."""
+    phases = phases_in(st)
     values = {p: st.get(f"{p}_pct") for p in phases}
     nulls = [p for p, v in values.items() if v is None]
     if len(nulls) == len(phases):

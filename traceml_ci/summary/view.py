@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
-from traceml_ci.summary.keys import PHASES, WAIT_PHASE, phases_of
+from traceml_ci.summary.keys import PHASES, phases_in
 
 __all__ = ["PHASES", "SummaryView", "as_view", "finite", "whole"]
 
@@ -133,9 +133,10 @@ class SummaryView:
 
     @property
     def phases(self) -> tuple[str, ...]:
-        """The summary's phases, in display order: with ``wait`` where the run used a process
-        group (``step_time.wait_pct`` present), else the five every summary has."""
-        return phases_of(f"{WAIT_PHASE}_pct" in self.step_time)
+        """The summary's phases, in display order: the five every summary has, with ``wait``
+        where the run used a process group (``step_time.wait_pct`` present) and ``h2d`` where
+        it copied tensors to a device (``step_time.h2d_pct``)."""
+        return phases_in(self.step_time)
 
     def shares(self) -> dict[str, float | None]:
         """Each of the summary's phases' share (``phases``), in percent."""

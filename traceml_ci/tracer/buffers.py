@@ -38,9 +38,10 @@ class StepColumns:
         self.n = i + 1
 
     def append_host(
-        self, step: float, dl: float, fwd: float, bwd: float, opt: float, wait: float
+        self, step: float, dl: float, fwd: float, bwd: float, opt: float, wait: float,
+        h2d: float,
     ) -> None:
-        """``append`` of a host row (the six time columns), unrolled: it runs every step."""
+        """``append`` of a host row (the seven time columns), unrolled: it runs every step."""
         seen = self.seen
         self.seen = seen + 1
         if seen % self.stride:
@@ -56,6 +57,7 @@ class StepColumns:
         c[3][i] = bwd
         c[4][i] = opt
         c[5][i] = wait
+        c[6][i] = h2d
         self.n = i + 1
 
     def _halve(self) -> None:

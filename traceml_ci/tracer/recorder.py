@@ -25,8 +25,8 @@ from traceml_ci.summary.keys import MEASURED_PHASES
 #: Each measured phase's slot in ``Recorder.acc`` (and, one further, its column in the store):
 #: the summary's order, so a slot and the phase name it is summarised under cannot part.
 PHASE_INDEX = {name: i for i, name in enumerate(MEASURED_PHASES)}
-DL, FWD, BWD, OPT, WAIT = (
-    PHASE_INDEX[p] for p in ("dataloader", "forward", "backward", "optimizer", "wait")
+DL, FWD, BWD, OPT, WAIT, H2D = (
+    PHASE_INDEX[p] for p in ("dataloader", "forward", "backward", "optimizer", "wait", "h2d")
 )
 
 #: For each phase ``p`` (by slot): the open phases that keep counting when ``p`` begins
@@ -37,6 +37,7 @@ _ABSORBED = {
     BWD: frozenset({BWD}),
     OPT: frozenset({OPT}),
     WAIT: frozenset({WAIT}),  # a collective built on another (all_gather_object's all_gather)
+    H2D: frozenset({H2D}),  # a copy made of copies (``.to`` of a nested structure, ``.cuda``)
 }
 ABSORBED_BY: tuple[frozenset[int], ...] = tuple(_ABSORBED[i] for i in range(len(PHASE_INDEX)))
 #: For each phase (by slot): the phase that may have taken over from it and ends with it, or
@@ -46,9 +47,9 @@ ENDS_WITH: tuple[int, ...] = tuple(WAIT if i == BWD else -2 for i in range(len(P
 
 #: Extra slots of ``Recorder.acc`` after the measured phases: dataloader nanoseconds fetched
 #: before the step (fast path), and DataLoader samples in the step.
-PRE, SAMPLES = 5, 6
+PRE, SAMPLES = 6, 7
 #: ``acc`` of a step that has not begun.
-ACC_ZERO = (0, 0, 0, 0, 0, 0, 0)
+ACC_ZERO = (0, 0, 0, 0, 0, 0, 0, 0)
 
 #: General path: fetches kept between two steps (e.g. several zipped loaders); older ones drop.
 #: (The fast path sums them in ``acc[PRE]``; a loop that ends, StopIteration, forgets both --
@@ -481,7 +482,7 @@ class Recorder:
         if self.active != -1:
             self._reset_phases()
         acc = self.acc
-        self.acc = [0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
+        self.acc = [0, 0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
         marks, outside = self.marks, self.outside
         if self.fast:  # the store reads these at once: empty lists can stay
             if marks:
@@ -643,7 +644,7 @@ class StepGate:
             if rec.active != -1:
                 rec._reset_phases()
             acc = rec.acc
-            rec.acc = [0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
+            rec.acc = [0, 0, 0, 0, 0, 0, 0, 0]  # ACC_ZERO
             marks, outside = rec.marks, rec.outside
             if marks:  # the store reads these at once: empty lists can stay
                 rec.marks = []

@@ -22,6 +22,7 @@ from traceml_ci.summary.model import (
 from traceml_ci.tracer.clocks import ClockFactory, DeviceEventClock, HostClock, device_event_factory
 from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
+from traceml_ci.tracer.copies import CopyPatches
 from traceml_ci.tracer.counters import CounterProbe, flops_block
 from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
@@ -131,6 +132,9 @@ class Tracer:
         #: use, and a DDP model's last-ready gradients hooked from its first step.
         self.collectives = CollectivePatches(self.rec, self.fail)
         self.grad_ready = GradReadyProbe(self.rec)
+        #: The h2d phase (tracer/copies.py): host-to-device copies inside a step, timed once
+        #: the run is known to be on an accelerator (a CPU run has nothing to copy to).
+        self.copies = CopyPatches(self.rec, self.fail)
         #: Distributed runs: finish before the job destroys its process group, gather there.
         self.ranks = RankGather(self.finish, warn, self._group_in_use)
         try:
@@ -248,6 +252,7 @@ class Tracer:
             warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
         self.patches.uninstall()
         self.collectives.uninstall()
+        self.copies.uninstall()
         self.grad_ready.close()
         if self.roots is not None:
             self.roots.uninstall()
@@ -264,6 +269,9 @@ class Tracer:
         self.patches.want_optimizer = False
         try:
             self._use_device(device)
+            if (self.device is not None and self.device.type != "cpu"
+                    and self.config.mode == "auto"):
+                self.copies.install()
         finally:
             self.rec.set_ready(self.store.host)  # the fast path may run from now on
 
@@ -414,6 +422,7 @@ class Tracer:
             self.status = RunStatus(status)
         self.patches.uninstall()
         self.collectives.uninstall()
+        self.copies.uninstall()
         self.grad_ready.close()
         if self.ranks.world_size() <= 1:
             self.ranks.uninstall()
@@ -566,6 +575,7 @@ class Tracer:
             device_total_mb=self._device_total_mb,
             gpu=self._gpu(final),
             waits=self.ranks.in_use,
+            copies=self.copies.seen,
         )
         return self._finished(record) if final else record
 
@@ -613,7 +623,9 @@ class Tracer:
         if final:
             return sampler.stop()
         return summarize_gpu(list(sampler.util[-GPU_RECENT_SAMPLES:]),
-                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]))
+                             list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]),
+                             list(sampler.temp_c[-GPU_RECENT_SAMPLES:]),
+                             sampler.temp_slowdown_c)
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""

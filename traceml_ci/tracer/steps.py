@@ -85,7 +85,7 @@ class StepStore:
                 self._release(enter, exit_, marks, outside)
             return
         if self.host:  # a host step timed the general way: all its phases are in the marks
-            self.host_step(enter, exit_, [0, 0, 0, 0, 0, 0, samples], marks, outside)
+            self.host_step(enter, exit_, [0, 0, 0, 0, 0, 0, 0, samples], marks, outside)
             return
         self.steps_total += 1
         now = time.perf_counter_ns()
@@ -128,7 +128,8 @@ class StepStore:
             self.samples_analyzed += acc[SAMPLES]
             # Nanoseconds: the columns of a host store are scaled to ms when read (column()).
             self.columns.append_host(
-                exit_ - enter + before, acc[0] + acc[PRE], acc[1], acc[2], acc[3], acc[4]
+                exit_ - enter + before, acc[0] + acc[PRE], acc[1], acc[2], acc[3], acc[4],
+                acc[5],
             )
         else:  # the analysed window opens where the last warmup step ends
             self.warm_exit = exit_
@@ -193,7 +194,7 @@ class StepStore:
     def _resolve(self, item: tuple) -> None:
         enter, exit_, marks, outside, mem, samples = item
         el = self.clock.elapsed_ms
-        ph = [0.0, 0.0, 0.0, 0.0, 0.0]
+        ph = [0.0] * len(PHASE_INDEX)
         before = 0.0
         for p, t0, t1 in marks:
             ph[p] += el(t0, t1)
