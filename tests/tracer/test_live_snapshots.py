@@ -337,10 +337,12 @@ class HalvingColumn:
 
 def test_a_halving_during_a_read_is_read_again() -> None:
     from traceml_ci.tracer.clocks import HostClock
+    from traceml_ci.tracer.recorder import ACC_ZERO
 
     store = StepStore(HostClock(), 0, None, capacity=16)
     for i in range(16):  # every column of row i holds i (ns; read back as ms)
-        store.host_step(0, i, [i, i, i, i, 0, 0], [], [])
+        acc = [i, i, i, i, *ACC_ZERO[4:]]  # the four phases every run has; no wait, samples
+        store.host_step(0, i, acc, [], [])
     cols = store.columns
     assert cols.n == 16 and cols.stride == 1
     cols.cols[3] = HalvingColumn(cols.cols[3], cols)

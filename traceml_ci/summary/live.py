@@ -101,7 +101,7 @@ def snapshot_from_summary(
             "step_ms": {"median": finite(step_ms.get("median")), "p90": finite(step_ms.get("p90"))},
             "clock": st.get("clock"),
         },
-        "first_window_pct": ({p: finite(v) for p, v in first_window_pct.items()}
+        "first_window_pct": ({p: finite(first_window_pct.get(p)) for p in phases}
                              if first_window_pct else None),
         "history_ms": [round(float(v), 3) for v in history_ms[-HISTORY_POINTS:]],
         "memory": dict(memory),
