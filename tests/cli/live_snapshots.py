@@ -87,6 +87,23 @@ def snapshot(label: str = "INPUT_BOUND", *, heartbeat: float = 1_000.0, steps_do
     return snap
 
 
+def rank_snapshot(phase_ms: dict[str, float], rank: int, world_size: int = 2,
+                  **kw: Any) -> dict[str, Any]:
+    """A rank's snapshot whose window splits into ``phase_ms``, with the wait phase (a run
+    under a process group; ``phase_ms["wait"]``: its ms per step waiting in collectives)."""
+    window = summary_doc(phase_ms, steps=100, jitter=0.02, waits=True)
+    window["run"]["rank"] = rank
+    identity = {"run_name": "train_ddp", "rank": rank, "local_rank": rank,
+                "world_size": world_size, "host": "node-a", "pid": 4242 + rank,
+                "started_at": "2026-11-29T00:00:00Z"}
+    snap = snapshot_from_summary(
+        window, steps_done=kw.pop("steps_done", 1200), steps_per_s=14.2, history_ms=history(),
+        first_window_pct=kw.pop("first_window_pct", None), memory=dict(CPU_MEMORY),
+        identity=identity, heartbeat=kw.pop("heartbeat", 1_000.0), **kw)
+    snap["memory_diagnosis"] = steady_diagnosis()
+    return snap
+
+
 def write(out_dir: str | os.PathLike[str], snap: dict[str, Any]) -> None:
     """Write ``snap`` where the tracer would, atomically."""
     atomic_write_text(snapshot_path(out_dir, snap["rank"]), json.dumps(snap))

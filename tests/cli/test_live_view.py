@@ -23,17 +23,19 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from tests import golden
-from tests.cli.live_snapshots import SPLITS, growth_diagnosis, snapshot, write
+from tests.cli.live_snapshots import SPLITS, growth_diagnosis, rank_snapshot, snapshot, write
 from traceml_ci.cli.live_view import (
     PHASE_STYLE,
     SPARK,
     plain_progress_line,
+    rank_straggler,
     render_frame,
     sparkline,
     split_widths,
 )
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 from traceml_ci.summary.live import LIVE_VERSION, read_snapshots, snapshot_path
+from traceml_ci.summary.ranks import merge_ranks
 
 GOLDEN = Path(__file__).parent / "golden" / "live"
 NOW = 1_000.4  # the snapshots' heartbeat is 1000.0: 0.4 s old
@@ -342,3 +344,56 @@ def test_the_frame_never_takes_more_rows_than_it_is_given(height: int) -> None:
         text = text_of(snaps, height=height)
         assert len(text.splitlines()) <= max(height, 1), (height, text)
     assert text_of(_eight_ranks(), height=4).startswith("traceml-ci: step 1200 ")
+
+
+# --- The wait phase, and ranks labelled as the final summary labels them -------------------
+
+#: Two ranks of a DDP job: rank 1 computes its forward 6 ms slower, rank 0 waits for it.
+WAITING = {"dataloader": 0.3, "forward": 3.0, "backward": 4.0, "optimizer": 0.5, "wait": 6.2}
+LATE = {"dataloader": 0.3, "forward": 9.0, "backward": 4.0, "optimizer": 0.5, "wait": 0.2}
+
+
+def test_a_run_with_the_wait_phase_shows_it_in_the_bar_legend_and_plain_line() -> None:
+    snap = rank_snapshot(WAITING, rank=0, world_size=1)
+    pct = snap["window"]["pct"]
+    assert list(pct) == list(PHASES_WITH_WAIT) == list(snap["window"]["phase_ms"])
+    assert abs(sum(pct.values()) - 100.0) < 0.05
+    wait = round(pct["wait"])
+    assert wait == 44  # 6.2 of 14 ms
+    text = text_of([snap])
+    assert f"█ wait {wait}%" in text
+    line = plain_progress_line([snap])
+    assert f"bwd {round(pct['backward'])}% wait {wait}% opt" in line
+    widths = split_widths(pct, 80)
+    assert sum(widths.values()) == 80 and abs(widths["wait"] - 0.44 * 80) <= 1
+    waits = [s for s in segments([snap]) if s.style is not None and s.style.color is not None
+             and s.style.color.name == PHASE_STYLE["wait"] and "█" in s.text]
+    assert sum(len(s.text.strip()) for s in waits) > 0.4 * 80  # the bar's wait, coloured
+
+
+def test_a_snapshot_without_the_wait_phase_has_no_wait_key_and_shows_none() -> None:
+    snap = snapshot("COMPUTE_BOUND")
+    assert list(snap["window"]["pct"]) == list(PHASES)
+    assert "wait" not in text_of([snap]) and "wait" not in plain_progress_line([snap])
+
+
+def test_ranks_are_labelled_by_the_final_summarys_straggler_rule() -> None:
+    snaps = [rank_snapshot(WAITING, rank=0), rank_snapshot(LATE, rank=1, steps_done=1190)]
+    # The final summary of the same windows names rank 1, slow in forward.
+    merged = merge_ranks([s["window_summary"] for s in snaps], world_size=2)
+    straggler = merged["distributed"]["straggler"]
+    assert (straggler["label"], straggler["rank"], straggler["cause"]) == (
+        "COMPUTE_STRAGGLER", 1, "forward")
+    assert rank_straggler(snaps, NOW) == ("COMPUTE_STRAGGLER", 1)
+    rows = {line.split()[1]: line for line in text_of(snaps).splitlines()
+            if re.match(r"│ +[01]  node-a", line)}
+    assert "COMPUTE_STRAGGLER" in rows["1"] and "waits for rank 1" in rows["0"]
+    assert "COMPUTE_BOUND" not in rows["0"]  # the waiting rank's own window says no such thing
+    assert "COMPUTE_STRAGGLER rank 1" in plain_progress_line(snaps, now=NOW)
+    # Balanced ranks keep their windows' own labels.
+    even = [rank_snapshot(WAITING, rank=0), rank_snapshot(WAITING, rank=1)]
+    assert rank_straggler(even, NOW) is None
+    assert "waits for" not in text_of(even) and "STRAGGLER" not in plain_progress_line(even)
+    # A stale rank is left out: its window is old.
+    stale = [snaps[0], dict(snaps[1], heartbeat=NOW - 60.0)]
+    assert rank_straggler(stale, NOW) is None

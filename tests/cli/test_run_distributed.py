@@ -149,3 +149,30 @@ def test_the_rank_the_others_wait_for_is_named_with_its_phase(
     assert doc["step_time"]["phase_ms"] == ranks[1]["phase_ms"]
     per_rank = json.loads((tmp_path / "out" / "final_summary.rank1.json").read_text())
     assert doc["step_time"]["diagnosis"] == per_rank["step_time"]["diagnosis"]
+
+
+def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_summary(
+    tmp_path: Path,
+) -> None:
+    """Each rank's last live snapshot has the wait phase (its shares adding to 100), and the
+    live view names the straggler the merged summary names, from those snapshots."""
+    from traceml_ci.cli.live_view import plain_progress_line, rank_straggler
+    from traceml_ci.summary.keys import PHASES_WITH_WAIT
+    from traceml_ci.summary.live import read_snapshots
+
+    code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
+                               "--master-port", str(_free_port()), str(EXAMPLE),
+                               "--steps", "30", "--slow-rank", "1", "--slow", "forward",
+                               TRACEML_CI_LIVE="1"))
+    assert code == 0, out
+    snaps = read_snapshots(tmp_path / "out")
+    assert [s["rank"] for s in snaps] == [0, 1]
+    for snap in snaps:
+        pct = snap["window"]["pct"]
+        assert snap["status"] == "completed" and list(pct) == list(PHASES_WITH_WAIT)
+        assert abs(sum(pct.values()) - 100.0) < 0.1
+    assert snaps[0]["window"]["phase_ms"]["wait"] > snaps[1]["window"]["phase_ms"]["wait"]
+    s = _merged(tmp_path / "out" / "final_summary.json")["distributed"]["straggler"]
+    assert rank_straggler(snaps) == (s["label"], s["rank"]) == ("COMPUTE_STRAGGLER", 1)
+    assert "wait" in plain_progress_line(snaps) and "COMPUTE_STRAGGLER rank 1" in \
+        plain_progress_line(snaps)

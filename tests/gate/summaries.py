@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from traceml_ci.summary.keys import PHASES, WAIT_PHASE, phases_of
+
+__all__ = ["BASE_MS", "DATA", "GOLDEN", "PHASES", "TRACEML_AI", "make", "real", "shift"]
+
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"
 TRACEML_AI = Path(__file__).resolve().parents[1] / "data" / "traceml-ai-0.5.0"
-PHASES = ("dataloader", "forward", "backward", "optimizer", "other")
 
 #: A plain balanced-ish split, in ms per step: 20 ms in all.
 BASE_MS = {"dataloader": 4.0, "forward": 6.0, "backward": 8.0, "optimizer": 1.0, "other": 1.0}
@@ -31,7 +34,8 @@ def make(
     name: str = "run",
     **env: Any,
 ) -> dict[str, Any]:
-    """A valid summary whose step splits into ``ms`` (phase -> median ms). ``iqr_pp``: the
+    """A valid summary whose step splits into ``ms`` (phase -> median ms; with the wait phase,
+    as a run under a process group, where ``ms`` has it). ``iqr_pp``: the
     per-window IQR of every pct (None: no noise block). Diagnosis: derived with the tracer's
     own rules unless given."""
     from traceml_ci.summary.diagnose import diagnose_step_time
@@ -39,11 +43,12 @@ def make(
 
     ms = dict(BASE_MS if ms is None else ms)
     doc = copy.deepcopy(real())
+    phases = phases_of(WAIT_PHASE in ms)
     step = sum(ms.values())
-    pct = {p: round(ms[p] / step * 100.0, 2) for p in PHASES}
-    pct["other"] = round(100.0 - sum(pct[p] for p in PHASES[:-1]), 2)
+    pct = {p: round(ms[p] / step * 100.0, 2) for p in phases}
+    pct["other"] = round(100.0 - sum(pct[p] for p in phases if p != "other"), 2)
     st = doc["step_time"]
-    for p in PHASES:
+    for p in phases:
         st[f"{p}_pct"] = pct[p]
         st["phase_ms"][p] = ms[p]
     st["step_ms"] = {"median": step, "p10": step * 0.95, "p90": step * 1.05, "mean": step}
@@ -54,7 +59,7 @@ def make(
     else:
         st["noise"] = {
             "windows": 10, "window_steps": 14,
-            "pct": {p: {"median": pct[p], "iqr": iqr_pp} for p in PHASES},
+            "pct": {p: {"median": pct[p], "iqr": iqr_pp} for p in phases},
             "step_ms": {"median": step, "iqr": step_iqr_ms or 0.0},
         }
     st["diagnosis"] = diagnosis or diagnose_step_time(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.gate.summaries import BASE_MS, make, shift
 from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
 from traceml_ci.gate import ab_report, fmt
@@ -29,6 +30,7 @@ from traceml_ci.gate.ab import (
     t_cdf,
     t_quantile,
 )
+from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 
 SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0, "other": 5.0}
 
@@ -296,3 +298,32 @@ def test_a_share_that_rose_while_its_phase_got_faster_is_not_a_regression() -> N
     again = decide(_rounds(grown), AbSettings(max_rounds=5))
     assert again.verdict is AbVerdict.REGRESSION
     assert [iv.metric for iv in again.regressed] == ["dataloader"]
+
+
+# --- The wait phase (runs with a process group): compared like any other phase -------------
+
+def _summary_fig(ms: dict[str, float]) -> SideFigures:
+    """Figures read from a summary (tests/gate/summaries.make) whose step splits into ``ms``."""
+    return SideFigures.from_summary(make(ms))
+
+
+def test_the_wait_share_and_time_are_compared_when_both_sides_have_them() -> None:
+    waits = {**BASE_MS, "wait": 5.0}
+    base = _summary_fig(waits)
+    head = _summary_fig({**waits, "wait": 9.0})  # head's ranks wait 4 ms more per step
+    assert list(base.shares) == list(PHASES_WITH_WAIT) == list(base.phase_ms or {})
+    assert abs(sum(v or 0.0 for v in head.shares.values()) - 100.0) < 0.05
+    result = decide(_rounds([(base, head)] * 3))
+    assert [iv.metric for iv in result.intervals[1:]] == list(PHASES_WITH_WAIT)
+    assert [iv.metric for iv in result.regressed] == ["step_time", "wait"]  # +16 % step
+    (wait,) = (iv for iv in result.intervals if iv.metric == "wait")
+    assert wait.time_grew is True  # its ms grew too: the share rose by its own time
+    assert abs(wait.estimate - (9.0 / 29.0 - 5.0 / 25.0) * 100.0) < 0.05
+    assert "wait share" in result.reason()
+
+
+def test_single_process_sides_compare_the_five_phases_as_before() -> None:
+    base, head = _summary_fig(BASE_MS), _summary_fig(shift(forward=3.0))
+    assert list(base.shares) == list(PHASES) == list(base.phase_ms or {})
+    result = decide(_rounds([(base, head)] * 3))
+    assert [iv.metric for iv in result.intervals[1:]] == list(PHASES)

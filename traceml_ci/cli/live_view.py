@@ -11,23 +11,30 @@ is read through the type-checking accessors below, and a missing one shows as ``
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceml_ci.cli.show import SEVERITY_STYLE
 from traceml_ci.gate import fmt
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import PHASES, WAIT_PHASE
 from traceml_ci.summary.live import ENDED, RUNNING, is_stale
 from traceml_ci.summary.model import MemoryLabel, Severity, StepTimeLabel
 
-#: Short phase names for the plain progress line and the "since start" row.
-PHASE_ABBREV = {"dataloader": "dl", "forward": "fwd", "backward": "bwd", "optimizer": "opt",
-                "other": "other"}
+#: Short phase names for the plain progress line and the "since start" row (a phase not
+#: listed goes by its name).
+PHASE_ABBREV = {"dataloader": "dl", "forward": "fwd", "backward": "bwd", WAIT_PHASE: "wait",
+                "optimizer": "opt", "other": "other"}
 #: One colour per phase, the same in the bar, the legend and the per-rank mini-bars: the
-#: terminal's own palette colours, five distinct ones even on 16 colours (TERM=xterm), where
-#: rich brought four hex shades down to the same grey.
+#: terminal's own palette colours, distinct ones even on 16 colours (TERM=xterm), where
+#: rich brought four hex shades down to the same grey. A phase not listed is white.
 PHASE_STYLE = {"dataloader": "yellow", "forward": "bright_blue", "backward": "magenta",
-               "optimizer": "green", "other": "bright_black"}
+               WAIT_PHASE: "cyan", "optimizer": "green", "other": "bright_black"}
+_UNLISTED_STYLE = "white"
+#: What a snapshot may name as a phase, and how many it may name: the view shows the phases
+#: the window has (``wait`` only where the run used a process group), not a list of its own.
+_PHASE_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}")
+MAX_PHASES = 10
 #: The severity a label has when a snapshot does not carry one (the snapshot format keeps
 #: kind, message and next step; the summary's severity of a *_BOUND label depends on the share).
 KIND_SEVERITY = {
@@ -99,8 +106,20 @@ def _label_style(diag: Any) -> str:
 
 
 def _pcts(snapshot: Mapping[str, Any]) -> dict[str, float | None]:
+    """The window's share of each of its phases, in the order it gives them (the summary's
+    display order); the five every summary has, unknown, where it gives none (an old or
+    partial snapshot)."""
     pct = _map(_map(snapshot.get("window")).get("pct"))
-    return {p: _num(pct.get(p)) for p in PHASES}
+    phases = [p for p in pct if isinstance(p, str) and _PHASE_NAME.fullmatch(p)][:MAX_PHASES]
+    return {p: _num(pct.get(p)) for p in phases or PHASES}
+
+
+def _abbrev(phase: str) -> str:
+    return PHASE_ABBREV.get(phase, phase)
+
+
+def _style(phase: str) -> str:
+    return PHASE_STYLE.get(phase, _UNLISTED_STYLE)
 
 
 def _ms(value: float | None) -> str:
@@ -158,6 +177,55 @@ def stale_ranks(snapshots: Sequence[Mapping[str, Any]], now: float) -> list[str]
     return [_str(s.get("rank"), "?") for s in snapshots if is_stale(s, now)]
 
 
+# --- Ranks labelled as the final summary labels them ---------------------------------------
+
+def rank_straggler(snapshots: Sequence[Mapping[str, Any]],
+                   now: float | None = None) -> tuple[str, int] | None:
+    """The straggler the final summary would name, from the ranks' windows: summary/ranks.py's
+    own rule (``analyse``: the rank the others wait for, by the wait phase where the ranks have
+    it) over each snapshot's window summary, as ``(label, rank)``. None with fewer than two
+    ranks to compare, balanced ranks, or windows an old writer left out; with ``now``, ranks
+    whose heartbeat went stale are left out (their window is old)."""
+    from traceml_ci.summary.ranks import BALANCED, analyse
+
+    docs, seen = [], set()
+    for snap in snapshots:
+        rank, window = snap.get("rank"), snap.get("window_summary")
+        if (isinstance(rank, bool) or not isinstance(rank, int) or rank in seen
+                or not isinstance(window, Mapping)
+                or (now is not None and is_stale(snap, now))):
+            continue
+        seen.add(rank)
+        # The rank as the snapshot says, whatever the window's own run block holds.
+        docs.append({**window, "run": {**_map(window.get("run")), "rank": rank}})
+    if len(docs) < 2:
+        return None
+    analysis = analyse(docs)[1]
+    label, rank = analysis.get("label"), analysis.get("rank")
+    if not isinstance(label, str) or label == BALANCED or not isinstance(rank, int):
+        return None
+    return label, rank
+
+
+def _rank_label(snapshot: Mapping[str, Any], straggler: tuple[str, int] | None,
+                stale: bool) -> Any:
+    """A rank's label in the ranks table: the straggler's label on the rank the others wait
+    for and ``waits for rank N`` on the others (their window's own label would describe the
+    waiting, e.g. COMPUTE_BOUND for a wait inside backward); else, and on a ``stale`` rank
+    (left out of the comparison), the window's own label."""
+    from rich.text import Text
+
+    if straggler is not None and not stale:
+        label, who = straggler
+        if snapshot.get("rank") == who:
+            return Text(_str(label, limit=40),
+                        style=_label_style({"kind": label, "severity": Severity.WARN.value}))
+        return Text(f"waits for rank {who}", style="dim")
+    kind = _kind(snapshot.get("diagnosis"))
+    return Text(_str(kind, limit=40), style=_label_style(snapshot.get("diagnosis")) if kind
+                else "dim")
+
+
 # --- The plain line -----------------------------------------------------------------------
 
 def _pct(value: float | None) -> str:
@@ -168,20 +236,24 @@ def plain_progress_line(snapshots: Sequence[Mapping[str, Any]], *,
                         now: float | None = None) -> str:
     """One line for CI logs and pipes, no escape codes:
     ``traceml-ci: step 1200 · 14.2 steps/s · dl 47% fwd 31% bwd 18% opt 4% · INPUT_BOUND``.
-    Several ranks: rank 0's split, the slowest rank's step count. The memory label is added
+    Several ranks: rank 0's split, the slowest rank's step count, and the straggler (label and
+    rank) where the final summary's rule names one (``rank_straggler``). The memory label is added
     when it says something (not BALANCED, not NO_DATA); with ``now`` (wall-clock seconds),
     ranks whose heartbeat went stale are named."""
     if not snapshots:
         return "traceml-ci: waiting for the first steps"
     lead = snapshots[0]
     pct = _pcts(lead)
-    split = " ".join(f"{PHASE_ABBREV[p]} {_pct(pct[p])}" for p in PHASES if p != "other")
+    split = " ".join(f"{_abbrev(p)} {_pct(v)}" for p, v in pct.items() if p != "other")
     rate = _num(lead.get("steps_per_s"))
     rate_text = f"{rate:.1f} steps/s" if rate is not None else "- steps/s"
     counts = [c for c in (_int(s.get("steps_done")) for s in snapshots) if c is not None]
     steps = str(min(counts)) if counts else "-"
     parts = [f"traceml-ci: step {steps}", rate_text, split,
              _str(_kind(lead.get("diagnosis")))]
+    straggler = rank_straggler(snapshots, now)
+    if straggler is not None:
+        parts.append(f"{_str(straggler[0], limit=40)} rank {straggler[1]}")
     mem = _kind(lead.get("memory_diagnosis"))
     if mem and mem != MemoryLabel.BALANCED.value and mem not in QUIET_KINDS:
         parts.append(f"memory {_str(mem)}")
@@ -217,13 +289,13 @@ def sparkline(values: Sequence[Any], width: int | None = None) -> str:
 def split_widths(pct: Mapping[str, float | None], width: int) -> dict[str, int]:
     """Characters per phase in a ``width``-wide bar: proportional, summing to ``width`` when
     the shares are known (largest remainder), all zero when none is."""
-    shares = {p: max(_num(pct.get(p)) or 0.0, 0.0) for p in PHASES}
+    shares = {p: max(_num(v) or 0.0, 0.0) for p, v in pct.items()}
     total = sum(shares.values())
     if total <= 0 or width <= 0:
-        return dict.fromkeys(PHASES, 0)
-    exact = {p: shares[p] / total * width for p in PHASES}
-    out = {p: int(exact[p]) for p in PHASES}
-    for p in sorted(PHASES, key=lambda p: exact[p] - out[p], reverse=True)[: width - sum(
+        return dict.fromkeys(shares, 0)
+    exact = {p: shares[p] / total * width for p in shares}
+    out = {p: int(exact[p]) for p in shares}
+    for p in sorted(shares, key=lambda p: exact[p] - out[p], reverse=True)[: width - sum(
             out.values())]:
         out[p] += 1
     return out
@@ -236,8 +308,8 @@ def _bar(pct: Mapping[str, float | None], width: int) -> Any:
     if not any(widths.values()):
         return Text("·" * width, style="dim")
     bar = Text()
-    for p in PHASES:
-        bar.append("█" * widths[p], style=PHASE_STYLE[p])
+    for p, cells in widths.items():
+        bar.append("█" * cells, style=_style(p))
     return bar
 
 
@@ -246,11 +318,11 @@ def _legend(pct: Mapping[str, float | None], *, short: bool = False) -> Any:
     from rich.text import Text
 
     legend = Text()
-    for p in PHASES:
+    for p, v in pct.items():
         if legend:
             legend.append(" " if short else "  ")
-        legend.append("█ ", style=PHASE_STYLE[p])
-        legend.append(f"{PHASE_ABBREV[p] if short else p} {_pct(pct.get(p))}")
+        legend.append("█ ", style=_style(p))
+        legend.append(f"{_abbrev(p) if short else p} {_pct(v)}")
     return legend
 
 
@@ -260,8 +332,8 @@ def _since_start(snapshot: Mapping[str, Any]) -> Any:
     first = _map(snapshot.get("first_window_pct"))
     now_pct = _pcts(snapshot)
     out = Text()
-    for p in PHASES:
-        a, b = _num(first.get(p)), now_pct[p]
+    for p, b in now_pct.items():
+        a = _num(first.get(p))
         if a is None or b is None:
             continue
         # Rounded first, then the arrow: the numbers shown and the move always agree (3.4 -> 2.6
@@ -272,7 +344,7 @@ def _since_start(snapshot: Mapping[str, Any]) -> Any:
         move = f"{arrow}{abs(delta)}" if delta else "="
         if out:
             out.append("  ")
-        out.append(f"{PHASE_ABBREV[p]} {before}%→{after}% ")
+        out.append(f"{_abbrev(p)} {before}%→{after}% ")
         out.append(move, style="bold" if abs(delta) >= BIG_MOVE_PP else "dim")
     return out if out else Text("- (no first window yet)", style="dim")
 
@@ -412,9 +484,11 @@ def _identity(lead: Mapping[str, Any], ranks: int) -> Any:
     return text
 
 
-def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int) -> Any:
+def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int,
+                 straggler: tuple[str, int] | None = None) -> Any:
     """A row per rank, in ``room`` columns; below 80, without the split bar and with
-    shorter hosts and labels."""
+    shorter hosts and labels. ``straggler``: ``rank_straggler`` of all the ranks (the table
+    may show only some), which labels the rows."""
     from rich.table import Table
     from rich.text import Text
 
@@ -437,7 +511,6 @@ def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int) 
         steps = _int(s.get("steps_done"))
         median = _num(_map(_map(s.get("window")).get("step_ms")).get("median"))
         beat = _num(s.get("heartbeat"))
-        kind = _kind(s.get("diagnosis"))
         status = _status(s)
         if stale:
             age = Text(f"STALE {_age(None if beat is None else now - beat)}", style="bold red")
@@ -451,7 +524,7 @@ def _ranks_table(snapshots: Sequence[Mapping[str, Any]], now: float, room: int) 
             Text(f"{steps:,}" if steps is not None else "-"),
             Text(_ms(median)),
             *([_bar(_pcts(s), bar_width)] if wide else []),
-            Text(_str(kind, limit=40), style=_label_style(s.get("diagnosis")) if kind else "dim"),
+            _rank_label(s, straggler, stale),
             age,
         ]
         table.add_row(*cells, style="red" if stale else None)
@@ -544,7 +617,8 @@ def _full_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: int) 
 
     parts: list[Any] = [_identity(lead, len(snapshots))]
     if len(snapshots) > 1:
-        parts += [Text(""), _ranks_table(snapshots, now, inner), Text(""),
+        parts += [Text(""), _ranks_table(snapshots, now, inner, rank_straggler(snapshots, now)),
+                  Text(""),
                   Text(f"rank {_str(lead.get('rank'), '?')} in detail", style="dim")]
     parts += [grid, Text(""), _status_line(snapshots, lead, now)]
     return _panel(parts, snapshots, now, width)
@@ -592,7 +666,7 @@ def _compact_frame(snapshots: Sequence[Mapping[str, Any]], now: float, width: in
         room = height - _COMPACT_ROWS - 1  # the table's header
         shown = _ranks_that_fit(snapshots, now, room)
         if shown:
-            parts.append(_ranks_table(shown, now, inner))
+            parts.append(_ranks_table(shown, now, inner, rank_straggler(snapshots, now)))
         hidden = len(snapshots) - len(shown)
         if hidden:
             parts.append(Text(f"… {hidden} more ranks", style="dim"))

@@ -32,7 +32,7 @@ from traceml_ci.gate.causes import known_causes
 from traceml_ci.gate.counters import counter_rows
 from traceml_ci.gate.results import Row
 from traceml_ci.gate.results import Status as RowStatus
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import phase_union
 from traceml_ci.summary.view import SummaryView
 
 #: Tolerance of the median step time, % slower (head over base).
@@ -176,7 +176,7 @@ class SideFigures:
             step_ms=step,
             shares=view.shares(),
             summary=doc,
-            phase_ms={p: view.phase_ms(p) for p in PHASES},
+            phase_ms={p: view.phase_ms(p) for p in view.phases},
         )
 
 
@@ -277,9 +277,11 @@ def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None =
 
 
 def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:
-    """Each phase either side measured in every round: its per-round changes, PHASES order."""
+    """Each phase either side measured in every round: its per-round changes, in display
+    order. The phases are the summaries' own (``SummaryView.phases``: the wait phase where a
+    run used a process group); one that no side of a round has is skipped."""
     out = {}
-    for phase in PHASES:
+    for phase in phase_union(*(side.shares for r in rounds for side in (r.base, r.head))):
         deltas = [r.share_delta_pp(phase) for r in rounds]
         if all(d is not None for d in deltas):
             out[phase] = [float(d) for d in deltas if d is not None]
@@ -292,7 +294,7 @@ def share_intervals(
     q: float | None = None,
     deltas: Mapping[str, list[float]] | None = None,
 ) -> list[Interval]:
-    """One interval per phase either side measured in every round, in PHASES order.
+    """One interval per phase either side measured in every round, in display order.
     ``deltas``: ``share_deltas(rounds)`` when the caller has it already."""
     out = []
     for phase, values in (share_deltas(rounds) if deltas is None else deltas).items():

@@ -13,17 +13,26 @@ small set of characters that cannot close a string, start a directive or end a l
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from traceml_ci.gate.compare import Comparison, SetComparison, Verdict
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import WAIT_PHASE, phase_union
 
-#: One colour per phase, in PHASES order, and the emoji square of about that colour for the
-#: legend line (xychart draws no legend of its own).
+#: One colour per phase, and the emoji square of about that colour for the legend line
+#: (xychart draws no legend of its own). A phase not listed here (one added later) is drawn
+#: grey until it gets its own: charts take their phases from the summaries, not from here.
 PHASE_COLOURS = {"dataloader": "#1f77b4", "forward": "#ff7f0e", "backward": "#2ca02c",
-                 "optimizer": "#d62728", "other": "#9467bd"}
-PHASE_SQUARES = {"dataloader": "🟦", "forward": "🟧", "backward": "🟩", "optimizer": "🟥",
-                 "other": "🟪"}
+                 WAIT_PHASE: "#8c564b", "optimizer": "#d62728", "other": "#9467bd"}
+PHASE_SQUARES = {"dataloader": "🟦", "forward": "🟧", "backward": "🟩", WAIT_PHASE: "🟫",
+                 "optimizer": "🟥", "other": "🟪"}
+_UNLISTED_COLOUR, _UNLISTED_SQUARE = "#7f7f7f", "⬜"
+
+
+def phase_colour(phase: str) -> str:
+    """``phase``'s colour in every chart (mermaid's and the HTML report's)."""
+    return PHASE_COLOURS.get(phase, _UNLISTED_COLOUR)
+
+
 #: At most this many jobs of a set are charted (two bars each); the rest are counted.
 MAX_JOBS = 6
 #: A category label is cut to this many characters.
@@ -54,22 +63,25 @@ def label(text: object, limit: int = MAX_LABEL) -> str:
 
 
 def phase_split(c: Comparison, side: str) -> dict[str, float] | None:
-    """The phase shares (percent) of one side (``"base"`` or ``"head"``), or None if any is
-    missing."""
-    values = {}
-    for phase in PHASES:
-        row = c.row(f"step_time.{phase}_pct")
-        v = getattr(row, side) if row else None
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            return None
-        values[phase] = max(float(v), 0.0)
-    return values
+    """The phase shares (percent) of one side (``"base"`` or ``"head"``), each of the phases
+    its summary has, or None if any is missing."""
+    shares = c.splits[0 if side == "base" else 1]
+    if not shares or any(v is None for v in shares.values()):
+        return None
+    return {p: max(float(v), 0.0) for p, v in shares.items() if v is not None}
+
+
+def bar_phases(bars: Sequence[tuple[str, Mapping[str, float]]]) -> tuple[str, ...]:
+    """The phases drawn for ``bars``: every phase any of them has, in display order."""
+    return phase_union(*(shares for _, shares in bars))
 
 
 def stacked_chart(bars: list[tuple[str, Mapping[str, float]]], title: str) -> str:
     """An ``xychart-beta`` chart of one horizontal stacked bar per ``(label, shares)`` pair,
-    shares in percent of the step, scaled to 100 when they add up to more (rounding)."""
-    palette = ", ".join(PHASE_COLOURS[p] for p in reversed(PHASES))
+    shares in percent of the step, scaled to 100 when they add up to more (rounding); a
+    phase a bar lacks is 0 there."""
+    phases = bar_phases(bars)
+    palette = ", ".join(phase_colour(p) for p in reversed(phases))
     names: list[str] = []
     for name, _ in bars:  # mermaid merges equal categories: keep each bar's label unique
         name = label(name)
@@ -86,29 +98,46 @@ def stacked_chart(bars: list[tuple[str, Mapping[str, float]]], title: str) -> st
     # The longest (cumulative to "other") first, so each later, shorter series covers it.
     cumulative = []
     for _, shares in bars:
-        total = sum(shares.get(p, 0.0) for p in PHASES)
+        total = sum(shares.get(p, 0.0) for p in phases)
         scale = 100.0 / total if total > 100.0 else 1.0
         run, acc = [], 0.0
-        for p in PHASES:
+        for p in phases:
             acc += shares.get(p, 0.0) * scale
             run.append(acc)
         cumulative.append(run)
-    for i in reversed(range(len(PHASES))):
+    for i in reversed(range(len(phases))):
         lines.append("    bar [" + ", ".join(f"{run[i]:.1f}" for run in cumulative) + "]")
     return "\n".join(lines) + "\n"
 
 
-def legend() -> str:
-    """The legend line shown with a chart (markdown-safe: fixed text)."""
-    return "  ".join(f"{PHASE_SQUARES[p]} {p}" for p in PHASES)
+def legend(phases: Sequence[str]) -> str:
+    """The legend line shown with a chart of ``phases`` (markdown-safe: fixed text)."""
+    return "  ".join(f"{PHASE_SQUARES.get(p, _UNLISTED_SQUARE)} {label(p)}" for p in phases)
+
+
+def comparison_phases(c: Comparison | SetComparison) -> tuple[str, ...]:
+    """The phases :func:`comparison_chart` draws for ``c`` (its legend's)."""
+    return bar_phases(_bars(c)[0])
 
 
 def comparison_chart(c: Comparison | SetComparison) -> str | None:
     """The chart for a report: base and head of a comparison, or of up to :data:`MAX_JOBS`
     jobs of a set (flagged ones first); None when no side has a complete phase split."""
+    bars, left = _bars(c)
+    if not bars:
+        return None
     if isinstance(c, Comparison):
-        bars = _sides(c, "")
-        return stacked_chart(bars, "Share of step time, base vs head") if bars else None
+        return stacked_chart(bars, "Share of step time, base vs head")
+    title = "Share of step time per job, base vs head"
+    if left:
+        title += f" ({left} more not shown)"
+    return stacked_chart(bars, title)
+
+
+def _bars(c: Comparison | SetComparison) -> tuple[list[tuple[str, dict[str, float]]], int]:
+    """The bars charted for ``c``, and how many jobs of a set were left out."""
+    if isinstance(c, Comparison):
+        return _sides(c, ""), 0
     ranked = sorted(c.items.items(), key=lambda kv: _VERDICT_ORDER[kv[1].verdict])
     bars, jobs, left = [], 0, 0
     for key, item in ranked:
@@ -120,12 +149,7 @@ def comparison_chart(c: Comparison | SetComparison) -> str | None:
             continue
         bars += sides
         jobs += 1
-    if not bars:
-        return None
-    title = "Share of step time per job, base vs head"
-    if left:
-        title += f" ({left} more not shown)"
-    return stacked_chart(bars, title)
+    return bars, left
 
 
 def _sides(c: Comparison, prefix: str) -> list[tuple[str, dict[str, float]]]:
@@ -143,6 +167,6 @@ def _short_key(key: str) -> str:
     return key.rsplit("::", 1)[-1] if "::" in key else key
 
 
-def markdown_block(chart: str) -> list[str]:
-    """Markdown lines: the legend, then the chart in a ``mermaid`` code block."""
-    return [legend(), "", "```mermaid", *chart.rstrip("\n").split("\n"), "```", ""]
+def markdown_block(chart: str, phases: Sequence[str]) -> list[str]:
+    """Markdown lines: the legend of ``phases``, then the chart in a ``mermaid`` code block."""
+    return [legend(phases), "", "```mermaid", *chart.rstrip("\n").split("\n"), "```", ""]

@@ -122,5 +122,6 @@ def compare(
         notes=notes,
         skipped=skipped,
         causes=known_causes(bv, hv, rows),
+        splits=(bv.shares(), hv.shares()),
         **named,
     )

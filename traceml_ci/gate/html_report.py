@@ -20,10 +20,10 @@ from typing import Any
 
 from traceml_ci._version import __version__
 from traceml_ci.gate import causes, fmt
-from traceml_ci.gate.chart import PHASE_COLOURS
+from traceml_ci.gate.chart import phase_colour
 from traceml_ci.gate.compare import Comparison, SetComparison, Status, Verdict
 from traceml_ci.gate.render import shown_causes
-from traceml_ci.summary.keys import PHASES
+from traceml_ci.summary.keys import phase_union
 from traceml_ci.summary.view import SummaryView
 
 #: Memory peaks drawn when recorded, with their labels.
@@ -92,25 +92,27 @@ class _Charts:
         return text[text.index("<svg"):]  # drop the XML prolog and doctype: inline in HTML
 
     def splits(self, bars: Sequence[tuple[str, Mapping[str, float | None]]]) -> str | None:
-        """Stacked horizontal bars of the phase shares, one per (label, shares)."""
-        rows = [(name, s) for name, s in bars if all(s.get(p) is not None for p in PHASES)]
+        """Stacked horizontal bars of the phase shares, one per (label, shares): each of the
+        phases its summary has (a phase another bar has is 0 there)."""
+        rows = [(name, s) for name, s in bars if s and all(v is not None for v in s.values())]
         if not rows:
             return None
+        phases = phase_union(*(s for _, s in rows))
         with _rc():
             import matplotlib.pyplot as plt
 
             fig, ax = plt.subplots(figsize=(8, 0.55 * len(rows) + 1.1))
             ys = range(len(rows))  # positions, not category names: equal names stay apart
             left = [0.0] * len(rows)
-            for phase in PHASES:
-                widths = [float(s[phase] or 0.0) for _, s in rows]
-                ax.barh(ys, widths, left=left, color=PHASE_COLOURS[phase], label=phase)
+            for phase in phases:
+                widths = [float(s.get(phase) or 0.0) for _, s in rows]
+                ax.barh(ys, widths, left=left, color=phase_colour(phase), label=phase)
                 left = [a + b for a, b in zip(left, widths, strict=True)]
             ax.set_yticks(ys, [_short(name) for name, _ in rows])
             ax.set_xlim(0, max(100.0, *left))
             ax.invert_yaxis()
             ax.set_xlabel("% of step time")
-            ax.legend(ncol=len(PHASES), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+            ax.legend(ncol=len(phases), loc="lower center", bbox_to_anchor=(0.5, 1.0),
                       frameon=False)
             return self._svg(fig)
 
@@ -170,13 +172,14 @@ class _Charts:
 
             fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
             xs = list(range(len(runs)))
-            for phase in PHASES:
+            phases = phase_union(*(r.view.phases for r in runs))
+            for phase in phases:
                 ys = [r.view.share(phase) for r in runs]
                 top.plot(xs, [y if y is not None else float("nan") for y in ys], marker="o",
-                         markersize=3, color=PHASE_COLOURS[phase], label=phase)
+                         markersize=3, color=phase_colour(phase), label=phase)
             top.set_ylabel("% of step time")
             top.set_ylim(0, 100)
-            top.legend(ncol=len(PHASES), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+            top.legend(ncol=len(phases), loc="lower center", bbox_to_anchor=(0.5, 1.0),
                        frameon=False)
 
             def series(stat: str) -> list[float]:

@@ -359,7 +359,7 @@ def _md_chart(c: Comparison | SetComparison, budget: int) -> list[str]:
     drawn = chart.comparison_chart(c)
     if drawn is None:
         return []
-    block = chart.markdown_block(drawn)
+    block = chart.markdown_block(drawn, chart.comparison_phases(c))
     return block if sum(len(x) + 1 for x in block) < budget - 200 else []
 
 

@@ -149,6 +149,11 @@ class Comparison:
     #: renderers' per-rank section; not part of the JSON report (its rows carry the verdict).
     distributed: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)
     causes: list[str] = field(default_factory=list)
+    #: Each side's phase shares (``SummaryView.shares``: its own phases, the wait phase where
+    #: the run had one, in display order), for the charts, which draw what each summary has
+    #: even where a phase only one side has is no row; not part of the JSON report.
+    splits: tuple[Mapping[str, float | None] | None, Mapping[str, float | None] | None] = (
+        None, None)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)

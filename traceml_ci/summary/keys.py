@@ -2,7 +2,7 @@
 gate's CLI, whose whole run (start-up included) has a 0.25 s budget, and for the pytest plugin's
 start-up in every session."""
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
 SCHEMA_VERSION = "1.0"
 TOOL_NAME = "traceml-ci"
@@ -47,6 +47,20 @@ def phases_in(shares: Container[str]) -> tuple[str, ...]:
         f"{H2D_PHASE}_pct" in shares or H2D_PHASE in shares,
     )
 
+
+def phase_union(*groups: Iterable[str]) -> tuple[str, ...]:
+    """The phases any of ``groups`` has (each a summary's phases, in display order), in
+    display order: what a chart or table of several summaries shows. Merged by each group's
+    own order, so a phase only some summaries have lands where they put it, with no list of
+    every phase kept here."""
+    out: list[str] = []
+    for group in groups:
+        placed: str | None = None  # the last of this group's phases already in ``out``
+        for phase in group:
+            if phase not in out:
+                out.insert(out.index(placed) + 1 if placed is not None else 0, phase)
+            placed = phase
+    return tuple(out)
 
 #: Where a run's files go unless told otherwise, and the summary's file name in that folder.
 DEFAULT_OUT_DIR = "traceml-out"

@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from traceml_ci.summary.keys import PHASES
-from traceml_ci.summary.view import finite, whole
+from traceml_ci.summary.view import SummaryView, finite, whole
 
 #: The snapshot format's version; readers skip files of another major version.
 LIVE_VERSION = "1.0"
@@ -77,6 +76,8 @@ def snapshot_from_summary(
     a heartbeat that goes on while steps do not says the job is alive but stuck or idle."""
     st = window.get("step_time") or {}
     step_ms = st.get("step_ms") or {}
+    # The window's own phases: ``wait`` only where the run used a process group.
+    phases = SummaryView(window).phases
     diagnoses = [d for d in window.get("diagnoses") or [] if isinstance(d, Mapping)]
 
     def first(area: str) -> dict[str, Any]:
@@ -95,12 +96,12 @@ def snapshot_from_summary(
         "steps_per_s": finite(steps_per_s),
         "window": {
             "steps": st.get("steps_analyzed", 0),
-            "pct": {p: finite(st.get(f"{p}_pct")) for p in PHASES},
-            "phase_ms": {p: finite((st.get("phase_ms") or {}).get(p)) for p in PHASES},
+            "pct": {p: finite(st.get(f"{p}_pct")) for p in phases},
+            "phase_ms": {p: finite((st.get("phase_ms") or {}).get(p)) for p in phases},
             "step_ms": {"median": finite(step_ms.get("median")), "p90": finite(step_ms.get("p90"))},
             "clock": st.get("clock"),
         },
-        "first_window_pct": ({p: finite(first_window_pct.get(p)) for p in PHASES}
+        "first_window_pct": ({p: finite(first_window_pct.get(p)) for p in phases}
                              if first_window_pct else None),
         "history_ms": [round(float(v), 3) for v in history_ms[-HISTORY_POINTS:]],
         "memory": dict(memory),

@@ -328,6 +328,22 @@ def headline_rank(rows: Sequence[Mapping[str, Any]], analysis: Mapping[str, Any]
     return max(timed, key=lambda r: r["own_work_ms"])["rank"]
 
 
+def analyse(
+    docs: Sequence[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+    """Ranks' summaries compared: their per-rank rows (by rank), the straggler analysis
+    (``stragglers``) and the headline rank (``headline_rank``). What ``merge_ranks`` puts in
+    the merged summary, and what the live view labels ranks by from their windows' summaries
+    (cli/live_view.py): one rule for both."""
+    rows = sorted(
+        (_rank_row(d) for d in docs),
+        key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30,
+    )
+    fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
+    analysis = stragglers(rows, fsdp=fsdp)
+    return rows, analysis, headline_rank(rows, analysis)
+
+
 def _quantiles(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float] | None:
     values = sorted(r[key] for r in rows if isinstance(r.get(key), (int, float)))
     if not values:
@@ -364,13 +380,7 @@ def merge_ranks(
     if not docs:
         raise ValueError("no rank summaries to merge")
     out = copy.deepcopy(dict(docs[0]))
-    rows = sorted(
-        (_rank_row(d) for d in docs),
-        key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30,
-    )
-    fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
-    analysis = stragglers(rows, fsdp=fsdp)
-    head = headline_rank(rows, analysis)
+    rows, analysis, head = analyse(docs)
     source = next((d for d in docs if SummaryView(d).run.get("rank") == head), docs[0])
     diagnoses = [d for d in out.get("diagnoses") or [] if d.get("area") != "step_time"]
     if source is not docs[0] and isinstance(source.get("step_time"), Mapping):

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.summary.build import RunRecord, build_summary
-from traceml_ci.summary.keys import PHASES
 from traceml_ci.summary.live import (
     HISTORY_POINTS,
     RUNNING,
@@ -245,7 +244,7 @@ class LiveWriter:
         cols, stride = _rows(store, WINDOW_STEPS, newest=False)
         record = self._record(Window(cols, stride, store.steps_total, memory=False))
         st = build_summary(record, self.thresholds).step_time
-        return {p: st.pct.get(p) for p in PHASES}
+        return dict(st.pct)  # the run's own phases: with ``wait`` under a process group
 
     def _rss_mb(self) -> float:
         """RSS now: the tracer's newest sample (taken at a step's end, at most ~100 ms apart)
