@@ -129,7 +129,7 @@ def test_a_run_without_copies_keeps_the_summary_without_h2d(fresh_tracer) -> Non
     doc = finish_and_load(tracer)
     st = doc["step_time"]
     assert "h2d_pct" not in st and "h2d" not in st["phase_ms"]
-    assert "h2d" not in st["noise"]["pct"]
+    assert "h2d" not in (st["noise"]["pct"] or {})  # None: too few windows for a noise figure
 
 
 def test_a_device_run_times_copies_with_device_events(fresh_tracer, fake_cuda) -> None:
