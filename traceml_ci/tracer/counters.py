@@ -146,7 +146,9 @@ class CounterProbe:
             return False
         from traceml_ci.tracer import flops
 
-        if flops.compile_in_use(models):  # a dispatch mode could fail a compiled step
+        if flops.compile_in_use(models) or any(  # a dispatch mode could fail a compiled step
+            flops.compile_wrapper(m) is not None for m in models
+        ):
             self.reason = NOT_MEASURED_COMPILED
             return False
         t0 = time.perf_counter()

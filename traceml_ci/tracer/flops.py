@@ -3,9 +3,9 @@
 The count runs on the run's first ``trace_step`` -- a warmup step, left out of every statistic,
 since counting dispatches every op through Python and makes that step slow. It covers all the
 step does under ``trace_step`` (forward, backward, the optimizer's arithmetic). Runs without
-warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model is compiled
-(``torch.compile``: counting under compilation could fail the user's step or leave frames
-uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
+warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model is compiled or
+wrapped by ``torch.compile`` (counting under compilation could fail the user's step or leave
+frames uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
 *function* first called inside the first traced step (docs/pinpoint.md). The rates and
 MFU are computed with the summary (summary/build.py, summary/peaks.py).
 
@@ -65,6 +65,32 @@ def compile_in_use(models: tuple[Any, ...] = (), frames_before: int = 0) -> bool
     return False
 
 
+def compile_wrapper(model: Any) -> Any:
+    """The module ``torch.compile(model)`` returned, when one wraps ``model`` (else None).
+
+    A user may trace ``model`` and call the compiled wrapper: then the wrapper's first call
+    may fall in a step that arms a dispatch mode (dynamo skips a frame it first meets under
+    one for good -- that model would never compile, and ``fullgraph=True`` would raise in the
+    user's step), and a shadow of ``model.forward`` would sit inside the compiled region (a
+    graph break). Nothing on ``model`` says it was wrapped: the wrapper keeps it in its
+    ``_modules`` under ``_orig_mod``, so the referrers tell -- three scans of the heap, once
+    per traced model."""
+    import gc
+
+    try:
+        for modules in gc.get_referrers(model):
+            if not (isinstance(modules, dict) and modules.get("_orig_mod") is model):
+                continue
+            for attrs in gc.get_referrers(modules):
+                if isinstance(attrs, dict) and attrs.get("_modules") is modules:
+                    for owner in gc.get_referrers(attrs):
+                        if getattr(owner, "__dict__", None) is attrs:
+                            return owner
+    except Exception:
+        return None
+    return None
+
+
 def not_counted(count: FlopCount, explicit_steps: bool, warmup_steps: int) -> str | None:
     """Why a run has no FLOP count (None when it has one)."""
     if count.flops is not None:
@@ -99,7 +125,9 @@ class FlopCount:
         if self.done:
             return False
         self.done = True
-        if compile_in_use(models, self._frames_before):  # see compile_in_use
+        if compile_in_use(models, self._frames_before) or any(
+            compile_wrapper(m) is not None for m in models
+        ):  # see compile_in_use, compile_wrapper
             # torch.compile is in use: a dispatch mode during compilation makes a fullgraph
             # compile raise in the user's step, and can leave frames uncompiled. Not counted.
             self.reason = NOT_COUNTED_COMPILED

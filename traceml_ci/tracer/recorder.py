@@ -562,6 +562,13 @@ class ForwardTimer:
     __slots__ = ("model", "cls", "d", "func", "timed", "undo", "rec", "fail")
 
     def __init__(self, model: Any, rec: Recorder, fail: Fail) -> None:
+        from traceml_ci.tracer.flops import compile_wrapper
+
+        # The model torch.compile wrapped is timed from the wrapper: a shadow of its own
+        # forward would be inside the compiled region (a graph break; fullgraph=True raises).
+        wrapper = compile_wrapper(model)
+        if wrapper is not None:  # (never ``or``: a module may define __len__ or __bool__)
+            model = wrapper
         self.model = model
         self.cls = type(model)
         self.d = model.__dict__

@@ -385,7 +385,11 @@ class Tracer:
         usable = tuple(m for m in given if _is_module_like(m))
         if len(usable) != len(given):
             warn("trace_step() got something that is not a model; its forward is not timed")
-        scope = StepScope(self, usable, key=models)
+        try:
+            scope = StepScope(self, usable, key=models)
+        except Exception as exc:  # never into the user's step: the step is timed all the same
+            warn(f"trace_step(): the model's forward is not timed ({exc!r})")
+            scope = StepScope(self, (), key=models)
         self._last_scope = scope
         return scope
 
