@@ -119,7 +119,8 @@ def _terminal_here() -> bool:
 
 
 class ProgressLines(Attachment):
-    """A plain line on ``stream`` every ``interval_s`` seconds once the job has traced a step;
+    """A plain line on ``stream`` every ``interval_s`` seconds once the job has a step past
+    warmup (figures to show);
     the run's last line (``... · ended (completed)``) once, when it ends. The child's own
     output is untouched (it shares our stdio)."""
 
@@ -148,6 +149,9 @@ class ProgressLines(Attachment):
         steps = [s.get("steps_done") for s in snaps]
         if not any(isinstance(n, int) and n > 0 for n in steps):
             return True  # nothing traced yet: say nothing rather than "step 0 · -"
+        analysed = [(s.get("window") or {}).get("steps") for s in snaps]
+        if not run_ended(snaps) and not any(isinstance(n, int) and n > 0 for n in analysed):
+            return True  # warmup steps only (a slow start): no figures yet, so no line
         line = plain_progress_line(snaps)
         if line == self._last and not again:
             return True
