@@ -1,6 +1,7 @@
 """What a comparison knows changed between base and head, named the way a headline names it:
-a DataLoader setting, the optimizer, the FLOPs per step and the modules that moved them, the
-scalar reads per step and their lines, the bytes kept from each step, the parameters.
+a DataLoader setting, a new straggler (which rank, in which phase, who waits for it), the
+optimizer, the FLOPs per step and the modules that moved them, the scalar reads per step and
+their lines, the bytes kept from each step, the parameters.
 
 Pure: two summaries and the comparison's rows in, short plain strings out, the surest first.
 The counters' wording is theirs (each counter row's ``cause``, gate/counters.py), defined once;
@@ -14,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row
-from traceml_ci.summary.view import SummaryLike, as_view
+from traceml_ci.summary.ranks import BALANCED, phase_excess_ms
+from traceml_ci.summary.view import SummaryLike, as_view, finite
 
 #: The DataLoader settings a summary records (``step_time.dataloader``) that change how it
 #: feeds the steps, in the order they are named. ``device`` is the run's, not the loader's: a
@@ -51,11 +53,15 @@ def known_causes(
     rows: Iterable[Row],
 ) -> list[str]:
     """The causes the summaries name, in priority order: the DataLoader's changed settings,
-    then each counter row that changed (its ``cause``). Empty when nothing known changed."""
+    a straggler head has and base had not, then each counter row that changed (its ``cause``).
+    Empty when nothing known changed."""
     causes = []
     loader = dataloader_change(base, head)
     if loader:
         causes.append(loader)
+    straggler = straggler_change(base, head)
+    if straggler:
+        causes.append(straggler)
     by_name = {r.name: r for r in rows}
     for name in COUNTER_ORDER:
         row = by_name.get(name)
@@ -107,3 +113,64 @@ def dataloader_change(
     if b is None and isinstance(h, Mapping):
         return "DataLoader in head only (base recorded none)"
     return ""
+
+
+#: Ranks named one by one as the ones that wait; beyond this, counted ("the other 7 ranks").
+WAITERS_NAMED = 4
+
+
+def _straggler(summary: SummaryLike) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """A merged summary's ``distributed`` block and its straggler analysis; None for one
+    process or a summary that names no straggler."""
+    block = as_view(summary).at(("distributed",))
+    if not isinstance(block, Mapping):
+        return None
+    s = block.get("straggler")
+    if not isinstance(s, Mapping) or s.get("label") in (None, BALANCED):
+        return None
+    if isinstance(s.get("rank"), bool) or not isinstance(s.get("rank"), int):
+        return None
+    return block, s
+
+
+def _waiters(block: Mapping[str, Any], rank: int) -> str:
+    """The ranks that wait for ``rank``: ``rank 0``, ``ranks 0, 2, 3`` or ``the other 7
+    ranks``, with the verb that goes with them."""
+    rows = [r for r in block.get("ranks") or [] if isinstance(r, Mapping)]
+    others = [r.get("rank") for r in rows if r.get("rank") != rank]
+    reported = block.get("ranks_reported")
+    count = reported - 1 if isinstance(reported, int) and reported > len(rows) else len(others)
+    if count == len(others) and 0 < count <= WAITERS_NAMED:
+        if count == 1:
+            return f"rank {others[0]} waits"
+        return "ranks " + ", ".join(str(x) for x in others) + " wait"
+    return f"the other {count} ranks wait"
+
+
+def straggler_change(base: SummaryLike, head: SummaryLike) -> str:
+    """``rank 1 straggles in backward (+6.2 ms per step over the other ranks), rank 0 waits
+    7.9 ms per step for it`` when head's merged summary names a straggler base did not (none,
+    another rank or another phase); empty otherwise, or for single-process summaries."""
+    b, h = _straggler(base), _straggler(head)
+    key_b = None if b is None else (b[1].get("rank"), b[1].get("cause"))
+    key_h = None if h is None else (h[1].get("rank"), h[1].get("cause"))
+    # A straggler that went away is no cause of anything: the straggler row says it improved.
+    if h is None or key_b == key_h:
+        return ""
+    block, s = h
+    rank, cause = s["rank"], s.get("cause")
+    rows = [r for r in block.get("ranks") or [] if isinstance(r, Mapping)]
+    mine = next((r for r in rows if r.get("rank") == rank), None)
+    others = [r for r in rows if r is not mine]
+    excess = (
+        phase_excess_ms(mine, others, cause) if mine is not None and others and cause else None
+    )
+    where = f"in {cause}" if cause else "in its own work"
+    text = f"rank {rank} straggles {where}"
+    if excess is not None:
+        text += f" ({excess:+.1f} ms per step over the other ranks)"
+    late = finite(s.get("lateness_ms"))
+    waits = _waiters(block, rank)
+    if late is not None:
+        return f"{text}, {waits} {late:.1f} ms per step for it"
+    return f"{text}, {waits} for it"

@@ -293,17 +293,25 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
     return out
 
 
+def phase_excess_ms(
+    worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], phase: str
+) -> float | None:
+    """How many ms per step ``worst`` spends in ``phase`` beyond the other ranks' median;
+    None where a rank's time in it is unknown."""
+    mine = _phase_ms(worst, phase)
+    values = [_phase_ms(r, phase) for r in others]
+    if mine is None or not values or any(x is None for x in values):
+        return None
+    return mine - statistics.median(x for x in values if x is not None)
+
+
 def straggler_cause(
     worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], phases: Sequence[str]
 ) -> str | None:
     """The own-work phase where ``worst`` exceeds the other ranks' median most."""
-    excess = {}
-    for p in phases:
-        mine = _phase_ms(worst, p)
-        values = [_phase_ms(r, p) for r in others]
-        if mine is not None and values and all(x is not None for x in values):
-            excess[p] = mine - statistics.median(x for x in values if x is not None)
-    return max(excess, key=lambda p: excess[p]) if excess else None
+    excess = {p: phase_excess_ms(worst, others, p) for p in phases}
+    known = {p: x for p, x in excess.items() if x is not None}
+    return max(known, key=lambda p: known[p]) if known else None
 
 
 def _phase_ms(row: Mapping[str, Any], phase: str) -> float | None:
