@@ -80,10 +80,10 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 
 
 def report(out: Path, variants: list[str]) -> None:
-    from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures, decide
+    from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
 
-    def side(r: dict[str, Any]) -> SideFigures:
-        return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"])
+    def side(r: dict[str, Any], cpu_on: bool) -> SideFigures:
+        return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu_on else None)
 
     settings = AbSettings()
     for variant in variants:
@@ -100,21 +100,32 @@ def report(out: Path, variants: list[str]) -> None:
             print(f"          {name:4}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
                   f"per-round SD {100 * statistics.stdev(logs):5.1f} %  ("
                   + " ".join(f"{100 * math.expm1(v):+.0f}" for v in logs) + ")")
-        pairs = [RoundPair(i + 1, side(r["base"]), side(r["head"])) for i, r in enumerate(recs)]
-        verdicts: Counter[str] = Counter()
-        moved: Counter[str] = Counter()
-        i = 0
-        while i + settings.max_rounds <= len(pairs):
-            taken: list[Any] = []
-            for p in pairs[i:]:
-                taken.append(RoundPair(len(taken) + 1, p.base, p.head))
-                result = decide(taken, settings)
-                if result.verdict is not None:
-                    break
-            verdicts[result.verdict.value] += 1
-            moved.update(iv.metric for iv in result.regressed)
-            i += len(taken)
-        print(f"          gate runs: {dict(verdicts)}; regressed metrics {dict(moved)}")
+        for label, cpu_on in (("wall only", False), ("with step_cpu", True)):
+            pairs = [RoundPair(i + 1, side(r["base"], cpu_on), side(r["head"], cpu_on))
+                     for i, r in enumerate(recs)]
+            verdicts, moved = replay(pairs, settings)
+            print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}")
+
+
+def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str]]:
+    """Gate runs taken one after another from the recorded rounds, as ``traceml-ci ab`` takes
+    them; fewer rounds than the cap: one gate run over them (None: still undecided)."""
+    from traceml_ci.gate.ab import RoundPair, decide
+
+    verdicts: Counter[str] = Counter()
+    moved: Counter[str] = Counter()
+    i = 0
+    while i < len(pairs) and i + min(settings.max_rounds, len(pairs)) <= len(pairs):
+        taken: list[Any] = []
+        for p in pairs[i:]:
+            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
+            result = decide(taken, settings)
+            if result.verdict is not None:
+                break
+        verdicts[result.verdict.value if result.verdict else "undecided"] += 1
+        moved.update(iv.metric for iv in result.regressed)
+        i += len(taken)
+    return verdicts, moved
 
 
 def main() -> int:
