@@ -1,9 +1,13 @@
 """A small CPU training job with knobs to inject real slowdowns, for the gate benchmarks.
 
     traceml-ci run benchmarks/gate_job.py [--dataset-ms X] [--forward-ms Y] [--steps N]
+                                          [--fixed-work]
 
 Each batch costs ``--base-dataset-ms`` of busy work in the dataset (plus ``--dataset-ms``
 injected), the model is a real MLP (plus ``--forward-ms`` of busy work in its forward).
+Busy work spins on the wall clock by default, so a loaded machine does less of it;
+``--fixed-work`` makes each "ms" a fixed number of loop iterations (``WORK_PER_MS``, about a
+millisecond on an idle runner) -- the same work however loaded, as a real code change is.
 """
 
 from __future__ import annotations
@@ -17,8 +21,22 @@ from torch.utils.data import DataLoader, Dataset
 
 import traceml_ci as traceml
 
+#: Loop iterations of ``work`` per "ms" with --fixed-work (~1 ms idle, on the 2-core VM).
+WORK_PER_MS = 20_000
+FIXED_WORK = False
+
+
+def work(iterations: int) -> int:
+    total = 0
+    for i in range(iterations):
+        total += i
+    return total
+
 
 def busy(ms: float) -> None:
+    if FIXED_WORK:
+        work(int(ms * WORK_PER_MS))
+        return
     end = time.perf_counter() + ms / 1000.0
     while time.perf_counter() < end:
         pass
@@ -61,7 +79,11 @@ def main() -> None:
     p.add_argument("--base-dataset-ms", type=float, default=1.5)
     p.add_argument("--dataset-ms", type=float, default=0.0, help="injected, ms per batch")
     p.add_argument("--forward-ms", type=float, default=0.0, help="injected, ms per forward")
+    p.add_argument("--fixed-work", action="store_true",
+                   help="busy work is a fixed iteration count, not a wall-clock spin")
     args = p.parse_args()
+    global FIXED_WORK
+    FIXED_WORK = args.fixed_work
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = Model(args.forward_ms)

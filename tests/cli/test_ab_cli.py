@@ -103,6 +103,9 @@ def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_
     # say (it is shown either way), so it is named when it decided too.
     assert "forward" in regressed and "forward share" in doc["reason"]
     assert ("step_time" in regressed) == ("step time" in doc["reason"])
+    assert ("step_cpu" in regressed) == ("step CPU time" in doc["reason"])
+    # host-clock runs: both sides measured their CPU per step, so its ratio is judged too
+    assert "step_cpu" in {iv["metric"] for iv in doc["intervals"]}
     assert doc["base"]["commit"] == _git(repo, "rev-parse", "HEAD~1").strip()
     rounds = doc["rounds"]
     assert 3 <= len(rounds) <= 6  # a regression needs 3 rounds; the default cap is 6

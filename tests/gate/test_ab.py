@@ -17,6 +17,8 @@ from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
 from traceml_ci.gate import ab_report, fmt
 from traceml_ci.gate.ab import (
+    CPU_METRIC,
+    REGRESSION_MIN_ROUNDS,
     AbSettings,
     AbVerdict,
     RoundPair,
@@ -236,7 +238,8 @@ def test_a_scalar_read_added_per_step_fails_the_ab_naming_its_line(traced) -> No
 def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced) -> None:
     base, workers0 = traced["base"], traced["workers0"]
     fig = SideFigures.from_summary(workers0, "head.json")
-    assert fig.summary is workers0 and fig == SideFigures(fig.step_ms, fig.shares)
+    assert fig.summary is workers0
+    assert fig == SideFigures(fig.step_ms, fig.shares, cpu_ms=fig.cpu_ms)
     # A changed DataLoader setting is named, and judged by the timings alone: a pass here.
     same = [(_fig(10.0), _fig(10.0))] * 2
     rounds = _rounds([(SideFigures(10.0, SHARES, summary=base),
@@ -327,3 +330,79 @@ def test_single_process_sides_compare_the_five_phases_as_before() -> None:
     assert list(base.shares) == list(PHASES) == list(base.phase_ms or {})
     result = decide(_rounds([(base, head)] * 3))
     assert [iv.metric for iv in result.intervals[1:]] == list(PHASES)
+
+
+def _cpu_fig(step_ms: float, cpu_ms: float | None) -> SideFigures:
+    return SideFigures(step_ms, dict(SHARES), cpu_ms=cpu_ms)
+
+
+def test_a_cpu_slowdown_regresses_as_step_cpu_while_wall_time_is_too_noisy() -> None:
+    # a loaded runner: the wall ratio swings ±40 % round to round, the CPU ratio holds at +20 %
+    pairs = [
+        (_cpu_fig(10.0, 8.0), _cpu_fig(10.0 * (1.4 if n % 2 else 0.6), 8.0 * 1.2 * (1 + 0.01 * n)))
+        for n in range(1, 7)
+    ]
+    verdicts = [decide(_rounds(pairs[:n])) for n in range(2, 7)]
+    first = next(r for r in verdicts if r.verdict is not None)
+    assert first.verdict is AbVerdict.REGRESSION
+    assert len(first.rounds) == REGRESSION_MIN_ROUNDS  # not before: two rounds can agree by luck
+    assert [iv.metric for iv in first.regressed] == [CPU_METRIC]
+    assert first.cpu is not None and first.cpu.low > 5.0
+    assert "step CPU time +2" in first.reason()
+    assert first.step is not None and first.step.status is Status.UNDECIDED
+
+
+def test_unchanged_cpu_does_not_pass_a_head_whose_wall_time_is_undecided() -> None:
+    # pass needs every metric cleared: the CPU clearing alone is not enough
+    result = run_rounds(
+        lambda side, n: _cpu_fig(
+            10.0 * (1.15 if (n % 2) == (side is Side.HEAD) else 0.85), 8.0
+        )
+    )
+    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert result.cpu is not None and result.cpu.status is Status.CLEARED
+    assert "step time" in result.reason() and "step CPU time" not in result.reason()
+
+
+def test_step_cpu_is_judged_only_when_both_sides_have_it_in_every_round_and_joins_the_family(
+) -> None:
+    base = [(_cpu_fig(10.0, 8.0), _cpu_fig(10.0 * (1 + 0.02 * n), 8.0)) for n in range(3)]
+    with_cpu = decide(_rounds(base))
+    assert [iv.metric for iv in with_cpu.intervals] == ["step_time", CPU_METRIC, *SHARES]
+    # one side of one round without the figure: no CPU interval, and one metric fewer judged
+    holed = list(base)
+    holed[1] = (base[1][0], _cpu_fig(base[1][1].step_ms, None))
+    without = decide(_rounds(holed))
+    assert CPU_METRIC not in [iv.metric for iv in without.intervals]
+    wide, narrow = with_cpu.step, without.step
+    assert wide is not None and narrow is not None
+    # Bonferroni: the same step ratios get a wider interval in the larger family
+    assert wide.high - wide.low > narrow.high - narrow.low
+    assert quantile_for(2 + len(SHARES), 3) > quantile_for(1 + len(SHARES), 3)
+
+
+def test_side_figures_read_cpu_ms_from_a_summary_and_none_where_absent() -> None:
+    doc = {"step_time": {"step_ms": {"median": 12.5}, "cpu_ms": 9.25, "forward_pct": 40.0}}
+    assert SideFigures.from_summary(doc).cpu_ms == 9.25
+    del doc["step_time"]["cpu_ms"]
+    assert SideFigures.from_summary(doc).cpu_ms is None
+    doc["step_time"]["cpu_ms"] = 0.0  # nothing measured: not a ratio's denominator
+    assert SideFigures.from_summary(doc).cpu_ms is None
+
+
+def test_the_reports_show_the_cpu_columns_and_interval() -> None:
+    pairs = [(_cpu_fig(10.0, 8.0), _cpu_fig(10.0 * (1.3 if n % 2 else 0.7), 9.6 + 0.01 * n))
+             for n in range(3)]
+    result = decide(_rounds(pairs))
+    text = ab_report.render_text(result, "main")
+    assert "cpu head/base" in text and "1.200" in text
+    assert "step CPU time" in text
+    md = ab_report.render_markdown(result, "main")
+    assert "| step CPU time |" in md and "| base cpu ms |" in md
+    doc = json.loads(json.dumps(ab_report.to_json(result, "main", "abc")))
+    assert doc["rounds"][0]["base"]["cpu_ms"] == 8.0
+    assert math.isclose(doc["rounds"][0]["cpu_ratio"], 1.2)
+    assert {i["metric"] for i in doc["intervals"]} >= {"step_time", CPU_METRIC}
+    # no CPU figures anywhere: no CPU columns
+    plain = decide(_rounds([(_fig(10.0), _fig(10.0)), (_fig(10.0), _fig(10.0))]))
+    assert "cpu" not in ab_report.render_text(plain, "main")

@@ -116,3 +116,13 @@ def test_memory_peaks_are_the_largest_runs() -> None:
     assert out["step_memory"]["peak_rss_mb"] == 400.0
     assert out["step_memory"]["peak_job_rss_mb"] == 90.0
     assert combine_repeats([out, make(rss_mb=300.0)])["step_memory"]["peak_rss_mb"] == 400.0
+
+
+def test_cpu_per_step_is_the_runs_median_and_absent_unless_every_run_has_it() -> None:
+    docs = runs(3.0, 4.0, 9.0)
+    for doc, cpu in zip(docs, (7.0, 30.0, 6.5), strict=True):  # the middle run's is not it
+        doc["step_time"]["cpu_ms"] = cpu
+    out = combine_repeats(docs)
+    assert out["step_time"]["cpu_ms"] == 7.0 and summary_problems(out) == []
+    del docs[2]["step_time"]["cpu_ms"]  # one run without it (a device-clock run)
+    assert "cpu_ms" not in combine_repeats(docs)["step_time"]

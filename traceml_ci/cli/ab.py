@@ -259,9 +259,10 @@ class Sides:
 
 def _progress(result) -> None:
     last = result.rounds[-1]
-    step = result.step
-    judged = (
-        f"; step time {step.estimate:+.1f}% ({step.low:+.1f}% .. {step.high:+.1f}%)" if step else ""
+    judged = "".join(
+        f"; {iv.label} {iv.estimate:+.1f}% ({iv.low:+.1f}% .. {iv.high:+.1f}%)"
+        for iv in (result.step, result.cpu)
+        if iv is not None
     )
     first, second = ("base", "head") if last.first.value == "base" else ("head", "base")
     print(

@@ -4,11 +4,13 @@ on the per-round differences, and the sequential decision taken after each round
 
 Each round runs both sides back to back (ABBA order: base first in odd rounds, head first in
 even ones), so drift and contention on the machine hit both. The unit of evidence is a round's
-*difference*: the ratio of the median step times (head / base) and each phase share's change in
-percentage points. After each round from ``min_rounds`` on, a Student-t interval on those
-differences decides: a regression as soon as one metric's lower bound is past its tolerance, a
-pass as soon as every metric's upper bound is inside it, otherwise one more round; at
-``max_rounds`` the result is inconclusive -- never a pass, never a regression.
+*difference*: the ratio of the median step times (head / base), the ratio of the job's CPU time
+per step where both sides measured it (``step_cpu``: a loaded runner moves it far less than
+wall time), and each phase share's change in percentage points. After each round from
+``min_rounds`` on, a Student-t interval on those differences decides: a regression as soon as
+one metric's lower bound is past its tolerance, a pass as soon as every metric's upper bound is
+inside it, otherwise one more round; at ``max_rounds`` the result is inconclusive -- never a
+pass, never a regression.
 
 The deterministic counters (scalar reads per step, bytes kept from each step, optimizer, FLOPs)
 count the same on every run of the same code, so one pair of summaries says all they can: the
@@ -56,6 +58,11 @@ _ROUNDING = 1e-9
 
 #: The step-time metric's name in reports and JSON.
 STEP_METRIC = "step_time"
+#: The job's CPU time per step (``step_time.cpu_ms``): a loaded runner stretches wall time
+#: far more than it moves this, so a slower code path shows here when wall time is too noisy.
+CPU_METRIC = "step_cpu"
+#: How the ratio metrics are named to a person.
+_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time"}
 
 
 def t975(df: int) -> float:
@@ -163,6 +170,8 @@ class SideFigures:
     summary: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     #: Each phase's median ms per step (None: not reported, an older summary).
     phase_ms: Mapping[str, float | None] | None = field(default=None, compare=False)
+    #: The job's CPU ms per step (None: a device-clock run, an older tracer).
+    cpu_ms: float | None = None
 
     @classmethod
     def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
@@ -177,7 +186,12 @@ class SideFigures:
             shares=view.shares(),
             summary=doc,
             phase_ms={p: view.phase_ms(p) for p in view.phases},
+            cpu_ms=_positive(view.number(("step_time", "cpu_ms"))),
         )
+
+
+def _positive(x: float | None) -> float | None:
+    return x if x is not None and x > 0 else None
 
 
 @dataclass(frozen=True)
@@ -196,6 +210,12 @@ class RoundPair:
     def step_ratio(self) -> float:
         """Head's median step time over base's."""
         return self.head.step_ms / self.base.step_ms
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Head's CPU ms per step over base's; None when either side lacks it."""
+        b, h = self.base.cpu_ms, self.head.cpu_ms
+        return h / b if b and h and b > 0 and h > 0 else None
 
     def phase_log_ratio(self, phase: str) -> float | None:
         """log(head's ms / base's ms) of a phase; None when either side lacks a positive time."""
@@ -246,7 +266,7 @@ class Interval:
     @property
     def label(self) -> str:
         """How the metric is named to a person: ``step time``, ``forward share``."""
-        return "step time" if self.metric == STEP_METRIC else f"{self.metric} share"
+        return _LABELS.get(self.metric) or f"{self.metric} share"
 
 
 def quantile_for(metrics: int, rounds: int) -> float:
@@ -262,18 +282,40 @@ def _t_interval(values: Sequence[float], q: float | None = None) -> tuple[float,
     return mean, mean - half, mean + half
 
 
-def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None) -> Interval:
-    """The step time's interval: a t interval on the rounds' log ratios, shown as % change;
-    ``q`` the t quantile (default: a 95 % interval of this metric alone)."""
-    logs = [math.log(r.step_ratio) for r in rounds]
+def _ratio_interval(
+    metric: str, ratios: Sequence[float], tol_pct: float, q: float | None
+) -> Interval:
+    """A t interval on the rounds' log ratios, shown as % change."""
+    logs = [math.log(r) for r in ratios]
     mean, low, high = _t_interval(logs, q)
 
     def pct(x: float) -> float:
         return math.expm1(x) * 100.0
 
     return Interval(
-        STEP_METRIC, "%", pct(mean), pct(low), pct(high), tol_pct, tuple(pct(v) for v in logs)
+        metric, "%", pct(mean), pct(low), pct(high), tol_pct, tuple(pct(v) for v in logs)
     )
+
+
+def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None) -> Interval:
+    """The step time's interval: a t interval on the rounds' log ratios, shown as % change;
+    ``q`` the t quantile (default: a 95 % interval of this metric alone)."""
+    return _ratio_interval(STEP_METRIC, [r.step_ratio for r in rounds], tol_pct, q)
+
+
+def cpu_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
+    """Each round's CPU ratio, or None unless both sides have it in every round."""
+    ratios = [r.cpu_ratio for r in rounds]
+    return None if any(x is None for x in ratios) else [float(x) for x in ratios if x]
+
+
+def cpu_interval(
+    rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None
+) -> Interval | None:
+    """The step CPU time's interval, judged as step time's (same tolerance); None unless
+    every round has it on both sides."""
+    ratios = cpu_ratios(rounds)
+    return None if ratios is None else _ratio_interval(CPU_METRIC, ratios, tol_pct, q)
 
 
 def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:
@@ -355,6 +397,10 @@ class AbResult:
     def step(self) -> Interval | None:
         return next((iv for iv in self.intervals if iv.metric == STEP_METRIC), None)
 
+    @property
+    def cpu(self) -> Interval | None:
+        return next((iv for iv in self.intervals if iv.metric == CPU_METRIC), None)
+
     def reason(self) -> str:
         """The verdict in one line of plain words (metric names are our own phase names)."""
         n = len(self.rounds)
@@ -399,9 +445,12 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     if n < 2:
         return AbResult(rounds, (), None, settings, counters)
     deltas = share_deltas(rounds)  # once: it sizes the family and feeds the intervals
-    q = quantile_for(1 + len(deltas), n)
+    has_cpu = cpu_ratios(rounds) is not None
+    q = quantile_for(1 + has_cpu + len(deltas), n)
+    cpu = cpu_interval(rounds, settings.step_tol_pct, q)
     intervals = (
         step_interval(rounds, settings.step_tol_pct, q),
+        *(() if cpu is None else (cpu,)),
         *share_intervals(rounds, settings.share_tol_pp, q, deltas),
     )
     statuses = {iv.status for iv in intervals}

@@ -11,15 +11,19 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab import AbResult, AbVerdict, Interval, RoundPair
+from traceml_ci.gate.ab import AbResult, AbVerdict, Interval
 from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
 AB_JSON_VERSION = "1"
 
 
-def _ratio(r: RoundPair) -> str:
-    return f"{r.step_ratio:.3f}"
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else fmt.number(x)
 
 
 def _interval(iv: Interval) -> str:
@@ -29,17 +33,23 @@ def _interval(iv: Interval) -> str:
 def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
     """The rounds table and the intervals table as cells (unescaped: our own numbers)."""
     phases = [iv.metric for iv in result.intervals if iv.unit == "pp"]
-    head = ["round", "first", "base ms", "head ms", "head/base", *(f"{p} Δ" for p in phases)]
+    # CPU columns wherever a round has the figure (judged only when every round has it).
+    cpu = any(r.cpu_ratio is not None for r in result.rounds)
+    head = ["round", "first", "base ms", "head ms", "head/base",
+            *(["base cpu ms", "head cpu ms", "cpu head/base"] if cpu else []),
+            *(f"{p} Δ" for p in phases)]  # fmt: skip
     rows = []
     for r in result.rounds:
         deltas = [fmt.delta(r.share_delta_pp(p), "pp") for p in phases]
+        cpu_cells = [_ms(r.base.cpu_ms), _ms(r.head.cpu_ms), _ratio(r.cpu_ratio)]
         rows.append(
             [
                 str(r.number),
                 r.first.value,
                 fmt.number(r.base.step_ms),
                 fmt.number(r.head.step_ms),
-                _ratio(r),
+                _ratio(r.step_ratio),
+                *(cpu_cells if cpu else []),
                 *deltas,
             ]
         )
@@ -117,9 +127,11 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
             {"round": r.number, "first": r.first.value,
-             "base": {"step_ms": r.base.step_ms, "shares_pct": dict(r.base.shares)},
-             "head": {"step_ms": r.head.step_ms, "shares_pct": dict(r.head.shares)},
-             "step_ratio": r.step_ratio}
+             "base": {"step_ms": r.base.step_ms, "cpu_ms": r.base.cpu_ms,
+                      "shares_pct": dict(r.base.shares)},
+             "head": {"step_ms": r.head.step_ms, "cpu_ms": r.head.cpu_ms,
+                      "shares_pct": dict(r.head.shares)},
+             "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio}
             for r in result.rounds
         ],
         "intervals": [

@@ -84,6 +84,8 @@ class RunRecord:
     between_steps: BetweenSteps | None = None
     #: Deterministic counters of one sampled step (tracer/counters.py), in the summary's shape.
     counters: dict[str, Any] | None = None
+    #: The job's CPU ms per analysed step (tracer/cputime.py); host clock only, else None.
+    cpu_ms: float | None = None
     #: The run used a process group: its summary has the wait phase (time in collectives).
     waits: bool = False
     #: The run copied tensors from host to device inside its steps: its summary has the h2d
@@ -243,6 +245,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         noise=_noise(kept, cols, series.step_ms, th),
         dataloader=record.dataloader,
         between_steps=record.between_steps,
+        cpu_ms=record.cpu_ms,
     )
 
 

@@ -142,6 +142,9 @@ class StepTime:
     dataloader: DataLoaderSettings | None = None
     #: Time between steps over the analysed part of the run (None: too short to measure).
     between_steps: BetweenSteps | None = None
+    #: The job's CPU ms per analysed step (its own threads; host clock only). Left out of the
+    #: JSON when None (a device-clock run, an older tracer).
+    cpu_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,8 @@ class Summary:
             if st.between_steps is None
             else _rounded(dataclasses.asdict(st.between_steps), 3),
         )
+        if st.cpu_ms is not None:
+            step_time["cpu_ms"] = _round(st.cpu_ms, 4)
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
         return {

@@ -5,8 +5,8 @@ since counting dispatches every op through Python and makes that step slow. It c
 step does under ``trace_step`` (forward, backward, the optimizer's arithmetic). Runs without
 warmup steps, zero-change runs (no ``trace_step``) and runs whose traced model is compiled or
 wrapped by ``torch.compile`` (counting under compilation could fail the user's step or leave
-frames uncompiled) get no figure -- never an error, never a slower model. Left: a separately compiled
-*function* first called inside the first traced step (docs/pinpoint.md). The rates and
+frames uncompiled) get no figure -- never an error, never a slower model. Left: a separately
+compiled *function* first called inside the first traced step (docs/pinpoint.md). The rates and
 MFU are computed with the summary (summary/build.py, summary/peaks.py).
 
 ``dtype`` is the dtype the counted ops ran in, as the counter sees them -- after autocast has

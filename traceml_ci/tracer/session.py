@@ -432,6 +432,9 @@ class Tracer:
             self.ranks.uninstall()
         if self.roots is not None:
             self.roots.uninstall()
+        store = self.store
+        if store.host:  # before our threads stop: their CPU is left out at both ends
+            store.cpu.settle(max(0, store.steps_total - store.warmup_steps))
         self.stop_live()  # its thread reads nothing while the store drains
         self.flop_count.end()  # a step left open by an error: close the counter
         self.counters.close()
@@ -609,6 +612,7 @@ class Tracer:
                 self.config.warmup_steps,
             ),
             counters=self._counters(),
+            cpu_ms=self.store.cpu.ms_per_step() if self.store.host else None,
         )
 
     def _mode(self) -> str:

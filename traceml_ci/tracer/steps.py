@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
+from traceml_ci.tracer.cputime import CpuWindow
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler
 from traceml_ci.tracer.recorder import PHASE_INDEX, PRE, SAMPLES
 
@@ -68,6 +69,9 @@ class StepStore:
         #: Called with the host clock's time between steps, every ``tick_ns`` at most: module
         #: sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
+        #: The job's CPU time over the analysed window (tracer/cputime.py), host steps only:
+        #: read at the last warmup step and at housekeeping, never per analysed step.
+        self.cpu = CpuWindow()
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -110,6 +114,8 @@ class StepStore:
         self.steps_total = n = n + 1
         if exit_ >= self._due:  # ~10 times a second, between steps: housekeeping
             self._due = exit_ + self.tick_ns
+            if n > self.warmup_steps:  # first: the step's CPU, not ours below
+                self.cpu.tick(n - self.warmup_steps)
             rss = self.rss
             if rss is not None:
                 rss.maybe_sample(n, exit_)
@@ -133,6 +139,8 @@ class StepStore:
             )
         else:  # the analysed window opens where the last warmup step ends
             self.warm_exit = exit_
+            if n == self.warmup_steps:
+                self.cpu.start()
 
     def _wall(self, n: int, now_ns: int) -> None:
         if n > self.warmup_steps:

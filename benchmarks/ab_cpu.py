@@ -1,0 +1,154 @@
+"""Wall time against CPU time per step in A/B rounds on a loaded runner (docs/gate.md, "A/B
+mode", "step CPU time").
+
+    python benchmarks/ab_cpu.py --out /tmp/abcpu [--rounds 8] [--variants aa,fwd+5%,fwd+20%]
+
+Two busy loops run for the whole measurement (started here, stopped at the end). Each variant
+runs ``benchmarks/gate_job.py --fixed-work`` under ``traceml-ci run`` for base and head in ABBA
+order; the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step
+(sized from the A/A rounds). Each run's median step ms and ``cpu_ms`` go to
+``<out>/<variant>.jsonl`` as they come (resumable). At the end, per variant: the SD of the
+rounds' log wall ratios and log CPU ratios, their means, and the verdicts of ``gate.ab.decide``
+replayed as gate runs over the recorded rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.gate_common import EXE, HOG  # noqa: E402
+
+JOB = REPO / "benchmarks" / "gate_job.py"
+VARIANTS = ("aa", "fwd+5%", "fwd+20%")
+#: gate_job's ms of fixed work are WORK_PER_MS iterations each; CPU ms per iteration differs,
+#: so the head's extra is sized from the A/A base's CPU ms and this measured rate.
+CALIBRATE = (
+    "import sys,time; sys.path.insert(0,'benchmarks'); import gate_job as g; "
+    "t=time.thread_time(); g.work(2_000_000); "
+    "print((time.thread_time()-t)*1e3/(2_000_000/g.WORK_PER_MS))"
+)
+
+
+def figures(args: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([EXE, "run", "--out", tmp, str(JOB), "--fixed-work", *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        doc = json.loads((Path(tmp) / "final_summary.json").read_text())
+    st = doc["step_time"]
+    return {"step_ms": st["step_ms"]["median"], "cpu_ms": st.get("cpu_ms"),
+            "runqueue_wait_pct": (doc["run"].get("contention") or {}).get("runqueue_wait_pct")}
+
+
+def head_args(variant: str, out: Path) -> list[str]:
+    if variant.startswith("aa"):
+        return []
+    pct = float(variant.removeprefix("fwd+").removesuffix("%"))
+    aa = [json.loads(x)["base"] for x in (out / "aa.jsonl").read_text().splitlines()]
+    cpu = statistics.median(r["cpu_ms"] for r in aa)
+    per_unit = float(subprocess.run([sys.executable, "-c", CALIBRATE], cwd=REPO, check=True,
+                                    capture_output=True, text=True).stdout)
+    return ["--forward-ms", f"{pct / 100.0 * cpu / per_unit:.4f}"]
+
+
+def record(out: Path, rounds: int, variants: list[str]) -> None:
+    from traceml_ci.gate.ab import Side, round_order
+
+    out.mkdir(parents=True, exist_ok=True)
+    for variant in variants:
+        path = out / f"{variant}.jsonl"
+        done = path.read_text().splitlines() if path.exists() else []
+        args = json.loads(done[0])["head_args"] if done else head_args(variant, out)
+        for n in range(len(done) + 1, rounds + 1):
+            got = {side.value: figures(args if side is Side.HEAD else [])
+                   for side in round_order(n)}
+            with path.open("a") as f:
+                f.write(json.dumps({"round": n, "head_args": args, **got}) + "\n")
+            print(f"{variant}: round {n}/{rounds}", file=sys.stderr, flush=True)
+
+
+def report(out: Path, variants: list[str]) -> None:
+    from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
+
+    def side(r: dict[str, Any], cpu_on: bool) -> SideFigures:
+        return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu_on else None)
+
+    settings = AbSettings()
+    for variant in variants:
+        path = out / f"{variant}.jsonl"
+        if not path.exists():
+            continue
+        recs = [json.loads(x) for x in path.read_text().splitlines()]
+        wall = [math.log(r["head"]["step_ms"] / r["base"]["step_ms"]) for r in recs]
+        cpu = [math.log(r["head"]["cpu_ms"] / r["base"]["cpu_ms"]) for r in recs]
+        waits = [r[s]["runqueue_wait_pct"] or 0.0 for r in recs for s in ("base", "head")]
+        print(f"{variant:>8}: {len(recs)} rounds, runqueue wait median "
+              f"{statistics.median(waits):.0f} %, head args {recs[0]['head_args']}")
+        for name, logs in (("wall", wall), ("cpu", cpu)):
+            print(f"          {name:4}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
+                  f"per-round SD {100 * statistics.stdev(logs):5.1f} %  ("
+                  + " ".join(f"{100 * math.expm1(v):+.0f}" for v in logs) + ")")
+        for label, cpu_on in (("wall only", False), ("with step_cpu", True)):
+            pairs = [RoundPair(i + 1, side(r["base"], cpu_on), side(r["head"], cpu_on))
+                     for i, r in enumerate(recs)]
+            verdicts, moved = replay(pairs, settings)
+            print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}")
+
+
+def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str]]:
+    """Gate runs taken one after another from the recorded rounds, as ``traceml-ci ab`` takes
+    them; fewer rounds than the cap: one gate run over them (None: still undecided)."""
+    from traceml_ci.gate.ab import RoundPair, decide
+
+    verdicts: Counter[str] = Counter()
+    moved: Counter[str] = Counter()
+    i = 0
+    while i < len(pairs) and i + min(settings.max_rounds, len(pairs)) <= len(pairs):
+        taken: list[Any] = []
+        for p in pairs[i:]:
+            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
+            result = decide(taken, settings)
+            if result.verdict is not None:
+                break
+        verdicts[result.verdict.value if result.verdict else "undecided"] += 1
+        moved.update(iv.metric for iv in result.regressed)
+        i += len(taken)
+    return verdicts, moved
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args()
+    variants = args.variants.split(",")
+    if not args.report_only:
+        # A kill unwinds like Ctrl-C, so the hogs are stopped with us.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+        try:
+            record(args.out, args.rounds, variants)
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
+    report(args.out, variants)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
