@@ -51,8 +51,10 @@ def test_ddp_waits_for_a_late_rank_at_the_end_of_backward(tmp_path) -> None:
     step = docs[0]["step_time"]["step_ms"]["median"]
     later = (ms[1]["other"] + ms[1]["forward"] + ms[1]["backward"]
              - ms[0]["other"] - ms[0]["forward"] - ms[0]["backward"])
-    # Within 5 % of the step: two ranks' medians, on a loaded 2-core machine (measured: 2-4 %).
-    assert abs((ms[0]["wait"] - ms[1]["wait"]) - later) <= 0.05 * step, ms
+    # Two ranks' medians, each preempted now and then: measured 2-4 % of the step apart on a
+    # loaded 2-core machine, 7 % beside two busy loops in the full suite. A wait left in
+    # backward, or counted twice, is the whole 15 ms: 70 % of the step.
+    assert abs((ms[0]["wait"] - ms[1]["wait"]) - later) <= 0.12 * step, ms
     assert ms[0]["backward"] < 0.2 * ms[0]["wait"]  # the wait is not backward's any more
 
 

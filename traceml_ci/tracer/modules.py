@@ -413,7 +413,9 @@ class ModuleSampler:
             self._pending.append(current)
         sample = self._current = _Sample()
         mark = self.clock.mark
-        wait = self._wait.read if self._wait is not None else _no_wait
+        # The thread's waits are host time: a device clock's samples never read them.
+        host = self._wait is not None and self.clock.kind == "host"
+        wait = self._wait.read if host and self._wait is not None else _no_wait
         warn = self._warn
         failed: list[bool] = []
 
