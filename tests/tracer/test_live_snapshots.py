@@ -105,7 +105,10 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
     assert full, "no snapshot with a full window"
     for snap in full:  # its window: the newest 100 steps when it was taken
         n = snap["steps_done"]
-        assert_close(snap["window"]["pct"], shares(watch, walls, n - WINDOW_STEPS, n))
+        # 6 pp: beside two busy loops the live writer's GIL hold at a step's edge lands in the
+        # stopwatch's step and not the tracer's (``other`` 5.3 pp apart, seen once); a phase
+        # given to the wrong side is 13-53 pp off.
+        assert_close(snap["window"]["pct"], shares(watch, walls, n - WINDOW_STEPS, n), 6.0)
         assert snap["window"]["clock"] == "host"
         assert snap["diagnosis"]["kind"] == "INPUT_BOUND"
         # steps/s over wall time: the stopwatch's rate within the loop (loosely: the test's

@@ -254,7 +254,10 @@ def test_device_events_are_resolved_later_and_waited_for_at_finish() -> None:
     # spin only lasts longer), and what its stopwatches in the graph saw is what was reported.
     layer3 = next(m for m in doc["backward"] if m["name"] == "layer.3")
     truth = model.layer[3].backward_ms_per_call(wall=True)
-    assert layer3["ms"] >= 5.0 and abs(layer3["ms"] - sum(truth) / 3) < 0.5, (layer3, truth)
+    # The hooks' events bracket the spin and a little around it: a preemption there (a slice is
+    # 1-4 ms) lands in the figure but not in the stopwatch -- 0.73 ms over three samples seen
+    # beside two busy loops; a backward given to the wrong module is 5 ms off.
+    assert layer3["ms"] >= 5.0 and abs(layer3["ms"] - sum(truth) / 3) < 1.5, (layer3, truth)
 
 
 def test_a_failing_hook_stops_sampling_and_training_goes_on(fresh_tracer, capfd) -> None:
