@@ -1,55 +1,63 @@
-"""FSDP2 (``fully_shard``) on CPU/gloo under ``traceml-ci run --nproc-per-node 2``: every rank
-traced, one merged summary. (What the straggler analysis can and cannot tell under FSDP is in
-docs/distributed.md.)"""
+"""FSDP2 (``fully_shard``) on CPU/gloo under ``traceml-ci run --nproc-per-node 2``
+(tests/cli/fsdp_job.py): every rank traced, one merged summary; FSDP's all-gathers and
+reduce-scatters are the wait phase, as long as a stopwatch around them, so the rank the others
+wait for is named with the phase it is slow in, forward or backward."""
 
 from __future__ import annotations
 
+import json
+import statistics
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.cli.test_run_distributed import _finish, _free_port, _merged, _start
 
-FSDP_SCRIPT = '''
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.distributed.fsdp import fully_shard
-
-import traceml_ci as traceml
-
-torch.set_num_threads(1)
-traceml.init(run_name="fsdp", warmup_steps=3)
-dist.init_process_group("gloo")
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
-for layer in model:
-    if isinstance(layer, nn.Linear):
-        fully_shard(layer)
-fully_shard(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(16, 64), torch.randn(16, 1)
-for _ in range(20):
-    with traceml.trace_step(model):
-        opt.zero_grad(set_to_none=True)
-        ((model(x) - y) ** 2).mean().backward()
-        opt.step()
-dist.destroy_process_group()
-'''
+SCRIPT = Path(__file__).with_name("fsdp_job.py")
 
 
-def test_fully_shard_job_on_gloo_is_traced_and_merged(tmp_path: Path) -> None:
-    (tmp_path / "train_fsdp.py").write_text(FSDP_SCRIPT)
+def _run(tmp_path: Path, slow: str) -> dict[str, Any]:
     code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
-                               "--master-port", str(_free_port()), "train_fsdp.py"))
+                               "--master-port", str(_free_port()), str(SCRIPT), slow))
     assert code == 0, out
-    assert (tmp_path / "out" / "final_summary.rank1.json").is_file()
-    doc = _merged(tmp_path / "out" / "final_summary.json")
+    return _merged(tmp_path / "out" / "final_summary.json")
+
+
+def test_fsdp_collectives_are_wait_as_long_as_a_stopwatch_around_them(tmp_path: Path) -> None:
+    doc = _run(tmp_path, "none")
     dist = doc["distributed"]
     assert (dist["world_size"], dist["ranks_reported"], dist["backend"]) == (2, 2, "gloo")
-    assert doc["run"]["status"] == "completed" and doc["run"]["name"] == "fsdp"
-    for row in dist["ranks"]:
-        assert row["status"] == "completed" and row["steps_analyzed"] == 17
-        # FSDP all-gathers parameters inside forward: forward holds real time on every rank.
-        assert row["phase_ms"]["forward"] > 0 and row["phase_ms"]["backward"] > 0
-    # Detected as FSDP: the straggler analysis says why it gives no label (docs/distributed.md).
-    assert doc["run"]["parallelism"] == "fsdp"
-    assert dist["straggler"]["label"] is None and "FSDP" in dist["straggler"]["not_analysed"]
+    assert doc["run"]["status"] == "completed" and doc["run"]["parallelism"] == "fsdp"
+    for rank in (0, 1):
+        st = json.loads((tmp_path / "out" / f"final_summary.rank{rank}.json").read_text())
+        st = st["step_time"]
+        assert st["steps_analyzed"] == 27
+        watch = json.loads((tmp_path / f"stopwatch.rank{rank}.json").read_text())["waited_ms"]
+        watched = statistics.median(watch[st["warmup_steps"]:])
+        # Untimed, the gathers and reduce-scatters were forward and backward: 60-70 % of
+        # these steps on gloo.
+        off_pp = 100.0 * abs(st["phase_ms"]["wait"] - watched) / st["step_ms"]["median"]
+        assert off_pp <= 2.0, (rank, st["phase_ms"], watched)
+        assert st["phase_ms"]["forward"] > 0 and st["phase_ms"]["backward"] > 0
+    # The evidence is the waits: balanced ranks get the balanced label, not "not analysed".
+    assert dist["straggler"]["evidence"] == "wait"
+    assert dist["straggler"]["label"] == "RANKS_BALANCED", dist["straggler"]
+
+
+@pytest.mark.parametrize("slow", ["forward", "backward"])
+def test_the_fsdp_rank_the_others_wait_for_is_named_with_its_phase(
+    tmp_path: Path, slow: str
+) -> None:
+    """Rank 1 spins 15 ms a step in ``slow``: rank 0 waits that much longer in the collectives,
+    and rank 1 is the straggler, in that phase (backward's own compute included)."""
+    block = _run(tmp_path, slow)["distributed"]
+    straggler = block["straggler"]
+    assert (straggler["label"], straggler["rank"], straggler["cause"]) == (
+        "COMPUTE_STRAGGLER", 1, slow), json.dumps(block)
+    assert straggler["lateness_ms"] > 4.0, json.dumps(straggler)
+    # Rank 0's wait splits into the collectives' own time (rank 1's whole wait: it arrives
+    # last) and waiting for rank 1.
+    rows = {r["rank"]: r for r in block["ranks"]}
+    assert block["transfer_ms"] == rows[1]["wait_ms"] and rows[1]["waiting_ms"] == 0.0
+    assert rows[0]["waiting_ms"] > 4.0, json.dumps(block)

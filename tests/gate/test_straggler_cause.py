@@ -91,3 +91,25 @@ def test_without_the_wait_phase_the_waiting_ranks_are_named_without_a_figure() -
     said = straggler_change(job(shift(), shift()), old)
     assert said == ("rank 1 straggles in dataloader (+6.0 ms per step over the other ranks), "
                     "rank 0 waits for it")
+
+
+def test_each_ranks_wait_splits_into_transfer_and_waiting_for_the_others() -> None:
+    """The least any rank waits is the collectives' own time (the last to arrive waits for no
+    one); the rest of each rank's wait is waiting for the straggler."""
+    head = slow(3, 2, "forward", ms=6.0)
+    block = head["distributed"]
+    assert block["transfer_ms"] == RANK_MS["wait"]
+    waiting = {r["rank"]: r["waiting_ms"] for r in block["ranks"]}
+    assert waiting == {0: 6.0, 1: 6.0, 2: 0.0}
+    text = render_text(compare(balanced(3), head), width=400)
+    assert "collectives take 0.50 ms per step without waiting" in text
+
+
+def test_a_changed_headline_rank_is_said_when_comparing() -> None:
+    """Base's split is rank 0's, head's rank 1's (it straggles): the report says the shares
+    compare two ranks; the same rank on both sides says nothing."""
+    base, head = slow(2, 0, "forward"), slow(2, 1, "forward")
+    assert (base["distributed"]["headline_rank"], head["distributed"]["headline_rank"]) == (0, 1)
+    said = [n for n in compare(base, head).notes if "rank 0's in base and rank 1's in head" in n]
+    assert len(said) == 1, compare(base, head).notes
+    assert not [n for n in compare(head, head).notes if "in base and rank" in n]

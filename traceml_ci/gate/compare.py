@@ -17,6 +17,7 @@ from traceml_ci.gate.context import (
     environment_notes,
     flops_context,
     head_status_notes,
+    headline_rank_notes,
     incomparable_notes,
     mapping_notes,
     measurement_notes,
@@ -103,7 +104,7 @@ def compare(
         return Comparison(
             verdict=Verdict.INCOMPARABLE, rows=[], reasons=reasons, notes=list(reasons), **named
         )
-    reasons += measurement_notes(bv, hv, rules)
+    reasons += measurement_notes(bv, hv, rules) + headline_rank_notes(bv, hv)
     rows, skipped = judge_metrics(bv, hv, rules, skip_env=skip_env)
     rows, module_context = apply_guards(rows, bv, hv, rules, skip_env=skip_env)
     rows += counter_rows(bv, hv)  # exact, no noise (gate/counters.py)

@@ -111,9 +111,21 @@ def measurement_notes(base: SummaryView, head: SummaryView, rules: Rules) -> lis
     return notes
 
 
-#: FLOP counts of one model and input shape agree to the FLOP; beyond this relative change the
-#: work itself changed.
-FLOPS_CHANGED = 0.001
+def headline_rank_notes(base: SummaryView, head: SummaryView) -> list[str]:
+    """Two merged DDP summaries whose step split is not the same rank's (the rank the others
+    wait for changed): their shares compare two ranks -- a wait share that fell is the new
+    critical path's, not a faster all-reduce. Said, not judged."""
+    ranks = []
+    for v in (base, head):
+        r = v.at(("distributed", "headline_rank"))
+        ranks.append(r if isinstance(r, int) and not isinstance(r, bool) else None)
+    b, h = ranks
+    if b is None or h is None or b == h:
+        return []
+    return [
+        f"the job's step split is rank {b}'s in base and rank {h}'s in head (the rank the "
+        "others wait for changed): shares compare two ranks; each rank's split is in its row"
+    ]
 
 
 def flops_context(base: SummaryView, head: SummaryView) -> list[str]:

@@ -234,12 +234,21 @@ def straggler_line(block: Mapping[str, Any]) -> str:
         line = (f"{head}; {label} (straggler threshold {_num(s.get('threshold_pct'), 0)} % "
                 f"more own work per step than the others' median; the most any rank does: "
                 f"{_num(s.get('score_pct'))} % more)")
-        return line
+        return line + _transfer(block)
     late = s.get("lateness_ms")
     waited = (f"; the others wait {_num(late, 2)} ms per step for it"
               if isinstance(late, (int, float)) else "")
     return (f"{head}; {label}: rank {s.get('rank')} +{_num(s.get('score_pct'))} % own work per "
-            f"step over the others' median, mostly {s.get('cause') or 'unknown'}{waited}")
+            f"step over the others' median, mostly {s.get('cause') or 'unknown'}{waited}"
+            f"{_transfer(block)}")
+
+
+def _transfer(block: Mapping[str, Any]) -> str:
+    """The collectives' own time, beside the waiting (empty for older summaries)."""
+    t = block.get("transfer_ms")
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return ""
+    return f"; collectives take {_num(t, 2)} ms per step without waiting (the least any rank waits)"
 
 
 def straggler_next_step(block: Mapping[str, Any]) -> str:

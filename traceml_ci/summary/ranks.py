@@ -156,7 +156,8 @@ def _rank_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-#: Why a job's ranks are not compared (its collectives wait inside forward too).
+#: Why an FSDP job's ranks are not compared: traced before its collectives were timed as the
+#: wait phase (every rank's wait 0), its all-gathers waited inside forward.
 FSDP_NOT_ANALYSED = (
     "FSDP: its all-gathers wait inside forward and its reduce-scatters inside "
     "backward, so no phase is a rank's own work; not analysed"
@@ -227,7 +228,10 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
         "scores_pct": {},
         "evidence": "wait" if waits else "own_work",
     }
-    if fsdp:  # measured: a slow rank read as balanced, a waiting one as the straggler
+    # FSDP's collectives are the wait phase since they are timed (tracer/waits.py); before,
+    # they waited inside forward and backward -- measured: a slow rank read as balanced, a
+    # waiting one as the straggler. An FSDP step always gathers, so no wait means untimed.
+    if fsdp and not (waits and any(r["wait_ms"] > 0 for r in timed)):
         out.update(label=None, not_analysed=FSDP_NOT_ANALYSED)
         return out
     if len(timed) < 2:
@@ -336,6 +340,30 @@ def headline_rank(rows: Sequence[Mapping[str, Any]], analysis: Mapping[str, Any]
     return max(timed, key=lambda r: r["own_work_ms"])["rank"]
 
 
+def transfer_ms(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The collectives' own time per step, waiting for no one: the least any rank waited (the
+    rank that arrives last at a collective finds the others there, so its wait is the
+    transfer). None without the wait phase on every rank, or with one rank.
+
+    An estimate from per-rank medians, for every backend alike (no device events, no sync):
+    where ranks take turns arriving last, each rank's median holds some waiting, and part of
+    the waiting reads as transfer."""
+    timed = [r for r in rows if finite(r.get("wait_ms")) is not None]
+    if len(timed) < 2 or len(timed) != len(rows):
+        return None
+    return min(float(r["wait_ms"]) for r in timed)
+
+
+def split_waits(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Each row's ``waiting_ms``: its wait beyond the collectives' own time (``transfer_ms``),
+    i.e. the time it waited for the other ranks; that transfer time, or None (rows unchanged)."""
+    transfer = transfer_ms(rows)
+    if transfer is not None:
+        for r in rows:
+            r["waiting_ms"] = round(float(r["wait_ms"]) - transfer, 4)
+    return transfer
+
+
 def analyse(
     docs: Sequence[Mapping[str, Any]],
 ) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
@@ -347,6 +375,7 @@ def analyse(
         (_rank_row(d) for d in docs),
         key=lambda r: r["rank"] if isinstance(r["rank"], int) else 1 << 30,
     )
+    split_waits(rows)
     fsdp = any((SummaryView(d).run.get("parallelism") == "fsdp") for d in docs)
     analysis = stragglers(rows, fsdp=fsdp)
     return rows, analysis, headline_rank(rows, analysis)
@@ -423,6 +452,9 @@ def merge_ranks(
         "straggler": analysis,
         "headline_rank": head,
     }
+    transfer = transfer_ms(rows)
+    if transfer is not None:
+        out["distributed"]["transfer_ms"] = round(transfer, 4)
     return out
 
 

@@ -18,7 +18,9 @@ Two sources, both only while a process group is in use (docs/distributed.md):
   before the process group existed (``from torch.distributed import all_reduce``) keeps the
   original and is not timed.
 
-FSDP's all-gathers and reduce-scatters are not split out: they stay in forward and backward.
+FSDP's all-gathers and reduce-scatters go through the same functions (FSDP2:
+``all_gather_single``, ``reduce_scatter_single``), so they are the wait phase too, wherever in
+the step they run; forward and backward keep their compute.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_gather_object",
     "all_to_all",
     "all_to_all_single",
@@ -47,6 +50,7 @@ COLLECTIVES: tuple[str, ...] = (
     "reduce",
     "reduce_scatter",
     "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "scatter",
     "scatter_object_list",
     "send",

@@ -1,0 +1,111 @@
+"""Two gloo ranks of an FSDP2 (``fully_shard``) job under torchrun, with a stopwatch around
+FSDP's collectives: each rank writes what each step spent in them to
+``stopwatch.rank<N>.json`` in the folder it runs in.
+
+python fsdp_job.py none       # balanced
+python fsdp_job.py forward    # rank 1 spins 15 ms in forward
+python fsdp_job.py backward   # rank 1 spins 15 ms in backward, between two layers' gradients
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+import traceml_ci as traceml
+
+SPIN_MS = 15.0
+STEPS = 30
+
+
+def spin(ms: float) -> None:
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+
+
+class SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:
+        ctx.ms = ms
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        spin(ctx.ms)
+        return grad, None
+
+
+class Net(nn.Module):
+    def __init__(self, forward_ms: float, backward_ms: float) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
+        self.forward_ms, self.backward_ms = forward_ms, backward_ms
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        spin(self.forward_ms)
+        h = self.body[1](self.body[0](x))
+        if self.backward_ms:
+            h = SlowBackward.apply(h, self.backward_ms)
+        return self.body[2](h)
+
+
+def stopwatched(spent: list[float], orig: Any) -> Any:
+    """``orig`` with its time added to ``spent[-1]`` (this step's)."""
+
+    @functools.wraps(orig)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            spent[-1] += (time.perf_counter() - t0) * 1000.0
+
+    return timed
+
+
+def main() -> None:
+    slow = sys.argv[1]
+    torch.set_num_threads(1)
+    spent: list[float] = [0.0]
+    # FSDP2 calls these through ``torch.distributed`` on every use. Wrapped before the process
+    # group exists, so the tracer's timing (set once one does) wraps this stopwatch, which
+    # wraps the collective.
+    for name in ("all_gather_single", "reduce_scatter_single", "all_reduce"):
+        setattr(dist, name, stopwatched(spent, getattr(dist, name)))
+    traceml.init(run_name="fsdp", warmup_steps=3)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    mine = rank == 1
+    model = Net(SPIN_MS if mine and slow == "forward" else 0.0,
+                SPIN_MS if mine and slow == "backward" else 0.0)
+    for layer in model.body:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 64), torch.randn(16, 1)
+    per_step: list[float] = []
+    for _ in range(STEPS):
+        spent[-1] = 0.0
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+        per_step.append(spent[-1])
+    with open(f"stopwatch.rank{rank}.json", "w") as f:
+        json.dump({"waited_ms": per_step}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
