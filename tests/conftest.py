@@ -40,6 +40,17 @@ def busy(ms: float) -> None:
         pass
 
 
+def spin_cpu(ms: float) -> None:
+    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest of
+    the step (the tracer leaves the thread's waits for a CPU out of module times). A wall-clock
+    spin (``busy``) keeps its length while load stretches everything else, so a slower layer's
+    share would shrink as the load grows: beside two CPU hogs, 3 -> 9 ms moved backward's share
+    by 6 pp, within what the contention guard excuses, and at a 90 % runqueue wait by nothing."""
+    end = time.thread_time() + ms / 1000.0
+    while time.thread_time() < end:
+        pass
+
+
 @pytest.fixture
 def torch_single_thread() -> Iterator[None]:
     import torch

@@ -12,19 +12,11 @@ import torch
 from torch import nn
 
 import traceml_ci as traceml
-from tests.conftest import stopwatch_tolerance_pp
+from tests.conftest import spin_cpu, stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeEventLog
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.modules import OFF_COMPILED, ModuleSampler
-
-
-def _spin(ms: float) -> None:
-    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest
-    of the step (the tracer leaves the thread's waits for a CPU out of module times)."""
-    end = time.thread_time() + ms / 1000.0
-    while time.thread_time() < end:
-        pass
 
 
 class _BackwardStart(torch.autograd.Function):
@@ -38,7 +30,7 @@ class _BackwardStart(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
         ctx.log.append(["start", time.thread_time_ns(), time.perf_counter_ns()])
-        _spin(ctx.ms)
+        spin_cpu(ctx.ms)
         return grad, None, None
 
 
@@ -98,7 +90,7 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.sampled.append(bool(self._forward_hooks))  # the sampler's hooks are on this call
-        _spin(self.forward_ms)
+        spin_cpu(self.forward_ms)
         x = self.embed(x)
         for layer in self.layer:
             x = layer(x)
