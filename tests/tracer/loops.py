@@ -110,6 +110,24 @@ def train(loader: Any, model: nn.Module, optimizer: Any, trace_step: Any, steps:
     return done
 
 
+def train_at_least(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.Tensor,
+                   steps: int, seconds: float, after_backward: Any = None) -> int:
+    """The README loop on one batch: ``steps`` steps, and more until ``seconds`` went by
+    (module samples are due by time); ``after_backward()`` runs inside each step, between
+    backward and the optimizer. Returns the number of steps run."""
+    end = time.perf_counter() + seconds
+    done = 0
+    while done < steps or time.perf_counter() < end:
+        done += 1
+        with traceml.trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            if after_backward is not None:
+                after_backward()
+            optimizer.step()
+    return done
+
+
 class Stopwatch:
     """An independent per-step stopwatch around exactly the calls the tracer attributes, so
     tests compare the tracer with the truth of the same steps, however loaded the machine is."""

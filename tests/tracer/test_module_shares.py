@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-import traceml_ci as traceml
 from tests.conftest import spin_cpu
 from tests.tracer.conftest import finish_and_load
-from tests.tracer.loops import BusyBackward
+from tests.tracer.loops import BusyBackward, train_at_least
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.modules import ModuleSampler, _Sample, attribute
 
@@ -205,15 +204,7 @@ def test_readers_of_one_input_share_their_parent_and_the_slow_one_is_timed_right
     model = Model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(4, 8), torch.randn(4, 1)
-    end = time.perf_counter() + 1.5
-    steps = 0
-    while steps < 60 or time.perf_counter() < end:
-        steps += 1
-        with traceml.trace_step(model):
-            opt.zero_grad(set_to_none=True)
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            opt.step()
+    train_at_least(model, opt, x, y, steps=60, seconds=1.5)
     mods = finish_and_load(tracer)["modules"]
     assert mods["backward_steps"] >= 3
     for direction in ("forward", "backward"):
