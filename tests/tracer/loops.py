@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import traceml_ci as traceml
 from tests.conftest import busy
+from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
 
 
 class BusyDataset(Dataset):
@@ -30,6 +31,18 @@ class BusyDataset(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[i], self.y[i]
+
+
+def recorder_step(rec: Recorder) -> None:
+    """One step straight through a ``Recorder``: a fetch, then forward, backward and optimizer
+    inside the step, each begun and ended at once (the clock decides what they cost)."""
+    rec.phase_begin(DL)
+    rec.phase_end(DL)
+    rec.step_begin()
+    for p in (FWD, BWD, OPT):
+        rec.phase_begin(p)
+        rec.phase_end(p)
+    rec.step_end()
 
 
 def spend_on(clock: Any) -> Callable[[float], None]:

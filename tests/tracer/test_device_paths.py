@@ -11,21 +11,11 @@ from tests.tracer.fakes import (
     FakeEventLog,
     fake_torch_for_memory,
 )
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, recorder_step, train
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
 from traceml_ci.tracer.steps import MAX_PENDING_STEPS, StepStore
-
-
-def _one_step(rec: Recorder) -> None:
-    rec.phase_begin(DL)
-    rec.phase_end(DL)
-    rec.step_begin()
-    for p in (FWD, BWD, OPT):
-        rec.phase_begin(p)
-        rec.phase_end(p)
-    rec.step_end()
 
 
 def test_events_resolve_lazily_with_query_and_never_synchronize_per_step() -> None:
@@ -34,7 +24,7 @@ def test_events_resolve_lazily_with_query_and_never_synchronize_per_step() -> No
     store = StepStore(clock, warmup_steps=0, rss=None)
     rec = Recorder(clock.mark, store)
     for _ in range(20):
-        _one_step(rec)
+        recorder_step(rec)
     assert log.syncs == 0  # the host never waited for the device
     assert store.steps_total == 20
     assert 0 < len(store.pending) < 20  # recent steps still in flight
@@ -53,7 +43,7 @@ def test_a_device_far_behind_is_waited_for_rather_than_queued_forever() -> None:
     store = StepStore(clock, warmup_steps=0, rss=None)
     rec = Recorder(clock.mark, store)
     for _ in range(MAX_PENDING_STEPS * 3):
-        _one_step(rec)
+        recorder_step(rec)
     assert len(store.pending) <= MAX_PENDING_STEPS + 1
     assert log.syncs >= 1
 
@@ -181,7 +171,7 @@ def test_steps_past_max_steps_give_their_events_back() -> None:
     store = StepStore(clock, warmup_steps=0, rss=None, max_steps=3)
     rec = Recorder(clock.mark, store)
     for _ in range(50):
-        _one_step(rec)
+        recorder_step(rec)
     store.drain_all()
     assert store.steps_total == 3
     assert log.created < 40  # recycled, not one new set of events per dropped step
