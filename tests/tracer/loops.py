@@ -141,6 +141,14 @@ def train_at_least(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.T
     return done
 
 
+def busy_job(steps: int, ms: float) -> int:
+    """``steps`` README steps of a job whose fetch, forward and backward each cost ``ms``
+    (plain SGD), traced by ``trace_step``; returns the number of steps run."""
+    model = BusyModel(ms, ms)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    return train(busy_loader(steps, ms), model, optimizer, traceml.trace_step, steps)
+
+
 class Stopwatch:
     """An independent per-step stopwatch around exactly the calls the tracer attributes, so
     tests compare the tracer with the truth of the same steps, however loaded the machine is."""

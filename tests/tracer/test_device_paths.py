@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
@@ -11,7 +10,7 @@ from tests.tracer.fakes import (
     FakeEventLog,
     fake_torch_for_memory,
 )
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader, recorder_step, train
+from tests.tracer.loops import BusyModel, BusySGD, busy_job, busy_loader, recorder_step, train
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
@@ -108,9 +107,7 @@ def test_device_memory_growth_is_diagnosed(fresh_tracer, fake_cuda) -> None:
     memory.reserved_mb = memory.allocated_mb = 500.0
     memory.growth_mb = 10.0  # +10 MB every step
     tracer = fresh_tracer(warmup_steps=0)
-    model = BusyModel(0.1, 0.1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(40, 0.1), model, optimizer, traceml.trace_step, 40)
+    busy_job(40, 0.1)
     mem = finish_and_load(tracer)["step_memory"]
     assert mem["diagnosis"] == "MEMORY_GROWTH"
     assert mem["growth_mb_per_1k_steps"] == pytest.approx(10_000.0, rel=0.01)
@@ -154,9 +151,7 @@ def test_no_nvidia_gpu_means_no_sampler_and_no_noise(capfd) -> None:
 
 def test_cpu_run_has_null_device_memory_fields(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=0)
-    model = BusyModel(0.1, 0.1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(12, 0.1), model, optimizer, traceml.trace_step, 12)
+    busy_job(12, 0.1)
     doc = finish_and_load(tracer)
     mem = doc["step_memory"]
     assert mem["peak_allocated_mb"] is None and mem["peak_reserved_mb"] is None
