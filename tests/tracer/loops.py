@@ -7,7 +7,7 @@ exact microseconds, see ``spend_on``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -155,9 +155,22 @@ class Stopwatch:
 
     def __init__(self) -> None:
         self.steps: list[dict[str, float]] = []
+        self.walls: list[float] = []  # each step's wall time (ms), kept by ``fetches``
 
     def new_step(self) -> None:
         self.steps.append(dict.fromkeys(("dataloader", "forward", "backward", "optimizer"), 0.0))
+
+    def fetches(self, batches: Any, steps: int, after_step: Any = None) -> Iterator[Any]:
+        """``steps`` steps of a loop: each begins a stopwatch step and hands the loop's body a
+        batch fetched on it (dataloader); the step's wall time, fetch and body, goes to
+        ``walls``; then ``after_step()`` runs, outside what is timed."""
+        for _ in range(steps):
+            start = time.perf_counter_ns()
+            self.new_step()
+            yield self.time("dataloader", next, batches)
+            self.walls.append((time.perf_counter_ns() - start) / 1e6)
+            if after_step is not None:
+                after_step()
 
     def time(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter_ns()
@@ -196,20 +209,13 @@ def stopwatch_loop(
     zero_grad / forward / backward / step. Returns the stopwatch and each step's wall time in
     ms; ``after_step()`` runs between steps, outside what is timed."""
     watch = Stopwatch()
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+    for x, y in watch.fetches(batches, steps, after_step):
         with traceml.trace_step(model):
             optimizer.zero_grad(set_to_none=True)
             loss = ((watch.time("forward", model, x) - y) ** 2).mean()
             watch.time("backward", loss.backward)
             watch.time("optimizer", optimizer.step)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-        if after_step is not None:
-            after_step()
-    return watch, walls
+    return watch, watch.walls
 
 
 def closure_loop(
@@ -218,11 +224,7 @@ def closure_loop(
     """``optimizer.step(closure)`` with forward and backward in the closure; returns the
     stopwatch (optimizer = its own time) and each step's wall time in ms."""
     watch = Stopwatch()
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+    for x, y in watch.fetches(batches, steps):
 
         def closure(x: Any = x, y: Any = y) -> torch.Tensor:
             optimizer.zero_grad()
@@ -232,8 +234,7 @@ def closure_loop(
 
         with traceml.trace_step(model) if trace else _Null():
             optimizer_step(watch, optimizer, closure)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-    return watch, walls
+    return watch, watch.walls
 
 
 def optimizer_step(watch: Stopwatch, optimizer: Any, closure: Any) -> None:
