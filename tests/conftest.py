@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +28,16 @@ def stopwatch_tolerance_pp(doc: dict, quiet_pp: float) -> float:
     wait = ((doc.get("run") or {}).get("contention") or {}).get("runqueue_wait_pct")
     wait = wait if isinstance(wait, (int, float)) and 0 <= wait < 100 else 0.0
     return quiet_pp * (1.0 + 2.0 * wait / 100.0)
+
+
+def loaded_by(imports: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of the ``heavy`` modules a fresh interpreter holds after ``import <imports>``
+    (names as an import statement lists them), sorted."""
+    probe = (f"import sys, {imports}\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60)
+    return ast.literal_eval(out.stdout.strip())
 
 
 def sigint_default() -> None:
