@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,15 @@ def loaded_by(imports: str, heavy: tuple[str, ...]) -> list[str]:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, timeout=60)
     return ast.literal_eval(out.stdout.strip())
+
+
+def kill_all(procs: Iterable[subprocess.Popen]) -> None:
+    """Kill and reap each of a test's processes still running: a test that failed midway
+    leaves nothing behind."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
 
 
 def sigint_default() -> None:
