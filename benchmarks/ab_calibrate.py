@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.gate_common import EXE, HOG  # noqa: E402
+from benchmarks.gate_common import EXE, HOG, ab_gate_runs  # noqa: E402
 
 JOB = REPO / "benchmarks" / "gate_job.py"
 VARIANTS = ("aa", "aa2", "dl+2pp", "step+5%", "dl+25%")
@@ -134,7 +134,7 @@ def _side(rec: dict[str, Any]) -> Any:
 
 
 def judge(out: Path, settings: Any) -> None:
-    from traceml_ci.gate.ab import RoundPair, decide
+    from traceml_ci.gate.ab import RoundPair
 
     for variant in VARIANTS:
         path = out / f"{variant}.jsonl"
@@ -142,19 +142,9 @@ def judge(out: Path, settings: Any) -> None:
             continue
         recs = [json.loads(x) for x in path.read_text().splitlines()]
         pairs = [RoundPair(i + 1, _side(r["base"]), _side(r["head"])) for i, r in enumerate(recs)]
-        verdicts: Counter[str] = Counter()
-        used, runs, i = 0, 0, 0
-        while i + settings.max_rounds <= len(pairs):
-            taken: list[Any] = []
-            for p in pairs[i:]:
-                taken.append(RoundPair(len(taken) + 1, p.base, p.head))
-                result = decide(taken, settings)
-                if result.verdict is not None:
-                    break
-            verdicts[result.verdict.value] += 1
-            used += len(taken)
-            runs += 1
-            i += len(taken)
+        gate_runs = ab_gate_runs(pairs, settings)
+        verdicts = Counter(r.verdict.value if r.verdict else "undecided" for r, _ in gate_runs)
+        used, runs = sum(n for _, n in gate_runs), len(gate_runs)
         waits = [r[s]["runqueue_wait_pct"] or 0.0 for r in recs for s in ("base", "head")]
         print(f"{variant:>8}: {runs} gate runs over {len(pairs)} rounds "
               f"(runqueue wait median {sorted(waits)[len(waits) // 2]:.0f} %, max "

@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.gate_common import EXE, HOG  # noqa: E402
+from benchmarks.gate_common import EXE, HOG, ab_gate_runs  # noqa: E402
 
 JOB = REPO / "benchmarks" / "gate_job.py"
 VARIANTS = ("aa", "fwd+5%", "fwd+20%")
@@ -108,23 +108,12 @@ def report(out: Path, variants: list[str]) -> None:
 
 
 def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str]]:
-    """Gate runs taken one after another from the recorded rounds, as ``traceml-ci ab`` takes
-    them; fewer rounds than the cap: one gate run over them (None: still undecided)."""
-    from traceml_ci.gate.ab import RoundPair, decide
-
+    """The verdicts of the gate runs over the recorded rounds, and the metrics they regressed."""
     verdicts: Counter[str] = Counter()
     moved: Counter[str] = Counter()
-    i = 0
-    while i < len(pairs) and i + min(settings.max_rounds, len(pairs)) <= len(pairs):
-        taken: list[Any] = []
-        for p in pairs[i:]:
-            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
-            result = decide(taken, settings)
-            if result.verdict is not None:
-                break
+    for result, _ in ab_gate_runs(pairs, settings):
         verdicts[result.verdict.value if result.verdict else "undecided"] += 1
         moved.update(iv.metric for iv in result.regressed)
-        i += len(taken)
     return verdicts, moved
 
 

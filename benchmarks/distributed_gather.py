@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.ranks_launch import is_rank, launch_ranks  # noqa: E402
+
 SUMMARY = REPO / "tests" / "gate" / "data" / "input_bound_a.json"
 
 
@@ -60,23 +61,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=20)
     args = p.parse_args()
     for n in args.ranks:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {**os.environ, "TRACEML_CI_BENCH_RANK": "1", "OMP_NUM_THREADS": "1"}
-        out = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
-             "--master-addr", "127.0.0.1", "--master-port", str(port), __file__,
-             "--repeats", str(args.repeats)],
-            env=env, capture_output=True, text=True, timeout=600, check=True)
-        line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
-        r = json.loads(line)
+        (r,) = launch_ranks(__file__, n, ["--repeats", str(args.repeats)])  # rank 0's line
         print(f"{r['world']} ranks: gather median {r['median_ms']:.1f} ms, max "
               f"{r['max_ms']:.1f} ms; merge on rank 0 {r['merge_ms']:.1f} ms")
 
 
 if __name__ == "__main__":
-    if os.environ.get("TRACEML_CI_BENCH_RANK"):
+    if is_rank():
         rp = argparse.ArgumentParser()
         rp.add_argument("--repeats", type=int, default=20)
         _rank_main(rp.parse_args().repeats)

@@ -1,4 +1,5 @@
-"""Shared by the gate benchmarks: run a job under ``traceml-ci run`` and load the summaries."""
+"""Shared by the gate benchmarks: run a job under ``traceml-ci run`` and load the summaries;
+judge recorded runs (summaries, or A/B rounds) the way the gate would."""
 
 from __future__ import annotations
 
@@ -182,6 +183,28 @@ def judge_sequential(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, 
             jobs += 1
     return {"pairs": jobs, "verdicts": dict(verdicts), "regressed": {},
             "runs_per_job": runs / jobs if jobs else 0.0}
+
+
+def ab_gate_runs(pairs: Sequence[Any], settings: Any) -> list[tuple[Any, int]]:
+    """A/B gate runs replayed over recorded rounds (``gate.ab.RoundPair``s), as ``traceml-ci ab``
+    takes them: each run takes rounds until ``decide`` gives a verdict, the next starts at the
+    round after; a run is only started where ``settings.max_rounds`` rounds are left (fewer
+    recorded than the cap: one run over them all, whose verdict may be None, undecided).
+    Each run's ``AbResult`` and the rounds it took."""
+    from traceml_ci.gate.ab import RoundPair, decide
+
+    runs: list[tuple[Any, int]] = []
+    i = 0
+    while i < len(pairs) and i + min(settings.max_rounds, len(pairs)) <= len(pairs):
+        taken: list[Any] = []
+        for p in pairs[i:]:
+            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
+            result = decide(taken, settings)
+            if result.verdict is not None:
+                break
+        runs.append((result, len(taken)))
+        i += len(taken)
+    return runs
 
 
 def pct(part: int, whole: int) -> str:

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.ranks_launch import is_rank, launch_ranks  # noqa: E402
 
 
 def _timed(owner: object, name: str, into: dict[str, float]) -> None:
@@ -81,22 +81,6 @@ def _rank_main(out_dir: str, steps: int) -> None:
     dist.destroy_process_group()
 
 
-def _launch(n: int, steps: int, out_dir: str) -> list[dict[str, float]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "TRACEML_CI_BENCH_RANK": "1", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
-         "--master-addr", "127.0.0.1", "--master-port", str(port), __file__,
-         "--out", out_dir, "--steps", str(steps)],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"torchrun with {n} ranks failed ({out.returncode}):\n"
-                         f"{out.stderr[-2000:]}")
-    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-
-
 def _med_max(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ms (max {max(values):.1f})"
 
@@ -113,7 +97,7 @@ def main() -> None:
         rank_b: list[int] = []
         for _ in range(args.launches):
             with tempfile.TemporaryDirectory() as tmp:
-                rows += _launch(n, args.steps, tmp)
+                rows += launch_ranks(__file__, n, ["--out", tmp, "--steps", str(args.steps)])
                 merged_b.append((Path(tmp) / "final_summary.json").stat().st_size)
                 rank_b += [f.stat().st_size for f in Path(tmp).glob("final_summary.rank*.json")]
         finish = [r["finish_ms"] for r in rows]
@@ -127,7 +111,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("TRACEML_CI_BENCH_RANK"):
+    if is_rank():
         rp = argparse.ArgumentParser()
         rp.add_argument("--out", required=True)
         rp.add_argument("--steps", type=int, default=40)

@@ -22,6 +22,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import traceml_ci as traceml  # noqa: E402
+from benchmarks.bytecodes import count_bytecodes  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
 
@@ -134,23 +135,9 @@ def bytecodes_per_step(out: Path, steps: int = 50) -> tuple[float, float]:
     tracer.store.tick_ns = tracer.store._due = 10**18  # housekeeping: never due here
     model, optimizer, loader = make_job("tiny")
     batches = endless(loader)
-    counted = [0]
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            counted[0] += 1
-        return trace
 
     def count(block: Any) -> float:
-        block(model, optimizer, batches, 5)
-        counted[0] = 0
-        sys.settrace(trace)
-        try:
-            block(model, optimizer, batches, steps)
-        finally:
-            sys.settrace(None)
-        return counted[0] / steps
+        return count_bytecodes(lambda n: block(model, optimizer, batches, n), steps, warm=5)
 
     tracer.patches.uninstall()
     off = count(plain_block)

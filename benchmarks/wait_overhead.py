@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import traceml_ci as traceml  # noqa: E402
+from benchmarks.bytecodes import count_bytecodes  # noqa: E402
 from traceml_ci.tracer import api  # noqa: E402
 from traceml_ci.tracer.config import TracerConfig  # noqa: E402
 
@@ -42,24 +43,6 @@ def block(model: Any, opt: Any, x: Any, y: Any, n: int) -> float:
             ((model(x) - y) ** 2).mean().backward()
             opt.step()
     return (clock() - start) / n / 1000.0
-
-
-def bytecodes(model: Any, opt: Any, x: Any, y: Any, steps: int = 20) -> float:
-    counted = [0]
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            counted[0] += 1
-        return trace
-
-    block(model, opt, x, y, 3)
-    sys.settrace(trace)
-    try:
-        block(model, opt, x, y, steps)
-    finally:
-        sys.settrace(None)
-    return counted[0] / steps
 
 
 def main() -> None:
@@ -81,9 +64,9 @@ def main() -> None:
         probe = tracer.grad_ready
         assert not probe.calibrating and probe.last_ready, "the probe did not settle"
         hooked = len(probe.last_ready)
-        on_codes = bytecodes(model, opt, x, y)
+        on_codes = count_bytecodes(lambda n: block(model, opt, x, y, n), 20, warm=3)
         probe.remove_hooks()
-        off_codes = bytecodes(model, opt, x, y)
+        off_codes = count_bytecodes(lambda n: block(model, opt, x, y, n), 20, warm=3)
         on: list[float] = []
         off: list[float] = []
         for b in range(args.blocks):

@@ -5,12 +5,10 @@ traceml-ci run examples/compute_bound.py          # -> COMPUTE_BOUND
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-from training import fit
+from training import fit, job_options, repeatable
 
 import traceml_ci as traceml
 
@@ -31,14 +29,11 @@ def make_model() -> nn.Module:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser = job_options(__doc__, steps=100)
     parser.add_argument("--image-size", type=int, default=16)
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
+    repeatable()
     n = args.steps * args.batch_size
     data = TensorDataset(
         torch.randn(n, 3, args.image_size, args.image_size), torch.randint(0, 10, (n,))

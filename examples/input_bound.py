@@ -6,25 +6,20 @@ python examples/input_bound.py --sample-ms 0      # a fast dataset instead
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
-from training import Decoded, fit
+from training import Decoded, fit, job_options, repeatable
 
 import traceml_ci as traceml
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser = job_options(__doc__, steps=150)
     parser.add_argument("--sample-ms", type=float, default=0.25)
     args = parser.parse_args()
 
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
+    repeatable()
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     # Each sample "decodes" for --sample-ms asleep, like a JPEG pipeline waiting on storage.

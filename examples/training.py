@@ -1,9 +1,10 @@
-"""What the examples share: a dataset whose samples cost decoding time, and the traced training
-loop (``traceml.trace_step`` around each step). The scripts beside it and ``smoke_tests/``
-(through its pytest.ini's ``pythonpath``) import it; copy it along with them."""
+"""What the examples share: their common options, a dataset whose samples cost decoding time,
+and the traced training loop (``traceml.trace_step`` around each step). The scripts beside it
+and ``smoke_tests/`` (through its pytest.ini's ``pythonpath``) import it; copy it with them."""
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -11,6 +12,20 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import traceml_ci as traceml
+
+
+def job_options(description: str | None, steps: int) -> argparse.ArgumentParser:
+    """The options every example takes (``--steps``, ``--batch-size``); a script adds its own."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--batch-size", type=int, default=16)
+    return parser
+
+
+def repeatable() -> None:
+    """The same weights and data on every run, on one CPU thread: two runs differ by the code."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
 
 
 class Decoded(Dataset):

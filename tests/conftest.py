@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import signal
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,25 @@ def stopwatch_tolerance_pp(doc: dict, quiet_pp: float) -> float:
     return quiet_pp * (1.0 + 2.0 * wait / 100.0)
 
 
+def loaded_by(imports: str, heavy: tuple[str, ...]) -> list[str]:
+    """Which of the ``heavy`` modules a fresh interpreter holds after ``import <imports>``
+    (names as an import statement lists them), sorted."""
+    probe = (f"import sys, {imports}\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60)
+    return ast.literal_eval(out.stdout.strip())
+
+
+def kill_all(procs: Iterable[subprocess.Popen]) -> None:
+    """Kill and reap each of a test's processes still running: a test that failed midway
+    leaves nothing behind."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+
+
 def sigint_default() -> None:
     """``preexec_fn`` of a child a test will send SIGINT: a suite run as a background job
     inherits SIGINT ignored, and Python leaves an ignored SIGINT ignored in its children."""
@@ -37,6 +59,17 @@ def busy(ms: float) -> None:
     """Spin for ``ms`` wall-clock milliseconds: a known cost, robust to preemption."""
     end = time.perf_counter() + ms / 1000.0
     while time.perf_counter() < end:
+        pass
+
+
+def spin_cpu(ms: float) -> None:
+    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest of
+    the step (the tracer leaves the thread's waits for a CPU out of module times). A wall-clock
+    spin (``busy``) keeps its length while load stretches everything else, so a slower layer's
+    share would shrink as the load grows: beside two CPU hogs, 3 -> 9 ms moved backward's share
+    by 6 pp, within what the contention guard excuses, and at a 90 % runqueue wait by nothing."""
+    end = time.thread_time() + ms / 1000.0
+    while time.thread_time() < end:
         pass
 
 

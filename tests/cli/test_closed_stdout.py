@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,18 +18,25 @@ REPO = Path(__file__).resolve().parents[2]
 A = str(DATA / "input_bound_a.json")
 
 
-def _closed_stdout(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``traceml-ci ARGV >&-``: the child starts with fd 1 closed."""
+def _cli(*argv: str, cwd: Path, stdout: int | None = None,
+         preexec_fn: Any = None) -> subprocess.CompletedProcess[str]:
+    """``traceml-ci ARGV`` in a child, its stderr captured; ``stdout`` (a file descriptor; None:
+    ours) and ``preexec_fn`` as ``subprocess.run`` takes them."""
     return subprocess.run(
         [sys.executable, "-m", "traceml_ci", *argv],
-        stdout=None,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
         timeout=180,
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        preexec_fn=lambda: os.close(1),
+        preexec_fn=preexec_fn,
     )
+
+
+def _closed_stdout(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``traceml-ci ARGV >&-``: the child starts with fd 1 closed."""
+    return _cli(*argv, cwd=cwd, preexec_fn=lambda: os.close(1))
 
 
 @pytest.mark.parametrize(
@@ -77,15 +85,7 @@ def test_a_pipe_closed_by_its_reader_is_141_not_rich_s_exit_1(tmp_path, argv):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "traceml_ci", *argv],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=180,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
+        done = _cli(*argv, cwd=tmp_path, stdout=write_end)
     finally:
         os.close(write_end)
     assert done.returncode == 141, done.stderr

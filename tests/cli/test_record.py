@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import kill_all
 from tests.gate.summaries import make, shift
 from traceml_ci.cli.main import main
 from traceml_ci.gate.inputs import write_baseline_set
@@ -159,10 +160,7 @@ def test_two_processes_recording_at_once_lose_nothing(tmp_path):
         for p in procs:
             assert p.returncode == 0, p.stderr.read()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
     with HistoryStore(db) as store:
         rows = store.runs()
     assert len(rows) == 100 and len({r.id for r in rows}) == 100

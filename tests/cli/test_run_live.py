@@ -477,17 +477,23 @@ def test_a_bad_progress_interval_is_one_line(tmp_path) -> None:
     )
 
 
-def test_ctrl_c_reaches_the_script_through_its_terminal(tmp_path) -> None:
-    script = _script(tmp_path, "forever.py", FOREVER)
-    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
-        time.sleep(0.3)
-        os.write(term.fd, b"\x03")
-        code = term.wait(60)
+def _interrupted(term: Terminal, tmp_path: Path) -> str:
+    """Ctrl-C typed once on a running script's terminal: the script ends interrupted (130, one
+    traceback, the summary says so). The terminal's text, newlines plain."""
+    time.sleep(0.3)
+    os.write(term.fd, b"\x03")
+    code = term.wait(60)
     text = term.text.replace("\r\n", "\n")
     assert code == 130, text
     assert text.count("Traceback (most recent call last):") == 1, text
-    assert "\nKeyboardInterrupt\n" in text
     assert _summary(tmp_path)["run"]["status"] == "interrupted"
+    return text
+
+
+def test_ctrl_c_reaches_the_script_through_its_terminal(tmp_path) -> None:
+    script = _script(tmp_path, "forever.py", FOREVER)
+    with _started(tmp_path, ["--out", "out", str(script)]) as (term, pid):
+        assert "\nKeyboardInterrupt\n" in _interrupted(term, tmp_path)
 
 
 def test_ctrl_c_with_stdin_elsewhere_reaches_the_scripts_group(tmp_path) -> None:
@@ -496,13 +502,7 @@ def test_ctrl_c_with_stdin_elsewhere_reaches_the_scripts_group(tmp_path) -> None
     script = _script(tmp_path, "forever.py", FOREVER)
     with _started(tmp_path, ["--out", "out", str(script)], stdin_null=True) as (term, pid):
         assert b"\x1b[1;" in term.buf  # the view is on all the same
-        time.sleep(0.3)
-        os.write(term.fd, b"\x03")
-        code = term.wait(60)
-    text = term.text.replace("\r\n", "\n")
-    assert code == 130, text
-    assert text.count("Traceback (most recent call last):") == 1, text
-    assert _summary(tmp_path)["run"]["status"] == "interrupted"
+        _interrupted(term, tmp_path)
 
 
 def test_a_second_ctrl_c_kills_a_script_that_ignores_the_first(tmp_path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from tests.cli.live_snapshots import snapshot, write
-from tests.conftest import sigint_default
+from tests.conftest import kill_all, sigint_default
 from traceml_ci.cli.main import main
 from traceml_ci.cli.watch import follow, gone_for
 from traceml_ci.errors import ExitCode, InputError
@@ -40,13 +40,6 @@ def _one_line(err: str) -> str:
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]
-
-
-def _kill(*procs: subprocess.Popen) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait(timeout=10)
 
 
 # --- No job there ---------------------------------------------------------------------------
@@ -266,7 +259,7 @@ def test_watch_follows_a_job_in_another_process_to_its_end(tmp_path) -> None:
         rest, err = watcher.communicate(timeout=60)
         writer.wait(timeout=30)
     finally:
-        _kill(writer, *([watcher] if watcher else []))
+        kill_all([writer, watcher] if watcher else [writer])
     out = "".join(seen) + rest
     assert watcher.returncode == ExitCode.OK, (out, err)
     assert "\x1b" not in out and err == ""
@@ -287,7 +280,7 @@ def test_ctrl_c_stops_watching_with_130_and_leaves_the_job_alone(tmp_path) -> No
         watcher.send_signal(signal.SIGINT)
         _, err = watcher.communicate(timeout=30)
     finally:
-        _kill(watcher)
+        kill_all([watcher])
     assert watcher.returncode == ExitCode.INTERRUPTED
     assert "stopped watching" in _one_line(err)
     assert snapshot_path(tmp_path, 0).read_bytes() == before
@@ -319,7 +312,7 @@ def test_on_a_terminal_watch_paints_the_view_and_ends(tmp_path) -> None:
                 break
         proc.wait(timeout=30)
     finally:
-        _kill(proc)
+        kill_all([proc])
         os.close(leader)
     out = b"".join(chunks).decode("utf-8", "replace")
     assert proc.returncode == ExitCode.OK, out

@@ -16,12 +16,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, default_collate
 
-from tests.conftest import busy
 from tests.integrations.spin import (
     SpinDataset,
     Stopwatch,
-    now,
     spin_backward,
+    spin_forward,
     spin_optimizer,
     timed,
     timed_collate,
@@ -41,11 +40,7 @@ class SpinMLP(L.LightningModule):
         self.fail_at: int | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = now()
-        busy(FORWARD_MS)
-        out = self.net(x)
-        self.watch.add("forward", t0, now())
-        return out
+        return spin_forward(self.net, x, FORWARD_MS, self.watch)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if batch_idx == self.fail_at:

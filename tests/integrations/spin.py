@@ -115,6 +115,16 @@ def spin_backward(loss: torch.Tensor, ms: float) -> torch.Tensor:
     return BusyBackward.apply(loss, ms)
 
 
+def spin_forward(net: Any, x: Any, ms: float, watch: Stopwatch) -> Any:
+    """``net(x)`` as a forward of known cost: ``ms`` of busy-wait first, the whole timed as
+    forward."""
+    t0 = now()
+    busy(ms)
+    out = net(x)
+    watch.add("forward", t0, now())
+    return out
+
+
 def timed(fn: Any, phase: str, watch: Stopwatch) -> Any:
     """``fn``, each call timed whole as ``phase`` (e.g. the framework's backward call)."""
 
@@ -144,6 +154,18 @@ def spin_optimizer(base: type, ms: float, watch: Stopwatch) -> type:
 
     Spin.__name__ = f"Spin{base.__name__}"
     return Spin
+
+
+def assert_one_step_per_optimizer_step(doc: dict, watch: Stopwatch, steps: int, warmup: int,
+                                       name: str) -> None:
+    """A completed run named ``name`` whose steps are the ``steps`` optimizer steps the stopwatch
+    saw, the first ``warmup`` of them left out of the analysis."""
+    st = doc["step_time"]
+    assert len(watch.step_ends) == steps
+    assert st["steps_total"] == steps
+    assert st["steps_analyzed"] == steps - warmup
+    assert doc["run"]["name"] == name
+    assert doc["run"]["status"] == "completed"
 
 
 def assert_shares_match(doc: dict, watch: Stopwatch, tolerance_pp: float = 2.0) -> None:

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import busy
 from tests.integrations.conftest import load_summary
 from tests.integrations.spin import (
     SpinDataset,
     Stopwatch,
     assert_shares_match,
-    now,
     spin_backward,
+    spin_forward,
     spin_optimizer,
     timed,
     timed_collate,
@@ -38,11 +37,7 @@ class SpinNet(torch.nn.Module):
         self.watch = watch
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = now()
-        busy(FORWARD_MS)
-        out = self.net(x)
-        self.watch.add("forward", t0, now())
-        return out
+        return spin_forward(self.net, x, FORWARD_MS, self.watch)
 
 
 def item(i: int) -> dict[str, torch.Tensor]:

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import busy
-from tests.integrations.conftest import load_summary
+from tests.integrations.conftest import load_summary, one_thread_no_tracer
 from tests.integrations.spin import (
     SpinDataset,
     Stopwatch,
+    assert_one_step_per_optimizer_step,
     assert_shares_match,
     now,
     spin_backward,
@@ -84,7 +85,6 @@ def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Sto
     from transformers import Trainer, default_data_collator
 
     from traceml_ci.integrations.hf import TraceMLCallback
-    from traceml_ci.tracer import api
 
     tmp_path = tmp_path_factory.mktemp("hf")
     watch = Stopwatch()
@@ -92,10 +92,7 @@ def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Sto
     optimizer = spin_optimizer(torch.optim.AdamW, OPTIMIZER_MS, watch)(model.parameters(), lr=1e-3)
     args = cpu_args(tmp_path, gradient_accumulation_steps=ACCUM, max_steps=STEPS)
     out = tmp_path / "out"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    api.stop()
-    try:
+    with one_thread_no_tracer():
         trainer = Trainer(
             model=model,
             args=args,
@@ -108,22 +105,14 @@ def accumulated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Sto
         trainer.accelerator.backward = timed(trainer.accelerator.backward, "backward", watch)
         trainer.train()
         doc = load_summary(out)  # written at train end, not at exit
-    finally:
-        api.stop()
-        torch.set_num_threads(threads)
     return doc, watch
 
 
 def test_one_step_per_optimizer_step(accumulated_run: tuple[dict, Stopwatch]) -> None:
     doc, watch = accumulated_run
-    st = doc["step_time"]
-    assert len(watch.step_ends) == STEPS
+    assert_one_step_per_optimizer_step(doc, watch, STEPS, WARMUP, "hf-accum")
     assert len(watch.events["forward"]) == STEPS * ACCUM
-    assert st["steps_total"] == STEPS
-    assert st["steps_analyzed"] == STEPS - WARMUP
-    assert doc["run"]["name"] == "hf-accum"
     assert doc["run"]["mode"] == "auto"
-    assert doc["run"]["status"] == "completed"
 
 
 def test_shares_within_2pp_of_a_stopwatch(accumulated_run: tuple[dict, Stopwatch]) -> None:

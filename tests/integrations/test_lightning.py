@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.integrations.conftest import load_summary
-from tests.integrations.spin import Stopwatch, assert_shares_match
+from tests.integrations.conftest import load_summary, one_thread_no_tracer
+from tests.integrations.spin import (
+    Stopwatch,
+    assert_one_step_per_optimizer_step,
+    assert_shares_match,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,33 +31,20 @@ def callback_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Stopwa
     """One fit() with the callback: its summary and the stopwatch of the same run."""
     import torch
 
-    from traceml_ci.tracer import api
-
     out = tmp_path_factory.mktemp("lightning") / "out"
     watch = Stopwatch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    api.stop()
-    try:
+    with one_thread_no_tracer():
         torch.manual_seed(0)
         callback = TraceMLCallback(out_dir=out, warmup_steps=job.WARMUP, run_name="pl-mlp")
         job.trainer([callback]).fit(job.SpinMLP(watch), job.loader(watch))
         doc = load_summary(out)  # written at train end
-    finally:
-        api.stop()
-        torch.set_num_threads(threads)
     return doc, watch
 
 
 def test_callback_traces_each_optimizer_step(callback_run: tuple[dict, Stopwatch]) -> None:
     doc, watch = callback_run
-    st = doc["step_time"]
-    assert len(watch.step_ends) == job.STEPS
-    assert st["steps_total"] == job.STEPS
-    assert st["steps_analyzed"] == job.STEPS - job.WARMUP
-    assert doc["run"]["name"] == "pl-mlp"
-    assert doc["run"]["status"] == "completed"
-    assert st["throughput"]["batch_size"] == job.BATCH
+    assert_one_step_per_optimizer_step(doc, watch, job.STEPS, job.WARMUP, "pl-mlp")
+    assert doc["step_time"]["throughput"]["batch_size"] == job.BATCH
 
 
 def test_callback_shares_within_2pp_of_a_stopwatch(callback_run: tuple[dict, Stopwatch]) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import loaded_by
 from tests.gate.summaries import DATA
 from traceml_ci.cli.main import main
 from traceml_ci.errors import install_hint
@@ -126,11 +126,8 @@ def test_without_mlflow_it_is_one_line_and_exit_6(tmp_path, monkeypatch, capsys)
 
 
 def test_importing_the_integration_does_not_import_mlflow():
-    probe = ("import sys, traceml_ci.integrations.mlflow, traceml_ci.cli.log\n"
-             "print(sorted(m for m in ('mlflow', 'torch', 'pandas') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    imports = "traceml_ci.integrations.mlflow, traceml_ci.cli.log"
+    assert loaded_by(imports, ("mlflow", "torch", "pandas")) == []
 
 
 def test_the_hf_callback_logs_its_summary_into_the_trainers_run(tmp_path, store):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import loaded_by
 from tests.gate.summaries import DATA
 from tests.integrations.wandb_offline import read_offline_run
 from traceml_ci.errors import install_hint
@@ -137,8 +138,4 @@ def test_without_wandb_it_is_one_line_and_exit_6(tmp_path, monkeypatch, capsys):
 
 
 def test_importing_the_integration_does_not_import_wandb():
-    probe = ("import sys, traceml_ci.integrations.wandb\n"
-             "print(sorted(m for m in ('wandb', 'torch', 'pandas') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    assert loaded_by("traceml_ci.integrations.wandb", ("wandb", "torch", "pandas")) == []

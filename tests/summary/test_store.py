@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.conftest import kill_all
 from tests.gate.summaries import make
 from traceml_ci.errors import InputError
 from traceml_ci.summary.store import SCHEMA_VERSION, HistoryStore, RunPoint, record_runs
@@ -186,9 +187,6 @@ def test_processes_creating_one_new_database_at_once_all_record(tmp_path):
                 _, err = p.communicate(timeout=120)
                 assert p.returncode == 0, err
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            kill_all(procs)
         with HistoryStore(db) as store:
             assert sorted(r.label for r in store.runs()) == [r.name for r in readies]

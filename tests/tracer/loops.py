@@ -7,7 +7,7 @@ exact microseconds, see ``spend_on``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import traceml_ci as traceml
 from tests.conftest import busy
+from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
 
 
 class BusyDataset(Dataset):
@@ -30,6 +31,18 @@ class BusyDataset(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[i], self.y[i]
+
+
+def recorder_step(rec: Recorder) -> None:
+    """One step straight through a ``Recorder``: a fetch, then forward, backward and optimizer
+    inside the step, each begun and ended at once (the clock decides what they cost)."""
+    rec.phase_begin(DL)
+    rec.phase_end(DL)
+    rec.step_begin()
+    for p in (FWD, BWD, OPT):
+        rec.phase_begin(p)
+        rec.phase_end(p)
+    rec.step_end()
 
 
 def spend_on(clock: Any) -> Callable[[float], None]:
@@ -110,15 +123,54 @@ def train(loader: Any, model: nn.Module, optimizer: Any, trace_step: Any, steps:
     return done
 
 
+def train_at_least(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.Tensor,
+                   steps: int, seconds: float, after_backward: Any = None) -> int:
+    """The README loop on one batch: ``steps`` steps, and more until ``seconds`` went by
+    (module samples are due by time); ``after_backward()`` runs inside each step, between
+    backward and the optimizer. Returns the number of steps run."""
+    end = time.perf_counter() + seconds
+    done = 0
+    while done < steps or time.perf_counter() < end:
+        done += 1
+        with traceml.trace_step(model):
+            optimizer.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            if after_backward is not None:
+                after_backward()
+            optimizer.step()
+    return done
+
+
+def busy_job(steps: int, ms: float) -> int:
+    """``steps`` README steps of a job whose fetch, forward and backward each cost ``ms``
+    (plain SGD), traced by ``trace_step``; returns the number of steps run."""
+    model = BusyModel(ms, ms)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    return train(busy_loader(steps, ms), model, optimizer, traceml.trace_step, steps)
+
+
 class Stopwatch:
     """An independent per-step stopwatch around exactly the calls the tracer attributes, so
     tests compare the tracer with the truth of the same steps, however loaded the machine is."""
 
     def __init__(self) -> None:
         self.steps: list[dict[str, float]] = []
+        self.walls: list[float] = []  # each step's wall time (ms), kept by ``fetches``
 
     def new_step(self) -> None:
         self.steps.append(dict.fromkeys(("dataloader", "forward", "backward", "optimizer"), 0.0))
+
+    def fetches(self, batches: Any, steps: int, after_step: Any = None) -> Iterator[Any]:
+        """``steps`` steps of a loop: each begins a stopwatch step and hands the loop's body a
+        batch fetched on it (dataloader); the step's wall time, fetch and body, goes to
+        ``walls``; then ``after_step()`` runs, outside what is timed."""
+        for _ in range(steps):
+            start = time.perf_counter_ns()
+            self.new_step()
+            yield self.time("dataloader", next, batches)
+            self.walls.append((time.perf_counter_ns() - start) / 1e6)
+            if after_step is not None:
+                after_step()
 
     def time(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter_ns()
@@ -157,20 +209,13 @@ def stopwatch_loop(
     zero_grad / forward / backward / step. Returns the stopwatch and each step's wall time in
     ms; ``after_step()`` runs between steps, outside what is timed."""
     watch = Stopwatch()
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+    for x, y in watch.fetches(batches, steps, after_step):
         with traceml.trace_step(model):
             optimizer.zero_grad(set_to_none=True)
             loss = ((watch.time("forward", model, x) - y) ** 2).mean()
             watch.time("backward", loss.backward)
             watch.time("optimizer", optimizer.step)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-        if after_step is not None:
-            after_step()
-    return watch, walls
+    return watch, watch.walls
 
 
 def closure_loop(
@@ -179,11 +224,7 @@ def closure_loop(
     """``optimizer.step(closure)`` with forward and backward in the closure; returns the
     stopwatch (optimizer = its own time) and each step's wall time in ms."""
     watch = Stopwatch()
-    walls = []
-    for _ in range(steps):
-        start = time.perf_counter_ns()
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+    for x, y in watch.fetches(batches, steps):
 
         def closure(x: Any = x, y: Any = y) -> torch.Tensor:
             optimizer.zero_grad()
@@ -193,8 +234,7 @@ def closure_loop(
 
         with traceml.trace_step(model) if trace else _Null():
             optimizer_step(watch, optimizer, closure)
-        walls.append((time.perf_counter_ns() - start) / 1e6)
-    return watch, walls
+    return watch, watch.walls
 
 
 def optimizer_step(watch: Stopwatch, optimizer: Any, closure: Any) -> None:

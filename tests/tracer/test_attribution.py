@@ -10,7 +10,6 @@ from tests.tracer.conftest import finish_and_load, pct
 from tests.tracer.loops import (
     BusyModel,
     BusySGD,
-    Stopwatch,
     assert_matches_stopwatch,
     busy_loader,
     stopwatch_loop,
@@ -83,18 +82,16 @@ def test_validation_loop_between_steps_is_not_charged_to_the_next_step(fresh_tra
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = iter(busy_loader(20, 2.0))
     val_loader = busy_loader(5, 10.0)  # 50 ms of validation fetches
-    watch = Stopwatch()
-    for i in range(20):
-        if i == 10:
+    done = [0]
+
+    def validate_after_step_10() -> None:
+        done[0] += 1
+        if done[0] == 10:
             with torch.no_grad():
                 for vx, _ in val_loader:
                     model(vx)
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
-        with traceml.trace_step(model):
-            optimizer.zero_grad()
-            ((model(x) - y) ** 2).mean().backward()
-            optimizer.step()
+
+    watch, _ = stopwatch_loop(model, optimizer, batches, 20, after_step=validate_after_step_10)
     # Had validation leaked in, step 10 would carry +50 ms of dataloader time.
     assert_matches_stopwatch(tracer, watch, ("dataloader",))
     dl = tracer.store.column(1)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import tracemalloc
 
+from tests.tracer.loops import recorder_step
 from traceml_ci.tracer.buffers import DEFAULT_CAPACITY, StepColumns
 from traceml_ci.tracer.clocks import HostClock
-from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
+from traceml_ci.tracer.recorder import Recorder
 from traceml_ci.tracer.steps import StepStore
 
 
@@ -44,13 +45,7 @@ def test_tracer_memory_does_not_grow_with_steps_and_is_bounded() -> None:
 
     def steps(n: int) -> None:
         for _ in range(n):
-            rec.phase_begin(DL)
-            rec.phase_end(DL)
-            rec.step_begin()
-            for p in (FWD, BWD, OPT):
-                rec.phase_begin(p)
-                rec.phase_end(p)
-            rec.step_end()
+            recorder_step(rec)
 
     steps(2_005)  # past capacity once: the columns have halved
     tracemalloc.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
@@ -11,21 +10,11 @@ from tests.tracer.fakes import (
     FakeEventLog,
     fake_torch_for_memory,
 )
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader, train
+from tests.tracer.loops import BusyModel, BusySGD, busy_job, busy_loader, recorder_step, train
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
 from traceml_ci.tracer.steps import MAX_PENDING_STEPS, StepStore
-
-
-def _one_step(rec: Recorder) -> None:
-    rec.phase_begin(DL)
-    rec.phase_end(DL)
-    rec.step_begin()
-    for p in (FWD, BWD, OPT):
-        rec.phase_begin(p)
-        rec.phase_end(p)
-    rec.step_end()
 
 
 def test_events_resolve_lazily_with_query_and_never_synchronize_per_step() -> None:
@@ -34,7 +23,7 @@ def test_events_resolve_lazily_with_query_and_never_synchronize_per_step() -> No
     store = StepStore(clock, warmup_steps=0, rss=None)
     rec = Recorder(clock.mark, store)
     for _ in range(20):
-        _one_step(rec)
+        recorder_step(rec)
     assert log.syncs == 0  # the host never waited for the device
     assert store.steps_total == 20
     assert 0 < len(store.pending) < 20  # recent steps still in flight
@@ -53,7 +42,7 @@ def test_a_device_far_behind_is_waited_for_rather_than_queued_forever() -> None:
     store = StepStore(clock, warmup_steps=0, rss=None)
     rec = Recorder(clock.mark, store)
     for _ in range(MAX_PENDING_STEPS * 3):
-        _one_step(rec)
+        recorder_step(rec)
     assert len(store.pending) <= MAX_PENDING_STEPS + 1
     assert log.syncs >= 1
 
@@ -118,9 +107,7 @@ def test_device_memory_growth_is_diagnosed(fresh_tracer, fake_cuda) -> None:
     memory.reserved_mb = memory.allocated_mb = 500.0
     memory.growth_mb = 10.0  # +10 MB every step
     tracer = fresh_tracer(warmup_steps=0)
-    model = BusyModel(0.1, 0.1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(40, 0.1), model, optimizer, traceml.trace_step, 40)
+    busy_job(40, 0.1)
     mem = finish_and_load(tracer)["step_memory"]
     assert mem["diagnosis"] == "MEMORY_GROWTH"
     assert mem["growth_mb_per_1k_steps"] == pytest.approx(10_000.0, rel=0.01)
@@ -164,9 +151,7 @@ def test_no_nvidia_gpu_means_no_sampler_and_no_noise(capfd) -> None:
 
 def test_cpu_run_has_null_device_memory_fields(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=0)
-    model = BusyModel(0.1, 0.1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(12, 0.1), model, optimizer, traceml.trace_step, 12)
+    busy_job(12, 0.1)
     doc = finish_and_load(tracer)
     mem = doc["step_memory"]
     assert mem["peak_allocated_mb"] is None and mem["peak_reserved_mb"] is None
@@ -181,7 +166,7 @@ def test_steps_past_max_steps_give_their_events_back() -> None:
     store = StepStore(clock, warmup_steps=0, rss=None, max_steps=3)
     rec = Recorder(clock.mark, store)
     for _ in range(50):
-        _one_step(rec)
+        recorder_step(rec)
     store.drain_all()
     assert store.steps_total == 3
     assert log.created < 40  # recycled, not one new set of events per dropped step

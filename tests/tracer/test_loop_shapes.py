@@ -25,6 +25,7 @@ from tests.tracer.loops import (
     assert_matches_stopwatch,
     busy_loader,
     spend_on,
+    stopwatch_loop,
 )
 
 
@@ -268,15 +269,7 @@ def test_dataloader_with_worker_processes(fresh_tracer) -> None:
     model = BusyModel(0.5, 0.5)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(BusyDataset(64), batch_size=4, num_workers=2)
-    watch = Stopwatch()
-    batches = iter(loader)
-    for _ in range(16):
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
-        with traceml.trace_step(model):
-            optimizer.zero_grad()
-            ((model(x) - y) ** 2).mean().backward()
-            optimizer.step()
+    watch, _ = stopwatch_loop(model, optimizer, iter(loader), 16)
     assert_matches_stopwatch(tracer, watch, ("dataloader",))
     assert finish_and_load(tracer)["step_time"]["steps_total"] == 16
 

@@ -14,6 +14,7 @@ from tests.tracer.loops import (
     BusySGD,
     Stopwatch,
     assert_matches_stopwatch,
+    busy_job,
     busy_loader,
     train,
 )
@@ -94,9 +95,7 @@ def test_zero_change_gradient_accumulation_is_one_step_per_optimizer_step(fresh_
 
 def test_trace_step_takes_over_from_zero_change_mode(fresh_tracer) -> None:
     tracer = fresh_tracer(zero_change=True, warmup_steps=0)
-    model = BusyModel(0.5, 0.5)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(10, 0.5), model, optimizer, traceml.trace_step, 10)
+    busy_job(10, 0.5)
     doc = finish_and_load(tracer)
     assert doc["run"]["mode"] == "auto"
     assert doc["step_time"]["steps_total"] == 10
@@ -104,18 +103,14 @@ def test_trace_step_takes_over_from_zero_change_mode(fresh_tracer) -> None:
 
 def test_warmup_steps_are_counted_but_not_analysed(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=7)
-    model = BusyModel(0.2, 0.2)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(20, 0.2), model, optimizer, traceml.trace_step, 20)
+    busy_job(20, 0.2)
     st = finish_and_load(tracer)["step_time"]
     assert (st["steps_total"], st["warmup_steps"], st["steps_analyzed"]) == (20, 7, 13)
 
 
 def test_too_few_steps_is_insufficient_data_with_null_percentages(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=5)
-    model = BusyModel(0.1, 0.1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    train(busy_loader(4, 0.1), model, optimizer, traceml.trace_step, 4)
+    busy_job(4, 0.1)
     st = finish_and_load(tracer)["step_time"]
     assert st["diagnosis"] == "INSUFFICIENT_DATA"
     assert st["steps_analyzed"] == 0

@@ -12,19 +12,12 @@ import torch
 from torch import nn
 
 import traceml_ci as traceml
-from tests.conftest import stopwatch_tolerance_pp
+from tests.conftest import spin_cpu, stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeEventLog
+from tests.tracer.loops import train_at_least
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.modules import OFF_COMPILED, ModuleSampler
-
-
-def _spin(ms: float) -> None:
-    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest
-    of the step (the tracer leaves the thread's waits for a CPU out of module times)."""
-    end = time.thread_time() + ms / 1000.0
-    while time.thread_time() < end:
-        pass
 
 
 class _BackwardStart(torch.autograd.Function):
@@ -38,7 +31,7 @@ class _BackwardStart(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
         ctx.log.append(["start", time.thread_time_ns(), time.perf_counter_ns()])
-        _spin(ctx.ms)
+        spin_cpu(ctx.ms)
         return grad, None, None
 
 
@@ -98,7 +91,7 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.sampled.append(bool(self._forward_hooks))  # the sampler's hooks are on this call
-        _spin(self.forward_ms)
+        spin_cpu(self.forward_ms)
         x = self.embed(x)
         for layer in self.layer:
             x = layer(x)
@@ -110,18 +103,13 @@ def _train(model: nn.Module, steps: int, backward_log: list[tuple[float, bool]] 
     """``steps`` steps, and more until ``at_least_s`` went by (samples are due by time)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(4, 8), torch.randn(4, 1)
-    end = time.perf_counter() + at_least_s
-    done = 0
-    while done < steps or time.perf_counter() < end:
-        done += 1
-        with traceml.trace_step(model):
-            opt.zero_grad(set_to_none=True)
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            if backward_log is not None:  # the model's own backward: from its output on
-                t0 = model.backward_starts[-1][1]
-                backward_log.append(((time.thread_time_ns() - t0) / 1e6, model.sampled[-1]))
-            opt.step()
+
+    def log_backward() -> None:  # the model's own backward: from its output on
+        t0 = model.backward_starts[-1][1]
+        backward_log.append(((time.thread_time_ns() - t0) / 1e6, model.sampled[-1]))
+
+    train_at_least(model, opt, x, y, steps, at_least_s,
+                   after_backward=log_backward if backward_log is not None else None)
 
 
 def test_the_module_with_a_slow_backward_is_named_with_its_share(fresh_tracer) -> None:

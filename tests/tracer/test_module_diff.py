@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 from tests.cli.scripts import run_group
-from tests.tracer import test_module_backward
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.test_module_backward import Net, _train
 from traceml_ci.summary.io import write_summary
@@ -28,21 +26,10 @@ def _cli(tmp_path: Path, *args: str):
     return run_group([sys.executable, "-m", "traceml_ci", *args], cwd=tmp_path, timeout=60)
 
 
-def _spin_cpu(ms: float) -> None:
-    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest of
-    the step. (A wall-clock spin keeps its length while load stretches everything else, so a
-    slower layer's share shrinks as the load grows: beside two CPU hogs, 3 -> 9 ms moved
-    backward's share by 6 pp, within what the contention guard excuses, and at a 90 %
-    runqueue wait by nothing.)"""
-    end = time.thread_time() + ms / 1000.0
-    while time.thread_time() < end:
-        pass
-
-
 def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
-    fresh_tracer, tmp_path, monkeypatch
+    fresh_tracer, tmp_path
 ) -> None:
-    monkeypatch.setattr(test_module_backward, "_spin", _spin_cpu)  # Net's spins, as work
+    # Net's spins are work (conftest.spin_cpu: this thread's CPU time), so load stretches them
     # Each layer's backward spins (ms); forward spins 3 ms: backward is about half the step.
     base = _run(fresh_tracer, tmp_path, "base", [0.1, 0.1, 0.1, 3.0])
     moved = _run(fresh_tracer, tmp_path, "moved", [0.1, 3.0, 0.1, 0.1])

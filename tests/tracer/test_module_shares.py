@@ -6,15 +6,15 @@ aggregation is checked with hypothesis, and a real traced model whose readers sh
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-import traceml_ci as traceml
+from tests.conftest import spin_cpu
 from tests.tracer.conftest import finish_and_load
+from tests.tracer.loops import BusyBackward, train_at_least
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.modules import ModuleSampler, _Sample, attribute
 
@@ -138,30 +138,6 @@ def test_the_sampler_s_shares_keep_the_promise(samples, leak) -> None:
 # -- a real traced model --------------------------------------------------------------------
 
 
-def _spin(ms: float) -> None:
-    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest
-    of the step (the tracer leaves the thread's waits for a CPU out of module times)."""
-    end = time.thread_time() + ms / 1000.0
-    while time.thread_time() < end:
-        pass
-
-
-class _SlowBackward(torch.autograd.Function):
-    """Identity whose backward spins ``ms`` and logs how long it took."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, ms: float, log: list[float]) -> torch.Tensor:
-        ctx.ms, ctx.log = ms, log
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, None, None]:
-        t0 = time.thread_time_ns()
-        _spin(ctx.ms)
-        ctx.log.append((time.thread_time_ns() - t0) / 1e6)
-        return grad, None, None
-
-
 class Reader(nn.Module):
     """A head that reads the shared features; its backward spins ``ms``."""
 
@@ -174,7 +150,13 @@ class Reader(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls.append(bool(self._forward_hooks))
-        return _SlowBackward.apply(self.lin(x), self.ms, self.log)
+        return BusyBackward.apply(self.lin(x), self.ms, self._spin_logged)
+
+    def _spin_logged(self, ms: float) -> None:
+        """Its backward's cost: spins ``ms`` and logs how long that took."""
+        t0 = time.thread_time_ns()
+        spin_cpu(ms)
+        self.log.append((time.thread_time_ns() - t0) / 1e6)
 
 
 class Heads(nn.Module):
@@ -222,15 +204,7 @@ def test_readers_of_one_input_share_their_parent_and_the_slow_one_is_timed_right
     model = Model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x, y = torch.randn(4, 8), torch.randn(4, 1)
-    end = time.perf_counter() + 1.5
-    steps = 0
-    while steps < 60 or time.perf_counter() < end:
-        steps += 1
-        with traceml.trace_step(model):
-            opt.zero_grad(set_to_none=True)
-            loss = ((model(x) - y) ** 2).mean()
-            loss.backward()
-            opt.step()
+    train_at_least(model, opt, x, y, steps=60, seconds=1.5)
     mods = finish_and_load(tracer)["modules"]
     assert mods["backward_steps"] >= 3
     for direction in ("forward", "backward"):

@@ -5,13 +5,11 @@ read -- the preempted sample is left out."""
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
-import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
+from tests.tracer.loops import train_at_least
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.modules import ModuleSampler, _Sample, keep_samples
 
@@ -60,14 +58,7 @@ def test_six_identical_layers_each_get_a_sixth_of_backward(fresh_tracer) -> None
     model = Stack()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(128, 16), torch.randn(128, 1)
-    end = time.perf_counter() + 1.5
-    steps = 0
-    while steps < 60 or time.perf_counter() < end:
-        steps += 1
-        with traceml.trace_step(model):
-            opt.zero_grad(set_to_none=True)
-            ((model(x) - y) ** 2).mean().backward()
-            opt.step()
+    train_at_least(model, opt, x, y, steps=60, seconds=1.5)
     mods = finish_and_load(tracer)["modules"]
     assert mods["backward_steps"] >= 8
     for direction in ("forward", "backward"):

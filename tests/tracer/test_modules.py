@@ -11,18 +11,10 @@ import torch
 from torch import nn
 
 import traceml_ci as traceml
-from tests.conftest import stopwatch_tolerance_pp
+from tests.conftest import spin_cpu, stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load
 from traceml_ci.summary.schema import summary_problems
 from traceml_ci.tracer.modules import select_modules
-
-
-def _spin(ms: float) -> None:
-    """Burn ``ms`` of this thread's CPU time: work, that a busy CPU stretches like the rest
-    of the step (the tracer leaves the thread's waits for a CPU out of module times)."""
-    end = time.thread_time() + ms / 1000.0
-    while time.thread_time() < end:
-        pass
 
 
 class Layer(nn.Module):
@@ -35,7 +27,7 @@ class Layer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t0 = time.thread_time_ns()
-        _spin(self.ms)
+        spin_cpu(self.ms)
         out = torch.relu(self.lin(x))
         # (ms, whether this call is a sampled one: the sampler's hooks are on it)
         self.log.append(((time.thread_time_ns() - t0) / 1e6, bool(self._forward_hooks)))

@@ -44,6 +44,7 @@ from traceml_ci.summary.stats import iqr
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.contention import ThreadWait
 from traceml_ci.tracer.flops import compile_in_use, compiled_frames
+from traceml_ci.tracer.handles import remove_all
 
 #: Seconds of training between two sampled steps (``init(module_sample_s=...)``; 0: off).
 SAMPLE_EVERY_S = DEFAULT_MODULE_SAMPLE_S
@@ -492,11 +493,7 @@ class ModuleSampler:
 
     def _disarm(self) -> None:
         handles, self.handles = self.handles, []
-        for h in handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
+        remove_all(handles)
 
     def stop(self) -> None:
         """At finish: no more samples; what was recorded is resolved (waiting on the device)."""

@@ -29,6 +29,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer.handles import remove_all
 from traceml_ci.tracer.recorder import WAIT, Recorder
 
 #: The synchronous collectives (and point-to-point calls) of ``torch.distributed`` timed as
@@ -230,11 +231,7 @@ class GradReadyProbe:
 
     def _remove(self) -> None:
         handles, self.handles = self.handles, []
-        for h in handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
+        remove_all(handles)
 
     def close(self) -> None:
         """Finish: every hook off the user's parameters."""
