@@ -2,14 +2,17 @@
 mode", "step CPU time").
 
     python benchmarks/ab_cpu.py --out /tmp/abcpu [--rounds 8] [--variants aa,fwd+5%,fwd+20%]
+                                [--hogs random|2]
 
-Two busy loops run for the whole measurement (started here, stopped at the end). Each variant
+Beside the runs: 0-2 busy loops whose number is redrawn every 1-8 s (``--hogs random``, the
+default: load that comes and goes within a run), or two for the whole measurement. Each variant
 runs ``benchmarks/gate_job.py --fixed-work`` under ``traceml-ci run`` for base and head in ABBA
-order; the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step
-(sized from the A/A rounds). Each run's median step ms and ``cpu_ms`` go to
+order, both with the CPU reference on (``TRACEML_CI_CPU_REFERENCE=1``, as A/B mode runs them);
+the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step (sized
+from the A/A rounds). Each run's median step ms, ``cpu_ms`` and ``cpu_reference_ms`` go to
 ``<out>/<variant>.jsonl`` as they come (resumable). At the end, per variant: the SD of the
-rounds' log wall ratios and log CPU ratios, their means, and the verdicts of ``gate.ab.decide``
-replayed as gate runs over the recorded rounds.
+rounds' log ratios of wall time, CPU time and CPU time in units of the reference, their means,
+and the verdicts of ``gate.ab.decide`` replayed as gate runs over the recorded rounds.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.ab_calibrate import RandomHogs  # noqa: E402
 from benchmarks.gate_common import EXE, HOG, ab_gate_runs  # noqa: E402
+from traceml_ci.childenv import child_env  # noqa: E402
+from traceml_ci.summary.keys import ENV_CPU_REFERENCE  # noqa: E402
 
 JOB = REPO / "benchmarks" / "gate_job.py"
 VARIANTS = ("aa", "fwd+5%", "fwd+20%")
@@ -45,10 +51,12 @@ CALIBRATE = (
 def figures(args: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([EXE, "run", "--out", tmp, str(JOB), "--fixed-work", *args], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=child_env(None, {ENV_CPU_REFERENCE: "1"}))
         doc = json.loads((Path(tmp) / "final_summary.json").read_text())
     st = doc["step_time"]
     return {"step_ms": st["step_ms"]["median"], "cpu_ms": st.get("cpu_ms"),
+            "cpu_reference_ms": st.get("cpu_reference_ms"),
             "runqueue_wait_pct": (doc["run"].get("contention") or {}).get("runqueue_wait_pct")}
 
 
@@ -82,8 +90,10 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 def report(out: Path, variants: list[str]) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
 
-    def side(r: dict[str, Any], cpu_on: bool) -> SideFigures:
-        return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu_on else None)
+    def side(r: dict[str, Any], cpu: str) -> SideFigures:
+        ref = r.get("cpu_reference_ms") if cpu == "referenced" else None
+        return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
+                           cpu_reference_ms=ref)
 
     settings = AbSettings()
     for variant in variants:
@@ -93,15 +103,22 @@ def report(out: Path, variants: list[str]) -> None:
         recs = [json.loads(x) for x in path.read_text().splitlines()]
         wall = [math.log(r["head"]["step_ms"] / r["base"]["step_ms"]) for r in recs]
         cpu = [math.log(r["head"]["cpu_ms"] / r["base"]["cpu_ms"]) for r in recs]
+        referenced = [math.log((r["head"]["cpu_ms"] / r["head"]["cpu_reference_ms"])
+                               / (r["base"]["cpu_ms"] / r["base"]["cpu_reference_ms"]))
+                      for r in recs
+                      if r["head"].get("cpu_reference_ms") and r["base"].get("cpu_reference_ms")]
         waits = [r[s]["runqueue_wait_pct"] or 0.0 for r in recs for s in ("base", "head")]
         print(f"{variant:>8}: {len(recs)} rounds, runqueue wait median "
               f"{statistics.median(waits):.0f} %, head args {recs[0]['head_args']}")
-        for name, logs in (("wall", wall), ("cpu", cpu)):
-            print(f"          {name:4}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
+        for name, logs in (("wall", wall), ("cpu", cpu), ("cpu/ref", referenced)):
+            if len(logs) < 2:
+                continue
+            print(f"          {name:7}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
                   f"per-round SD {100 * statistics.stdev(logs):5.1f} %  ("
                   + " ".join(f"{100 * math.expm1(v):+.0f}" for v in logs) + ")")
-        for label, cpu_on in (("wall only", False), ("with step_cpu", True)):
-            pairs = [RoundPair(i + 1, side(r["base"], cpu_on), side(r["head"], cpu_on))
+        for label, cpu in (("wall only", "off"), ("with step_cpu", "raw"),
+                           ("with step_cpu per reference", "referenced")):
+            pairs = [RoundPair(i + 1, side(r["base"], cpu), side(r["head"], cpu))
                      for i, r in enumerate(recs)]
             verdicts, moved = replay(pairs, settings)
             print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}")
@@ -123,18 +140,23 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--hogs", choices=("random", "2"), default="random")
     args = p.parse_args()
     variants = args.variants.split(",")
     if not args.report_only:
         # A kill unwinds like Ctrl-C, so the hogs are stopped with us.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
-        try:
-            record(args.out, args.rounds, variants)
-        finally:
-            for h in hogs:
-                h.kill()
-                h.wait()
+        if args.hogs == "random":
+            with RandomHogs():
+                record(args.out, args.rounds, variants)
+        else:
+            hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(2)]
+            try:
+                record(args.out, args.rounds, variants)
+            finally:
+                for h in hogs:
+                    h.kill()
+                    h.wait()
     report(args.out, variants)
     return 0
 

@@ -406,3 +406,24 @@ def test_the_reports_show_the_cpu_columns_and_interval() -> None:
     # no CPU figures anywhere: no CPU columns
     plain = decide(_rounds([(_fig(10.0), _fig(10.0)), (_fig(10.0), _fig(10.0))]))
     assert "cpu" not in ab_report.render_text(plain, "main")
+
+
+def test_step_cpu_is_in_units_of_the_cpu_reference_where_both_sides_timed_it() -> None:
+    """A loaded head round: its CPU per step 30 % up and the reference's too (the machine was
+    slower, not the code) -- 0 % in reference units; a side without the reference leaves the
+    raw ratio."""
+    base = SideFigures(10.0, dict(SHARES), cpu_ms=8.0, cpu_reference_ms=0.5)
+    loaded = SideFigures(14.0, dict(SHARES), cpu_ms=8.0 * 1.3, cpu_reference_ms=0.5 * 1.3)
+    pair = RoundPair(1, base=base, head=loaded)
+    assert pair.cpu_referenced and math.isclose(pair.cpu_ratio, 1.0)
+    raw = RoundPair(1, base=SideFigures(10.0, dict(SHARES), cpu_ms=8.0), head=loaded)
+    assert not raw.cpu_referenced and math.isclose(raw.cpu_ratio, 1.3)
+    doc = {"step_time": {"step_ms": {"median": 12.5}, "cpu_ms": 9.25, "cpu_reference_ms": 0.41}}
+    assert SideFigures.from_summary(doc).cpu_reference_ms == 0.41
+
+
+def test_each_side_of_an_ab_run_times_the_cpu_reference(tmp_path) -> None:
+    from traceml_ci.gitwork import side_env
+    from traceml_ci.summary.keys import ENV_CPU_REFERENCE
+
+    assert side_env(tmp_path, {"PATH": "/bin"})[ENV_CPU_REFERENCE] == "1"

@@ -172,6 +172,9 @@ class SideFigures:
     phase_ms: Mapping[str, float | None] | None = field(default=None, compare=False)
     #: The job's CPU ms per step (None: a device-clock run, an older tracer).
     cpu_ms: float | None = None
+    #: A fixed workload's CPU ms timed after each step (tracer/cpuref.py; None: not asked
+    #: for, an older tracer): how fast the machine's CPU was as this run went.
+    cpu_reference_ms: float | None = None
 
     @classmethod
     def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
@@ -187,6 +190,7 @@ class SideFigures:
             summary=doc,
             phase_ms={p: view.phase_ms(p) for p in view.phases},
             cpu_ms=_positive(view.number(("step_time", "cpu_ms"))),
+            cpu_reference_ms=_positive(view.number(("step_time", "cpu_reference_ms"))),
         )
 
 
@@ -213,9 +217,21 @@ class RoundPair:
 
     @property
     def cpu_ratio(self) -> float | None:
-        """Head's CPU ms per step over base's; None when either side lacks it."""
+        """Head's CPU ms per step over base's; None when either side lacks it. Where both
+        sides timed the CPU reference, each side's CPU is in units of it: the machine's speed
+        as that run went (a loaded runner slows CPU time too) divides out."""
         b, h = self.base.cpu_ms, self.head.cpu_ms
-        return h / b if b and h and b > 0 and h > 0 else None
+        if not (b and h and b > 0 and h > 0):
+            return None
+        rb, rh = self.base.cpu_reference_ms, self.head.cpu_reference_ms
+        if rb and rh:
+            return (h / rh) / (b / rb)
+        return h / b
+
+    @property
+    def cpu_referenced(self) -> bool:
+        """Whether ``cpu_ratio`` is in units of the CPU reference (both sides timed it)."""
+        return bool(self.base.cpu_reference_ms and self.head.cpu_reference_ms)
 
     def phase_log_ratio(self, phase: str) -> float | None:
         """log(head's ms / base's ms) of a phase; None when either side lacks a positive time."""

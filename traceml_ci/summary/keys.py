@@ -97,3 +97,5 @@ DEFAULT_MODULE_SAMPLE_S = 0.5
 SMOKE_TEST_MODULE_SAMPLE_S = 0.02
 #: The environment variable for it (``traceml-ci run --module-sample-s``; ``0``: off).
 ENV_MODULE_SAMPLE = "TRACEML_CI_MODULE_SAMPLE_S"
+#: ``1``: time a fixed CPU workload after each step (tracer/cpuref.py); A/B mode sets it.
+ENV_CPU_REFERENCE = "TRACEML_CI_CPU_REFERENCE"

@@ -145,6 +145,9 @@ class StepTime:
     #: The job's CPU ms per analysed step (its own threads; host clock only). Left out of the
     #: JSON when None (a device-clock run, an older tracer).
     cpu_ms: float | None = None
+    #: A fixed workload's CPU ms timed after each analysed step (A/B runs only; left out of
+    #: the JSON when None): ``cpu_ms`` in units of this machine's speed as the run went.
+    cpu_reference_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,8 @@ class Summary:
         )
         if st.cpu_ms is not None:
             step_time["cpu_ms"] = _round(st.cpu_ms, 4)
+        if st.cpu_reference_ms is not None:
+            step_time["cpu_reference_ms"] = _round(st.cpu_reference_ms, 5)
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
         return {

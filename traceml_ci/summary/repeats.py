@@ -103,12 +103,15 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         found = [x for x in (v.phase_ms(p) for v in views) if x is not None]
         if found:
             st["phase_ms"][p] = round(statistics.median(found), 4)
-    # CPU per step: the runs' median where every run has it; a mix is no figure at all.
-    cpus = [v.number(("step_time", "cpu_ms")) for v in views]
-    if all(c is not None for c in cpus):
-        st["cpu_ms"] = round(statistics.median(c for c in cpus if c is not None), 4)
-    else:
-        st.pop("cpu_ms", None)
+    # CPU per step (and the reference's): the runs' median where every run has it; a mix is
+    # no figure at all.
+    for key in ("cpu_ms", "cpu_reference_ms"):
+        cpus = [v.number(("step_time", key)) for v in views]
+        if all(c is not None for c in cpus):
+            st[key] = round(statistics.median(c for c in cpus if c is not None),
+                            4 if key == "cpu_ms" else 5)
+        else:
+            st.pop(key, None)
     # Memory peaks: the largest run's. Several runs in one process (the pytest plugin's repeats
     # and re-runs) reuse what the first one allocated, so only the first shows the job's own
     # memory; a median would compare a warm re-run with a cold run on the other side.

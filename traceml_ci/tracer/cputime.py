@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
@@ -61,10 +62,17 @@ class CpuWindow:
     def __init__(self) -> None:
         self.first: tuple[int, int] | None = None
         self.last: tuple[int, int] | None = None
+        #: CPU ns so far of work we ran on the job's own thread (tracer/cpuref.py): not the job's.
+        self.ours: Callable[[], int] | None = None
+
+    def _read(self) -> int | None:
+        now = job_cpu_ns()
+        ours = self.ours
+        return now if now is None or ours is None else now - ours()
 
     def start(self, steps: int = 0) -> None:
         """The analysed window opens: ``steps`` analysed so far (0 at the last warmup step)."""
-        now = job_cpu_ns()
+        now = self._read()
         if now is not None:
             self.first = (steps, now)
             self.last = None
@@ -74,7 +82,7 @@ class CpuWindow:
         if self.first is None:  # no warmup steps: the window opens at the first tick
             self.start(steps)
             return
-        now = job_cpu_ns()
+        now = self._read()
         if now is not None:
             self.last = (steps, now)
 
@@ -83,7 +91,7 @@ class CpuWindow:
         ``steps_now`` analysed steps ends the window."""
         first, last = self.first, self.last
         if first is not None and (last is None or last[0] <= first[0]):
-            now = job_cpu_ns()
+            now = self._read()
             if now is not None:
                 self.last = (steps_now, now)
 

@@ -24,6 +24,7 @@ from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.copies import CopyPatches
 from traceml_ci.tracer.counters import CounterProbe, flops_block
+from traceml_ci.tracer.cpuref import CpuReference
 from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
@@ -104,6 +105,12 @@ class Tracer:
         clock = clock()
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
+        #: A fixed CPU workload after each analysed step (A/B mode; tracer/cpuref.py).
+        self.cpu_reference: CpuReference | None = None
+        if config.cpu_reference and self.store.host:
+            self.cpu_reference = CpuReference(warn)
+            self.cpu_reference.after_steps(self.store)
+            self.store.cpu.ours = lambda ref=self.cpu_reference: ref.ns
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec, self.note_eval) if zero_change else None
         #: Our hooks and forward shadows stay out of what the user pickles, copies or scripts.
@@ -613,6 +620,8 @@ class Tracer:
             ),
             counters=self._counters(),
             cpu_ms=self.store.cpu.ms_per_step() if self.store.host else None,
+            cpu_reference_ms=(self.cpu_reference.ms() if self.cpu_reference is not None
+                              and self.store.host else None),
         )
 
     def _mode(self) -> str:
