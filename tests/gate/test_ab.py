@@ -427,3 +427,14 @@ def test_each_side_of_an_ab_run_times_the_cpu_reference(tmp_path) -> None:
     from traceml_ci.summary.keys import ENV_CPU_REFERENCE
 
     assert side_env(tmp_path, {"PATH": "/bin"})[ENV_CPU_REFERENCE] == "1"
+
+
+def test_the_report_says_the_cpu_ratio_is_per_reference_where_every_round_timed_it() -> None:
+    def fig(step: float, cpu: float, ref: float | None) -> SideFigures:
+        return SideFigures(step, dict(SHARES), cpu_ms=cpu, cpu_reference_ms=ref)
+
+    timed = decide(_rounds([(fig(10.0, 8.0, 0.5), fig(10.0, 8.0, 0.5)) for _ in range(3)]))
+    assert "cpu head/base per reference" in ab_report.render_text(timed)
+    mixed = decide(_rounds([(fig(10.0, 8.0, 0.5), fig(10.0, 8.0, r)) for r in (0.5, None, 0.5)]))
+    text = ab_report.render_text(mixed)
+    assert "cpu head/base" in text and "per reference" not in text

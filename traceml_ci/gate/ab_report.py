@@ -35,8 +35,11 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
     phases = [iv.metric for iv in result.intervals if iv.unit == "pp"]
     # CPU columns wherever a round has the figure (judged only when every round has it).
     cpu = any(r.cpu_ratio is not None for r in result.rounds)
+    # In units of the CPU reference where every round timed it (tracer/cpuref.py).
+    per_ref = cpu and all(r.cpu_referenced for r in result.rounds)
+    ratio = "cpu head/base per reference" if per_ref else "cpu head/base"
     head = ["round", "first", "base ms", "head ms", "head/base",
-            *(["base cpu ms", "head cpu ms", "cpu head/base"] if cpu else []),
+            *(["base cpu ms", "head cpu ms", ratio] if cpu else []),
             *(f"{p} Δ" for p in phases)]  # fmt: skip
     rows = []
     for r in result.rounds:
