@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 LOOP = """
 import os, sys, time
@@ -243,3 +248,12 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
     if proc.poll() is None:
         proc.wait(timeout=10)
+
+
+def run_together(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Independent runs (each one ``run_group`` or the like, which cleans up after itself)
+    started together rather than one after another: name -> what its call returned. The first
+    failure is raised once every call has ended."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+    return {name: future.result() for name, future in futures.items()}

@@ -14,37 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.scripts import kill_group, run_group
+from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
+from tests.cli.scripts import kill_group, run_group, run_together
 from traceml_ci.cli.ab import parse_command, side_env
 from traceml_ci.cli.main import main
 from traceml_ci.errors import UsageError
 
 CLI = [sys.executable, "-m", "traceml_ci"]
 
-#: A tiny training loop whose forward spins SPIN_S seconds (busy, so a loaded machine cannot
-#: make it shorter); the head commit sets it to 5 ms.
-TRAIN = """\
-import time
+#: A tiny training loop whose forward spins (SPIN_NET: not at all in the base, 5 ms in the
+#: head commit where a test wants a slowdown); untraced: ``ab`` traces it with no change.
+TRAIN = SPIN_NET + """
 
-import torch
-
-torch.set_num_threads(1)
-SPIN_S = 0.0
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(128, 128)
-
-    def forward(self, x):
-        end = time.perf_counter() + SPIN_S
-        while time.perf_counter() < end:
-            pass
-        return self.fc(x)
-
-
-model = Net()
+model = Net(128)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x = torch.randn(32, 128)
 for _ in range(30):
@@ -52,38 +34,19 @@ for _ in range(30):
     model(x).square().mean().backward()
     opt.step()
 """
-SPIN_S = 0.005
+SPIN_MS = 5.0
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return done.stdout
-
-
-def _repo(tmp_path: Path, head_spin_s: float | None) -> Path:
-    """Two commits: the base's train.py, then the head's (spinning ``head_spin_s`` in forward;
-    None: the head only adds a README)."""
+def _repo(tmp_path: Path, head_spin_ms: float | None) -> Path:
+    """Two commits: the base's train.py, then the head's (spinning ``head_spin_ms`` in
+    forward; None: the head only adds a README)."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "train.py").write_text(TRAIN)
-    _git(repo, "add", "train.py")
-    _git(repo, "commit", "-qm", "base")
-    if head_spin_s is None:
-        (repo / "README").write_text("no change to the training\n")
-        _git(repo, "add", "README")
+    commit(repo, "base", {"train.py": TRAIN})
+    if head_spin_ms is None:
+        commit(repo, "head", {"README": "no change to the training\n"})
     else:
-        (repo / "train.py").write_text(TRAIN.replace("SPIN_S = 0.0", f"SPIN_S = {head_spin_s}"))
-    _git(repo, "commit", "-qam", "head")
+        commit(repo, "head", {"train.py": spinning(TRAIN, head_spin_ms)})
     return repo
-
-
-def _worktrees(repo: Path) -> list[str]:
-    return [line for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
-            if line.startswith("worktree ")]  # fmt: skip
 
 
 def _ab(repo: Path, out: Path, *extra: str, timeout: float = 300):
@@ -92,7 +55,7 @@ def _ab(repo: Path, out: Path, *extra: str, timeout: float = 300):
 
 
 def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_path) -> None:
-    repo = _repo(tmp_path, SPIN_S)
+    repo = _repo(tmp_path, SPIN_MS)
     out = tmp_path / "ab"
     done = _ab(repo, out)
     assert done.returncode == 1, done.stderr
@@ -108,32 +71,20 @@ def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_
     assert ("step_cpu" in regressed) == ("step CPU time" in doc["reason"])
     # host-clock runs: both sides measured their CPU per step, so its ratio is judged too
     assert "step_cpu" in {iv["metric"] for iv in doc["intervals"]}
-    assert doc["base"]["commit"] == _git(repo, "rev-parse", "HEAD~1").strip()
+    assert doc["base"]["commit"] == git(repo, "rev-parse", "HEAD~1").strip()
     rounds = doc["rounds"]
     assert 3 <= len(rounds) <= 6  # a regression needs 3 rounds; the default cap is 6
     assert [r["first"] for r in rounds] == (["base", "head"] * 3)[: len(rounds)]  # ABBA
     for r in rounds:
         # the truth, known here: the head adds one 5 ms spin per step (forward runs once)
         added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
-        assert 0.8 * SPIN_S * 1e3 < added_ms < 4 * SPIN_S * 1e3, r
+        assert 0.8 * SPIN_MS < added_ms < 4 * SPIN_MS, r
         for side in ("base", "head"):
             assert (out / side / f"round{r['round']}.json").is_file()
             assert (out / side / f"round{r['round']}.log").is_file()
     assert json.loads((out / "ab.json").read_text())["verdict"] == "regression"
     assert "REGRESSION" in (out / "report.md").read_text()
-    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]  # the base's worktree is gone
-
-
-def test_no_change_between_the_commits_is_never_a_regression(tmp_path) -> None:
-    repo = _repo(tmp_path, None)
-    done = _ab(repo, tmp_path / "ab", "--rounds-max", "2")
-    assert done.returncode in (0, 7), done.stderr
-    doc = json.loads(done.stdout)
-    assert doc["verdict"] == ("pass" if done.returncode == 0 else "inconclusive")
-    if done.returncode == 7:
-        assert doc["reason"].startswith("inconclusive after 2 rounds: ")
-        assert doc["reason"].endswith("; re-run")
-    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+    assert only_the_repository(repo), worktrees(repo)  # the base's worktree is gone
 
 
 #: A loop that calls trace_step itself (the counters are counted on its steps); the head commit
@@ -156,19 +107,36 @@ for _ in range(30):
 """
 
 
-def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(tmp_path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "train.py").write_text(TRACED)
-    _git(repo, "add", "train.py")
-    _git(repo, "commit", "-qm", "base")
-    (repo / "train.py").write_text(TRACED.replace("pass  # READ", "loss.item()"))
-    _git(repo, "commit", "-qam", "head")
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory: pytest.TempPathFactory):
+    """The A/Bs of two rounds at most, which no timing can make a regression (that needs three
+    rounds): the same code twice, and a scalar read added (its counter decides). Independent,
+    so they run together: name -> (repository, --out folder, the finished ``traceml-ci ab``)."""
+    same = _repo(tmp_path_factory.mktemp("same"), None)
+    read = tmp_path_factory.mktemp("read") / "repo"
+    commit(read, "base", {"train.py": TRACED})
+    commit(read, "head", {"train.py": TRACED.replace("pass  # READ", "loss.item()")})
+    repos = {"same": same, "read": read}
+    done = run_together({name: (lambda r=repo: _ab(r, r.parent / "ab", "--rounds-max", "2"))
+                         for name, repo in repos.items()})
+    return {name: (repo, repo.parent / "ab", done[name]) for name, repo in repos.items()}
+
+
+def test_no_change_between_the_commits_is_never_a_regression(two_rounds) -> None:
+    repo, _, done = two_rounds["same"]
+    assert done.returncode in (0, 7), done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"] == ("pass" if done.returncode == 0 else "inconclusive")
+    if done.returncode == 7:
+        assert doc["reason"].startswith("inconclusive after 2 rounds: ")
+        assert doc["reason"].endswith("; re-run")
+    assert only_the_repository(repo), worktrees(repo)
+
+
+def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(two_rounds) -> None:
+    repo, out, done = two_rounds["read"]
     line = TRACED.splitlines().index("        pass  # READ") + 1
     said = f"adds 1 scalar read per step at train.py:{line} (item)"
-    out = tmp_path / "ab"
-    done = _ab(repo, out, "--rounds-max", "2")
     # the timings alone may say anything; the counter decides
     assert done.returncode == 1, done.stdout + done.stderr
     doc = json.loads(done.stdout)
@@ -177,11 +145,11 @@ def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(tmp_path
     syncs = {r["name"]: r for r in doc["counters"]}["counters.syncs_per_step"]
     assert (syncs["base"], syncs["head"], syncs["status"]) == (0, 1, "regressed")
     assert (out / "report.md").read_text().splitlines()[4] == f"**Cause:** {said}"
-    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+    assert only_the_repository(repo), worktrees(repo)
 
 
 def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None:
-    repo = _repo(tmp_path, SPIN_S)
+    repo = _repo(tmp_path, SPIN_MS)
     out = tmp_path / "ab"
     done = _ab(repo, out, "--base-setup", "echo building; test -f train.py && exit 9",
                timeout=60)  # fmt: skip
@@ -190,25 +158,25 @@ def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None
     assert last.startswith("traceml-ci: error: --base-setup exited 9 in the base worktree")
     assert (out / "base" / "setup.log").read_text() == "building\n"  # ran in the base's tree
     assert not list((out / "base").glob("round*"))  # no round ran
-    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+    assert only_the_repository(repo), worktrees(repo)
 
 
 def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> None:
-    repo = _repo(tmp_path, SPIN_S)
+    repo = _repo(tmp_path, SPIN_MS)
     cmd = [*CLI, "ab", "--base", "HEAD~1", "--out", str(tmp_path / "ab"), "--", "python",
            "train.py"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while len(_worktrees(repo)) < 2:  # the base is checked out: round 1 is starting
+        while len(worktrees(repo)) < 2:  # the base is checked out: round 1 is starting
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         time.sleep(1.0)
         os.kill(proc.pid, signal.SIGTERM)  # the ab process alone, as a CI runner's cancel
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
-        assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+        assert only_the_repository(repo), worktrees(repo)
     finally:
         kill_group(proc)
 
@@ -229,12 +197,12 @@ def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> N
 )  # fmt: skip
 def test_unusable_command_lines_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv,
                                                         says) -> None:  # fmt: skip
-    repo = _repo(tmp_path, SPIN_S)
+    repo = _repo(tmp_path, SPIN_MS)
     monkeypatch.chdir(repo)
     assert main(["ab", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1], err
-    assert _worktrees(repo) == [f"worktree {repo.resolve()}"]
+    assert only_the_repository(repo), worktrees(repo)
 
 
 def test_outside_a_git_repository_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys) -> None:

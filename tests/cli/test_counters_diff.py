@@ -1,6 +1,7 @@
 """End to end: real traced runs of one script, with and without a scalar read each step, a leak,
-another optimizer or a wider layer, through ``traceml-ci diff``: the deterministic counters
-regress with the sentence that says what changed, and the same code twice passes them."""
+another optimizer or a wider layer (six child processes, started together), through
+``traceml-ci diff`` (its ``main``, in this process): the deterministic counters regress with the
+sentence that says what changed, and the same code twice passes them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.cli.scripts import kill_group
+from traceml_ci.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,54 +54,58 @@ def _env() -> dict[str, str]:
     return env
 
 
+VARIANTS = {"base": [], "again": [], "item": ["item"], "leak": ["leak"], "adamw": ["adamw"],
+            "wide": ["wide"]}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """name -> final_summary.json of a real traced run (each in its own folder, as train.py)."""
+    """name -> final_summary.json of a real traced run (each in its own folder, as train.py).
+    The runs are independent: they start together, each in its own process group, and every
+    one is killed however the fixture ends."""
     root = tmp_path_factory.mktemp("counters")
-    out: dict[str, Path] = {}
-    for name, flags in (
-        ("base", []),
-        ("again", []),
-        ("item", ["item"]),
-        ("leak", ["leak"]),
-        ("adamw", ["adamw"]),
-        ("wide", ["wide"]),
-    ):
-        folder = root / name
-        folder.mkdir()
-        (folder / "train.py").write_text(SCRIPT)
-        # subprocess.run kills the child when the timeout expires.
-        done = subprocess.run(
-            [sys.executable, "train.py", *flags],
-            cwd=folder,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        out[name] = folder / "out" / "final_summary.json"
-    return out
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, flags in VARIANTS.items():
+            folder = root / name
+            folder.mkdir()
+            (folder / "train.py").write_text(SCRIPT)
+            procs[name] = subprocess.Popen(
+                [sys.executable, "train.py", *flags], cwd=folder, env=_env(),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 300
+        for name, proc in procs.items():
+            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 0, f"{name}: {err}"
+    finally:
+        for proc in procs.values():
+            kill_group(proc)
+    return {name: root / name / "out" / "final_summary.json" for name in VARIANTS}
 
 
-def _diff(base: Path, head: Path, *more: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "traceml_ci", "diff", str(base), str(head), *more],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=base.parent,
-    )
+@pytest.fixture
+def diff(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """``traceml-ci diff BASE HEAD ...`` in this process (main(argv), as the console script),
+    from the runs' folder: no pyproject.toml rules apply. Returns (exit code, stdout, stderr)."""
+
+    def run(base: Path, head: Path, *more: str) -> tuple[int, str, str]:
+        monkeypatch.chdir(base.parent)
+        code = main(["diff", str(base), str(head), *more])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
-def _rows(base: Path, head: Path) -> dict[str, dict]:
-    done = _diff(base, head, "--format", "json")
-    return {r["name"]: r for r in json.loads(done.stdout)["rows"]}
+def _rows(diff, base: Path, head: Path) -> dict[str, dict]:
+    _, out, _ = diff(base, head, "--format", "json")
+    return {r["name"]: r for r in json.loads(out)["rows"]}
 
 
-def test_the_same_code_twice_passes_every_counter(runs) -> None:
-    rows = _rows(runs["base"], runs["again"])
+def test_the_same_code_twice_passes_every_counter(runs, diff) -> None:
+    rows = _rows(diff, runs["base"], runs["again"])
     counters = {n: r for n, r in rows.items() if n.startswith("counters.")}
     assert set(counters) == {
         "counters.syncs_per_step",
@@ -109,42 +118,43 @@ def test_the_same_code_twice_passes_every_counter(runs) -> None:
     assert counters["counters.syncs_per_step"]["delta"] == 0
 
 
-def test_an_added_item_each_step_regresses_at_its_line(runs) -> None:
-    done = _diff(runs["base"], runs["item"])
-    assert done.returncode == 1, done.stdout + done.stderr
+def test_an_added_item_each_step_regresses_at_its_line(runs, diff) -> None:
+    code, out, err = diff(runs["base"], runs["item"])
+    assert code == 1, out + err
     said = f"adds 1 scalar read per step at train.py:{ITEM_LINE} (item)"
     # named in the headline, right under the verdict, before the reasons and the table
-    assert done.stdout.splitlines()[1] == f"cause: {said}"
-    md = _diff(runs["base"], runs["item"], "--format", "markdown")
-    assert md.returncode == 1 and md.stdout.splitlines()[3] == f"**Cause:** {said}"
+    assert out.splitlines()[1] == f"cause: {said}"
+    code, md, _ = diff(runs["base"], runs["item"], "--format", "markdown")
+    assert code == 1 and md.splitlines()[3] == f"**Cause:** {said}"
     report = runs["base"].parent / "report.md"
-    quiet = _diff(runs["base"], runs["item"], "--format", "markdown", "-o", str(report))
-    assert quiet.returncode == 1 and quiet.stdout == ""
-    assert quiet.stderr == f"traceml-ci: regression: {said} (report in {report})\n"
-    assert report.read_text() == md.stdout
-    assert _rows(runs["item"], runs["base"])["counters.syncs_per_step"]["status"] == "improved"
+    code, out, err = diff(runs["base"], runs["item"], "--format", "markdown", "-o", str(report))
+    assert code == 1 and out == ""
+    assert err == f"traceml-ci: regression: {said} (report in {report})\n"
+    assert report.read_text() == md
+    back = _rows(diff, runs["item"], runs["base"])
+    assert back["counters.syncs_per_step"]["status"] == "improved"
 
 
-def test_a_loop_that_keeps_its_outputs_regresses_with_the_bytes(runs) -> None:
-    done = _diff(runs["base"], runs["leak"])
-    assert done.returncode == 1, done.stdout + done.stderr
-    text = " ".join(done.stdout.split())
+def test_a_loop_that_keeps_its_outputs_regresses_with_the_bytes(runs, diff) -> None:
+    code, out, err = diff(runs["base"], runs["leak"])
+    assert code == 1, out + err
+    text = " ".join(out.split())
     assert f"retains 128 B more per step (addmm at train.py:{MODEL_LINE})" in text  # 8×4 fp32
 
 
-def test_an_optimizer_change_regresses_and_says_so(runs) -> None:
-    done = _diff(runs["base"], runs["adamw"])
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "optimizer SGD → AdamW (+2 state tensors per parameter)" in " ".join(done.stdout.split())
+def test_an_optimizer_change_regresses_and_says_so(runs, diff) -> None:
+    code, out, err = diff(runs["base"], runs["adamw"])
+    assert code == 1, out + err
+    assert "optimizer SGD → AdamW (+2 state tensors per parameter)" in " ".join(out.split())
 
 
-def test_a_flop_change_names_the_module(runs) -> None:
-    row = _rows(runs["base"], runs["wide"])["counters.flops_per_step"]
+def test_a_flop_change_names_the_module(runs, diff) -> None:
+    row = _rows(diff, runs["base"], runs["wide"])["counters.flops_per_step"]
     assert row["status"] == "regressed"
     # Both layers double (16→32→4 becomes 16→64→4): +100 %. The first layer moved most: its
     # forward 2·8·16·32 and its weight's gradient as much again (its input needs none); the
     # second's forward 2·8·32·4 and both gradients, three times that.
     assert row["note"] == "FLOPs per step +100 % (0 Linear +16.4 kFLOP, 2 Linear +6.14 kFLOP)"
-    assert _rows(runs["base"], runs["wide"])["counters.parameters"]["note"] == (
+    assert _rows(diff, runs["base"], runs["wide"])["counters.parameters"]["note"] == (
         "parameters 676 → 1,348"
     )

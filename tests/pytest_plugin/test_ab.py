@@ -14,36 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.scripts import kill_group
+from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
+from tests.cli.scripts import kill_group, run_group, run_together
 
-#: A tiny training loop whose forward spins SPIN_MS (busy: a loaded machine cannot make it
-#: shorter, only longer); the head commit changes it where a test wants a slowdown.
-TRAIN = """\
-import time
-
-import torch
-
-import traceml_ci
-
-torch.set_num_threads(1)
-SPIN_MS = 1.0
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(32, 32)
-
-    def forward(self, x):
-        end = time.perf_counter() + SPIN_MS / 1000.0
-        while time.perf_counter() < end:
-            pass
-        return self.fc(x)
-
+#: A tiny training loop whose forward spins (SPIN_NET) 1 ms; the head commit spins longer where
+#: a test wants a slowdown.
+TRAIN = "import traceml_ci\n" + SPIN_NET + """
 
 def train(steps=25):
     torch.manual_seed(0)
-    model = Net()
+    model = Net(32)
     x = torch.randn(8, 32)
     for _ in range(steps):
         with traceml_ci.trace_step(model):
@@ -53,6 +33,7 @@ def train(steps=25):
                 for p in model.parameters():
                     p -= 0.01 * p.grad
 """
+BASE_SPIN_MS = 1.0
 
 #: No warmup: the tracer counts FLOPs on a warmup step, and torch's FLOP counter imports
 #: torch._dynamo, seconds per child process on a loaded machine; a median of 25 steps does not
@@ -87,63 +68,56 @@ ADDED_MS = 7.0
 TMP = "tmp-of-session"
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return done.stdout
-
-
-def _worktrees(repo: Path) -> list[str]:
-    return [line for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
-            if line.startswith("worktree ")]  # fmt: skip
-
-
 class Project:
     """The repository: a base commit, then a head commit made from ``head_train``/``head_tests``
-    (None: unchanged); pytest runs in a subprocess with its own TMPDIR."""
+    (None: unchanged); pytest runs in a subprocess (its own process group, killed however the
+    run ends) with its own TMPDIR. Neither that session nor its A/B children load hypothesis's
+    plugin, seconds per child on a loaded machine (PYTEST_ADDOPTS reaches both)."""
 
-    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.pytester = pytester
-        self.path = pytester.path
-        (self.path / ".gitignore").write_text(f"{TMP}/\nstdout\nstderr\n__pycache__/\n")
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path / TMP
         self.tmp.mkdir()
-        monkeypatch.setenv("TMPDIR", str(self.tmp))
-        _git(self.path, "init", "-q")
+        self.env = {**os.environ, "TMPDIR": str(self.tmp), "PY_COLORS": "0",
+                    "PYTEST_ADDOPTS": "-p no:hypothesispytest -p no:cacheprovider",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(path),
+                                                                os.environ.get("PYTHONPATH")]))}
 
     def commits(self, head_train: str | None = None, head_tests: str | None = None) -> None:
-        (self.path / "abtrain.py").write_text(TRAIN)
-        (self.path / "test_ab_smoke.py").write_text(TESTS)
-        _git(self.path, "add", ".")
-        _git(self.path, "commit", "-qm", "base")
-        (self.path / "README").write_text("the head\n")
+        commit(self.path, "base", {".gitignore": f"{TMP}/\n__pycache__/\n",
+                                   "abtrain.py": spinning(TRAIN, BASE_SPIN_MS),
+                                   "test_ab_smoke.py": TESTS})
+        head = {"README": "the head\n"}
         if head_train is not None:
-            (self.path / "abtrain.py").write_text(head_train)
+            head["abtrain.py"] = head_train
         if head_tests is not None:
-            (self.path / "test_ab_smoke.py").write_text(head_tests)
-        _git(self.path, "add", ".")
-        _git(self.path, "commit", "-qm", "head")
+            head["test_ab_smoke.py"] = head_tests
+        commit(self.path, "head", head)
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "pytest", *args]
 
     def run(self, *args: str, timeout: float = 170) -> pytest.RunResult:
-        return self.pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=timeout)
+        start = time.monotonic()
+        done = run_group(self.command(*args), self.path, timeout, env=self.env)
+        return pytest.RunResult(done.returncode, done.stdout.splitlines(),
+                                done.stderr.splitlines(), time.monotonic() - start)
 
     def assert_clean(self) -> None:
         """The base's worktree is gone: git lists only the repository, the temp folder holds
         no traceml-ab-* folder."""
-        assert _worktrees(self.path) == [f"worktree {self.path.resolve()}"]
+        assert only_the_repository(self.path), worktrees(self.path)
         assert not list(self.tmp.glob("traceml-ab-*"))
 
 
 @pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
-    return Project(pytester, monkeypatch)
+def project(tmp_path: Path) -> Project:
+    return Project(tmp_path / "project")
 
 
 def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> None:
-    project.commits(head_train=TRAIN.replace("SPIN_MS = 1.0", f"SPIN_MS = {1.0 + ADDED_MS}"))
+    project.commits(head_train=spinning(TRAIN, BASE_SPIN_MS + ADDED_MS))
     ab_json = project.path / "ab.json"
     report = project.path / "report.md"
     # A regression takes three rounds at least (six child sessions, 10-25 s each when loaded)
@@ -163,7 +137,7 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     assert "Traceback" not in out
     doc = json.loads(ab_json.read_text())
     assert doc["verdict"] == "regression"
-    assert doc["base"]["commit"] == _git(project.path, "rev-parse", "HEAD~1").strip()
+    assert doc["base"]["commit"] == git(project.path, "rev-parse", "HEAD~1").strip()
     [test] = doc["tests"]
     assert test["nodeid"] == "test_ab_smoke.py::test_train" and test["verdict"] == "regression"
     rounds = test["ab"]["rounds"]
@@ -188,18 +162,40 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     project.assert_clean()
 
 
-def test_no_change_is_never_a_regression(project: Project) -> None:
+#: The sessions no timing can turn into a regression (two rounds at most: a regression needs
+#: three; or nothing to compare): name -> (head commit's changes, pytest's arguments).
+QUIET = {
     # Same code on both sides. Two rounds on a loaded 2-core machine are mostly too noisy to
     # clear every metric: then the verdict is inconclusive (the test fails, saying so) -- a
     # pass or inconclusive, never a regression (none is called before a third round). The
-    # tolerances are wide so that a pass is reachable in two rounds; this test is about the
+    # tolerances are wide so that a pass is reachable in two rounds; this is about the
     # plugin's wiring, the false-alarm rate is benchmarks/ab_calibrate.py's.
-    project.commits()
-    ab_json = project.path / "ab.json"
-    result = project.run("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
-                         "--traceml-ab-step-tolerance=100", "--traceml-ab-share-tolerance=30",
-                         f"--traceml-ab-json={ab_json}")
-    doc = json.loads(ab_json.read_text())
+    "no change": ({}, ["--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
+                       "--traceml-ab-step-tolerance=100", "--traceml-ab-share-tolerance=30",
+                       "--traceml-ab-json=ab.json"]),
+    # A step tolerance of 0 % can never be cleared: no change is inconclusive at the cap.
+    "warn": ({}, ["--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
+                  "--traceml-ab-step-tolerance=0", "--traceml-ab-share-tolerance=0",
+                  "--traceml-ab-inconclusive=warn", "-W", "default"]),
+    "no base": ({"head_tests": TESTS + NEW_TEST},
+                ["--traceml-ab=HEAD~1", "-k", "test_new", "--traceml-save=head.json"]),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Project, pytest.RunResult]]:
+    """The QUIET sessions, each in its own project: independent, so they run together."""
+    projects = {name: Project(tmp_path_factory.mktemp("ab") / "project") for name in QUIET}
+    for name, (head, _) in QUIET.items():
+        projects[name].commits(**head)
+    results = run_together({name: (lambda n=name: projects[n].run(*QUIET[n][1]))
+                            for name in QUIET})
+    return {name: (projects[name], results[name]) for name in QUIET}
+
+
+def test_no_change_is_never_a_regression(quiet) -> None:
+    project, result = quiet["no change"]
+    doc = json.loads((project.path / "ab.json").read_text())
     [test] = doc["tests"]
     assert test["verdict"] in ("pass", "inconclusive"), test["detail"]
     assert doc["verdict"] == test["verdict"]
@@ -218,12 +214,8 @@ def test_no_change_is_never_a_regression(project: Project) -> None:
     project.assert_clean()
 
 
-def test_an_inconclusive_test_passes_with_a_warning_when_asked(project: Project) -> None:
-    # A step tolerance of 0 % can never be cleared: no change is inconclusive at the cap.
-    project.commits()
-    result = project.run("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=2",
-                         "--traceml-ab-step-tolerance=0", "--traceml-ab-share-tolerance=0",
-                         "--traceml-ab-inconclusive=warn", "-W", "default")
+def test_an_inconclusive_test_passes_with_a_warning_when_asked(quiet) -> None:
+    project, result = quiet["warn"]
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines([
         "*PytestWarning: traceml: A/B inconclusive after 2 rounds: *too noisy to decide; re-run",
@@ -234,16 +226,15 @@ def test_an_inconclusive_test_passes_with_a_warning_when_asked(project: Project)
     project.assert_clean()
 
 
-def test_a_test_the_base_lacks_runs_here_and_passes_with_a_note(project: Project) -> None:
-    project.commits(head_tests=TESTS + NEW_TEST)
-    save = project.path / "head.json"
-    result = project.run("--traceml-ab=HEAD~1", "-k", "test_new", f"--traceml-save={save}")
+def test_a_test_the_base_lacks_runs_here_and_passes_with_a_note(quiet) -> None:
+    project, result = quiet["no base"]
     result.assert_outcomes(passed=1, deselected=2)
     result.stdout.fnmatch_lines([
         "A/B NO BASE *test_ab_smoke.py::test_new [[]key fresh[]]  no base: new test (not in *)",
         "RECORDED *test_ab_smoke.py::test_new [[]key fresh[]]  *step *",
     ])
     # it ran here, traced as without A/B: its summary is saved under its key
+    save = project.path / "head.json"
     assert list(json.loads(save.read_text())["summaries"]) == ["fresh"]
     assert "A/B verdict" not in result.stdout.str()  # nothing was compared
     project.assert_clean()
@@ -276,13 +267,12 @@ def test_unusable_ab_options_stop_the_session_in_one_line(project: Project, args
 
 def test_sigterm_mid_round_ends_the_session_and_removes_the_worktree(project: Project) -> None:
     project.commits()
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-           "--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=6"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=project.path, stdout=subprocess.PIPE,
+    cmd = project.command("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=6")
+    proc = subprocess.Popen(cmd, cwd=project.path, stdout=subprocess.PIPE, env=project.env,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while len(_worktrees(project.path)) < 2:  # the base is checked out: round 1 starts
+        while len(worktrees(project.path)) < 2:  # the base is checked out: round 1 starts
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
         time.sleep(1.0)

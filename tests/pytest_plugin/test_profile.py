@@ -46,9 +46,12 @@ from smoke_train import train
 train()
 '''
 
+#: No warmup: the tracer counts FLOPs on a warmup step, and torch's FLOP counter imports
+#: torch._dynamo, seconds in each of the script's three fresh processes; the profiled steps
+#: are then the run's first.
 SCRIPT_TEST = '''
 def test_script(traceml):
-    traceml.run_script("train_script.py", env={"SMOKE_PLAIN_SGD": "1"})
+    traceml.run_script("train_script.py", env={"SMOKE_PLAIN_SGD": "1"}, warmup_steps=0)
 '''
 
 
