@@ -4,7 +4,7 @@ FSDP's collectives: each rank writes what each step spent in them to
 
 python fsdp_job.py none       # balanced
 python fsdp_job.py forward    # rank 1 spins 15 ms in forward
-python fsdp_job.py backward   # rank 1 spins 15 ms in backward, between two layers' gradients
+python fsdp_job.py backward   # rank 1 spins 15 ms in backward, between layers' gradients
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import functools
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,40 +23,13 @@ from torch.distributed.fsdp import fully_shard
 
 import traceml_ci as traceml
 
+# The DDP example's model: its forward spins forward_ms, its backward backward_ms between the
+# first layer's gradient and the later layers'.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from train_ddp import Net  # noqa: E402
+
 SPIN_MS = 15.0
 STEPS = 30
-
-
-def spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1000.0
-    while time.perf_counter() < end:
-        pass
-
-
-class SlowBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, ms: float) -> torch.Tensor:
-        ctx.ms = ms
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        spin(ctx.ms)
-        return grad, None
-
-
-class Net(nn.Module):
-    def __init__(self, forward_ms: float, backward_ms: float) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 1))
-        self.forward_ms, self.backward_ms = forward_ms, backward_ms
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        spin(self.forward_ms)
-        h = self.body[1](self.body[0](x))
-        if self.backward_ms:
-            h = SlowBackward.apply(h, self.backward_ms)
-        return self.body[2](h)
 
 
 def stopwatched(spent: list[float], orig: Any) -> Any:
