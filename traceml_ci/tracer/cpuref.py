@@ -2,16 +2,17 @@
 
 A loaded runner slows the job's own CPU time too, not only its wall time: a busy sibling
 hyperthread, a cache shared with other work. Measured on a 2-core VM with busy loops starting
-and stopping at random (benchmarks/ab_cpu_reference.py): the job's CPU ms per step moved
-15-25 % between A/A rounds. A fixed workload timed on the same thread right after each step
+and stopping at random (benchmarks/ab_cpu.py): the job's CPU ms per step moved
+12-25 % between A/A rounds. A fixed workload timed on the same thread right after each step
 moves with it, so the job's CPU over the workload's (``step_time.cpu_reference_ms``) is the
-job's cost in units of this machine as it ran: its A/A spread was ~5 %.
+job's cost in units of this machine as it ran: its A/A spread was 4.4 % (docs/gate.md).
 
 Only when asked (``TRACEML_CI_CPU_REFERENCE=1``, which A/B mode sets for both sides), on the
 host clock, after each analysed step: outside the step (trace_step: between steps; zero-change
 mode: after the step is closed and before the next opens), and its CPU is left out of the
-job's (``tracer/cputime.py``). About 0.3 ms a step. It touches nothing of the user's: its own
-tensors from its own generator (the global RNG is not drawn from), grad enabled for itself.
+job's (``tracer/cputime.py``): about 1 ms of CPU a step on a loaded 2-core VM. It touches
+nothing of the user's: its own tensors from its own generator (the global RNG is not drawn
+from), grad enabled for itself.
 """
 
 from __future__ import annotations
