@@ -52,6 +52,10 @@ def test_a_run_that_asks_for_it_reports_the_reference_one_that_does_not_has_none
     st = finish_and_load(tracer)["step_time"]
     assert tracer.cpu_reference.runs == 20  # once after each analysed step, none in warmup
     assert st["cpu_reference_ms"] > 0 and st["cpu_ms"] > 0
+    tracer = fresh_tracer(warmup_steps=WARMUP, max_steps=WARMUP + 4)
+    _train(WARMUP + 10)  # steps past max_steps run untraced, and without the workload
+    assert tracer.cpu_reference.runs == 4
+    finish_and_load(tracer)
     monkeypatch.delenv("TRACEML_CI_CPU_REFERENCE")
     tracer = fresh_tracer(warmup_steps=WARMUP)
     assert tracer.cpu_reference is None

@@ -85,8 +85,10 @@ class CpuReference:
         run = self.run
 
         def host_step(enter: int, exit_: int, acc: list, marks: list, outside: list) -> None:
+            before = store.steps_total
             inner(enter, exit_, acc, marks, outside)
-            if store.steps_total > warmup:
+            n = store.steps_total
+            if n > warmup and n != before:  # a step it kept: none past ``max_steps``
                 run()
 
         store.host_step = host_step
