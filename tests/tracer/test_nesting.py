@@ -100,7 +100,11 @@ def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer
     # the threshold (on a busy runner it can truly be over it: then the label is right).
     from traceml_ci.summary.thresholds import Thresholds
 
-    share = 100.0 * sum(watch.column("optimizer", 2)) / sum(walls[2:])
+    # The diagnosis reads median-based shares; under load the stopwatch's mean and median
+    # part (a full-suite run beside two busy loops: mean 22.8 %, diagnosis OPTIMIZER_BOUND).
+    mean_share = 100.0 * sum(watch.column("optimizer", 2)) / sum(walls[2:])
+    median_share = 100.0 * median(watch.column("optimizer", 2)) / median(walls[2:])
+    share = max(mean_share, median_share)
     if share < Thresholds().optimizer_bound_pct - 5.0:
         assert doc["step_time"]["diagnosis"] != "OPTIMIZER_BOUND", share
 
