@@ -354,14 +354,13 @@ def transfer_ms(rows: Sequence[Mapping[str, Any]]) -> float | None:
     return min(float(r["wait_ms"]) for r in timed)
 
 
-def split_waits(rows: Sequence[dict[str, Any]]) -> float | None:
+def split_waits(rows: Sequence[dict[str, Any]]) -> None:
     """Each row's ``waiting_ms``: its wait beyond the collectives' own time (``transfer_ms``),
-    i.e. the time it waited for the other ranks; that transfer time, or None (rows unchanged)."""
+    i.e. the time it waited for the other ranks (rows unchanged where that time is unknown)."""
     transfer = transfer_ms(rows)
     if transfer is not None:
         for r in rows:
             r["waiting_ms"] = round(float(r["wait_ms"]) - transfer, 4)
-    return transfer
 
 
 def analyse(
