@@ -6,6 +6,7 @@ the closure, and around ``optimizer.step`` minus what the stopwatch saw nested i
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -266,21 +267,22 @@ def test_subclass_step_runs_torchs_hooks_once_as_untraced(fresh_tracer) -> None:
         handle.remove()
 
 
-def _calls_while(run: Callable[[], Any], inside: Callable[[], bool]) -> int:
-    """The Python and C calls ``run()`` makes while ``inside()`` holds: a count load cannot
-    move, unlike a time."""
-    count = [0]
+def _calls_while(run: Callable[[], Any], inside: Callable[[], bool]) -> tuple[int, int]:
+    """The Python and C calls ``run()`` makes while ``inside()`` holds, as (the tracer's, the
+    rest's): counts load cannot move, unlike a time. A C call is its caller's."""
+    ours = os.path.dirname(traceml.__file__)
+    counts = [0, 0]  # [ours, the rest]
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event in ("call", "c_call") and inside():
-            count[0] += 1
+            counts[frame.f_code.co_filename.startswith(ours) is False] += 1
 
     sys.setprofile(profile)
     try:
         run()
     finally:
         sys.setprofile(None)
-    return count[0]
+    return counts[0], counts[1]
 
 
 def test_optimizer_phase_holds_no_tracer_work(fresh_tracer) -> None:
@@ -301,10 +303,14 @@ def test_optimizer_phase_holds_no_tracer_work(fresh_tracer) -> None:
     for _ in range(3):  # the first steps take the tracer's general path
         traced_step()
     # The fewest of a few steps: a sampled step may count FLOPs inside the phase.
-    traced = min(_calls_while(traced_step, lambda: rec.active == OPT) for _ in range(5))
+    ours, traced = min(_calls_while(traced_step, lambda: rec.active == OPT) for _ in range(5))
     tracer.patches.uninstall()
-    untraced = min(_calls_while(optimizer.step, lambda: True) for _ in range(5))
+    untraced = min(_calls_while(optimizer.step, lambda: True)[1] for _ in range(5))
     tracer.patches.install()
-    # Only the phase's closing clock mark has no twin untraced (and the untraced count holds
-    # the call that ends profiling).
-    assert abs(traced - untraced) <= 2, (traced, untraced)
+    # What the step itself runs is the same; the untraced count holds the call that ends
+    # profiling, which the traced one makes outside the phase.
+    assert traced in (untraced, untraced - 1), (traced, untraced)
+    # The tracer's own calls in the phase: its closing clock mark, a nested class wrapper that
+    # finds the phase open, and where optimizers predate it, the two global hooks per torch
+    # step wrapper (each a call and an append/pop).
+    assert ours <= 12, ours
