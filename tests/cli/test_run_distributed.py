@@ -18,6 +18,9 @@ from tests.cli.scripts import kill_group
 from traceml_ci.summary.schema import summary_problems
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+# Twice the example's default: two ranks on two cores, beside the rest of a loaded suite, make
+# own-work noise that the straggler guard rightly weighs against a 6 ms excess.
+SLOW_MS = ("--slow-ms", "12")
 CLI = [sys.executable, "-m", "traceml_ci"]
 
 
@@ -57,7 +60,7 @@ def _merged(path: Path) -> dict[str, Any]:
 def test_run_nproc_per_node_names_the_input_straggler(tmp_path: Path) -> None:
     code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
                                "--master-port", str(_free_port()), str(EXAMPLE),
-                               "--steps", "30", "--slow-rank", "1", "--slow", "data"))
+                               "--steps", "30", "--slow-rank", "1", "--slow", "data", *SLOW_MS))
     assert code == 0, out
     doc = _merged(tmp_path / "out" / "final_summary.json")
     dist = doc["distributed"]
@@ -75,7 +78,7 @@ def test_two_nodes_simulated_on_one_machine_merge_into_one_summary(tmp_path: Pat
         _start(tmp_path, "--out", f"node{n}", "--nnodes", "2", "--node-rank", str(n),
                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
                "--rdzv-id", "sim", str(EXAMPLE), "--steps", "30", "--slow-rank", "1",
-               "--slow", "data")
+               "--slow", "data", *SLOW_MS)
         for n in (0, 1)
     ]
     results = [_finish(p) for p in procs]
@@ -126,9 +129,9 @@ def test_the_rank_the_others_wait_for_is_named_with_its_phase(
     tmp_path: Path, slow: str | None, label: str
 ) -> None:
     """One run per case (3/3 each measured, also beside two CPU hogs: docs/distributed.md).
-    The slow rank spins 6 ms more per step in one phase; the other waits for it in its wait
+    The slow rank spins 12 ms more per step in one phase; the other waits for it in its wait
     phase, and the merged summary's split is the slow rank's."""
-    extra = ("--slow-rank", "1", "--slow", slow) if slow else ()
+    extra = ("--slow-rank", "1", "--slow", slow, *SLOW_MS) if slow else ()
     code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
                                "--master-port", str(_free_port()), str(EXAMPLE),
                                "--steps", "30", *extra))
@@ -163,7 +166,7 @@ def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_su
     code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
                                "--master-port", str(_free_port()), str(EXAMPLE),
                                "--steps", "30", "--slow-rank", "1", "--slow", "forward",
-                               TRACEML_CI_LIVE="1"))
+                               *SLOW_MS, TRACEML_CI_LIVE="1"))
     assert code == 0, out
     snaps = read_snapshots(tmp_path / "out")
     assert [s["rank"] for s in snaps] == [0, 1]

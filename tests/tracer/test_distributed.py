@@ -69,7 +69,7 @@ def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
 
 
 def test_a_rank_slow_in_forward_is_named_a_compute_straggler(tmp_path: Path) -> None:
-    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward")
+    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward", "--slow-ms", "12")
     assert done.returncode == 0, done.stdout
     dist = merged(tmp_path)["distributed"]
     s = dist["straggler"]

@@ -228,4 +228,7 @@ def test_readers_of_one_input_share_their_parent_and_the_slow_one_is_timed_right
     readers_ms = [sum(r.log[i] for r in model.heads.reader) for i in sampled]
     truth = 100.0 * sum(truth_ms) / sum(readers_ms)
     got = 100.0 * bwd["heads.reader.2"] / sum(bwd[f"heads.reader.{i}"] for i in range(3))
-    assert abs(got - truth) < 10.0, (got, truth, bwd)
+    # Measured: 70-71 vs 74.7 quiet (the fast readers keep their hooks' call cost), 69-71
+    # beside three busy loops; once 88.6 in a full suite beside two (a CPU wait the schedstat
+    # readings missed, in the slow reader's sample). A wrong attribution gives 0 or 100.
+    assert abs(got - truth) < 15.0, (got, truth, bwd)
