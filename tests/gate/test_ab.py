@@ -17,21 +17,18 @@ from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
 from traceml_ci.gate import ab_report, fmt
 from traceml_ci.gate.ab import (
-    CPU_METRIC,
     REGRESSION_MIN_ROUNDS,
     AbSettings,
     AbVerdict,
     RoundPair,
     Side,
     SideFigures,
-    Status,
     decide,
-    quantile_for,
     round_order,
     run_rounds,
-    t_cdf,
-    t_quantile,
 )
+from traceml_ci.gate.ab_intervals import CPU_METRIC, Status, quantile_for
+from traceml_ci.gate.tdist import t_cdf, t_quantile
 from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 
 SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0, "other": 5.0}

@@ -30,11 +30,22 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError, UsageError
+from traceml_ci.gate.ab_intervals import (
+    CPU_METRIC,
+    STEP_METRIC,
+    Interval,
+    Status,
+    cpu_interval,
+    cpu_ratios,
+    quantile_for,
+    share_deltas,
+    share_intervals,
+    step_interval,
+)
 from traceml_ci.gate.causes import known_causes
 from traceml_ci.gate.counters import counter_rows
 from traceml_ci.gate.results import Row
 from traceml_ci.gate.results import Status as RowStatus
-from traceml_ci.summary.keys import phase_union
 from traceml_ci.summary.view import SummaryView
 
 #: Tolerance of the median step time, % slower (head over base).
@@ -45,69 +56,9 @@ DEFAULT_SHARE_TOL_PP = 2.0
 DEFAULT_MIN_ROUNDS = 2
 #: Rounds at most; a decision not reached by then is inconclusive.
 DEFAULT_MAX_ROUNDS = 6
-#: The intervals' two-sided confidence level, for the metrics together: each of the m metrics
-#: judged gets 1 - 0.05/m (Bonferroni), so noise moves any one of them past its bound in at
-#: most 5 % of looks, not 5 % per metric.
-CONFIDENCE = 0.95
 #: Rounds before a regression: two rounds that happen to agree give a t interval (one degree
 #: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
 REGRESSION_MIN_ROUNDS = 3
-
-#: Float rounding of a bound, below any tolerance anyone sets (% or pp).
-_ROUNDING = 1e-9
-
-#: The step-time metric's name in reports and JSON.
-STEP_METRIC = "step_time"
-#: The job's CPU time per step (``step_time.cpu_ms``): a loaded runner stretches wall time
-#: far more than it moves this, so a slower code path shows here when wall time is too noisy.
-CPU_METRIC = "step_cpu"
-#: How the ratio metrics are named to a person.
-_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time"}
-
-
-def t975(df: int) -> float:
-    """Student's t 97.5th percentile for ``df`` >= 1 degrees of freedom."""
-    if df < 1:
-        raise ValueError("an interval needs at least 2 rounds")
-    return t_quantile(0.975, df)
-
-
-def t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for Student's t with integer ``df`` >= 1: the closed forms (Abramowitz and
-    Stegun 26.7.3-4), exact to float rounding; no scipy in the gate."""
-    theta = math.atan(abs(t) / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    if df % 2:  # odd: (2/pi)(theta + sin cos (1 + 2/3 c2 + 2*4/(3*5) c2^2 + ...))
-        term = total = 1.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        inside = (2 / math.pi) * (theta + (math.sin(theta) * math.cos(theta) * total
-                                           if df > 1 else 0.0))
-    else:  # even: sin (1 + 1/2 c2 + 1*3/(2*4) c2^2 + ...)
-        term = total = 1.0
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        inside = math.sin(theta) * total
-    return 0.5 + 0.5 * inside if t >= 0 else 0.5 - 0.5 * inside
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom."""
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return hi
-
 
 class Side(str, Enum):
     """Which side of an A/B a run measures."""
@@ -122,14 +73,6 @@ class AbVerdict(str, Enum):
     PASS = "pass"
     REGRESSION = "regression"
     INCONCLUSIVE = "inconclusive"
-
-
-class Status(str, Enum):
-    """One metric's interval against its tolerance."""
-
-    REGRESSED = "regressed"  # the lower bound is past the tolerance
-    CLEARED = "cleared"  # the upper bound is inside it: no regression that large is plausible
-    UNDECIDED = "undecided"  # the interval straddles the tolerance: too noisy so far
 
 
 def round_order(round_no: int) -> tuple[Side, Side]:
@@ -248,119 +191,6 @@ class RoundPair:
         if b is None and h is None:
             return None
         return (h or 0.0) - (b or 0.0)
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A metric's paired interval after some rounds. For step time the values are % change of
-    the median step time (from the mean log ratio); for a share, pp of change."""
-
-    metric: str
-    unit: str  # "%" or "pp"
-    estimate: float
-    low: float
-    high: float
-    tolerance: float
-    per_round: tuple[float, ...]
-    #: A share only: whether the phase's own time grew too (the mean of the rounds' log ratios
-    #: of its ms above 0; None: not known). A share that rose while its phase got faster rose
-    #: because the others got faster still -- on a loaded runner, the contention of the runs,
-    #: not the code (seen: four A/A rounds agreeing on dataloader +3 to +4 pp, each with the
-    #: head's steps faster).
-    time_grew: bool | None = None
-
-    @property
-    def status(self) -> Status:
-        # A bound exactly at the tolerance is inside it, whatever the float rounding of
-        # log/expm1 left (1.05 -> 5.000000000000004 %).
-        if self.low > self.tolerance + _ROUNDING:
-            return Status.UNDECIDED if self.time_grew is False else Status.REGRESSED
-        if self.high <= self.tolerance:
-            return Status.CLEARED
-        return Status.UNDECIDED
-
-    @property
-    def label(self) -> str:
-        """How the metric is named to a person: ``step time``, ``forward share``."""
-        return _LABELS.get(self.metric) or f"{self.metric} share"
-
-
-def quantile_for(metrics: int, rounds: int) -> float:
-    """The t quantile of each metric's interval: ``CONFIDENCE`` for ``metrics`` together."""
-    return t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0 / max(1, metrics), rounds - 1)
-
-
-def _t_interval(values: Sequence[float], q: float | None = None) -> tuple[float, float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    half = (t975(n - 1) if q is None else q) * math.sqrt(var / n)
-    return mean, mean - half, mean + half
-
-
-def _ratio_interval(
-    metric: str, ratios: Sequence[float], tol_pct: float, q: float | None
-) -> Interval:
-    """A t interval on the rounds' log ratios, shown as % change."""
-    logs = [math.log(r) for r in ratios]
-    mean, low, high = _t_interval(logs, q)
-
-    def pct(x: float) -> float:
-        return math.expm1(x) * 100.0
-
-    return Interval(
-        metric, "%", pct(mean), pct(low), pct(high), tol_pct, tuple(pct(v) for v in logs)
-    )
-
-
-def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None) -> Interval:
-    """The step time's interval: a t interval on the rounds' log ratios, shown as % change;
-    ``q`` the t quantile (default: a 95 % interval of this metric alone)."""
-    return _ratio_interval(STEP_METRIC, [r.step_ratio for r in rounds], tol_pct, q)
-
-
-def cpu_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
-    """Each round's CPU ratio, or None unless both sides have it in every round."""
-    ratios = [r.cpu_ratio for r in rounds]
-    return None if any(x is None for x in ratios) else [float(x) for x in ratios if x]
-
-
-def cpu_interval(
-    rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None
-) -> Interval | None:
-    """The step CPU time's interval, judged as step time's (same tolerance); None unless
-    every round has it on both sides."""
-    ratios = cpu_ratios(rounds)
-    return None if ratios is None else _ratio_interval(CPU_METRIC, ratios, tol_pct, q)
-
-
-def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:
-    """Each phase either side measured in every round: its per-round changes, in display
-    order. The phases are the summaries' own (``SummaryView.phases``: the wait phase where a
-    run used a process group); one that no side of a round has is skipped."""
-    out = {}
-    for phase in phase_union(*(side.shares for r in rounds for side in (r.base, r.head))):
-        deltas = [r.share_delta_pp(phase) for r in rounds]
-        if all(d is not None for d in deltas):
-            out[phase] = [float(d) for d in deltas if d is not None]
-    return out
-
-
-def share_intervals(
-    rounds: Sequence[RoundPair],
-    tol_pp: float,
-    q: float | None = None,
-    deltas: Mapping[str, list[float]] | None = None,
-) -> list[Interval]:
-    """One interval per phase either side measured in every round, in display order.
-    ``deltas``: ``share_deltas(rounds)`` when the caller has it already."""
-    out = []
-    for phase, values in (share_deltas(rounds) if deltas is None else deltas).items():
-        mean, low, high = _t_interval(values, q)
-        logs = [r.phase_log_ratio(phase) for r in rounds]
-        grew = None if any(v is None for v in logs) else sum(logs) / len(logs) > 0  # type: ignore[arg-type]
-        out.append(Interval(phase, "pp", mean, low, high, tol_pp, tuple(values), grew))
-    return out
 
 
 @dataclass(frozen=True)

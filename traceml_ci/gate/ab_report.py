@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab import AbResult, AbVerdict, Interval
+from traceml_ci.gate.ab import AbResult, AbVerdict
+from traceml_ci.gate.ab_intervals import Interval
 from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.

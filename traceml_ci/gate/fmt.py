@@ -142,3 +142,17 @@ def delta(d: float | None, unit: str) -> str:
     ad = abs(d)
     text = f"{ad:,.0f}" if ad >= 100 else f"{ad:.1f}" if ad >= 1 else f"{ad:.2f}"
     return f"{sign}{text}%" if unit == "%" else f"{sign}{text} {unit}"
+
+
+def github_table(rows: list[list[str]], headers: list[str]) -> str:
+    """A GitHub markdown table. Padded by code points, whether or not ``wcwidth`` is installed
+    (tabulate pads emoji as two columns when it is): the same report on every machine, and
+    markdown ignores the padding anyway."""
+    import tabulate as tabulate_module
+
+    wide, tabulate_module.WIDE_CHARS_MODE = tabulate_module.WIDE_CHARS_MODE, False
+    try:
+        return tabulate_module.tabulate(rows, headers=headers, tablefmt="github",
+                                        disable_numparse=True)
+    finally:
+        tabulate_module.WIDE_CHARS_MODE = wide

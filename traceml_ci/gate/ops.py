@@ -85,7 +85,7 @@ def describe(p: ProfiledRun) -> str:
 def markdown_section(runs: Sequence[ProfiledRun]) -> str:
     """The report's "Profiles of regressed tests" section ('' when there are none): per key, the
     top ops by self time per step and, when the baseline had a profile, the largest changes."""
-    from traceml_ci.gate.render import github_table
+    from traceml_ci.gate.fmt import github_table
 
     if not runs:
         return ""
