@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -236,7 +237,7 @@ def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced)
     base, workers0 = traced["base"], traced["workers0"]
     fig = SideFigures.from_summary(workers0, "head.json")
     assert fig.summary is workers0
-    assert fig == SideFigures(fig.step_ms, fig.shares, cpu_ms=fig.cpu_ms)
+    assert fig == SideFigures(fig.step_ms, fig.shares, cpu_ms=fig.cpu_ms, thread=fig.thread)
     # A changed DataLoader setting is named, and judged by the timings alone: a pass here.
     same = [(_fig(10.0), _fig(10.0))] * 2
     rounds = _rounds([(SideFigures(10.0, SHARES, summary=base),
@@ -435,3 +436,98 @@ def test_the_report_says_the_cpu_ratio_is_per_reference_where_every_round_timed_
     mixed = decide(_rounds([(fig(10.0, 8.0, 0.5), fig(10.0, 8.0, r)) for r in (0.5, None, 0.5)]))
     text = ab_report.render_text(mixed)
     assert "cpu head/base" in text and "per reference" not in text
+
+
+# -- a contended CPU: step time without CPU waits ------------------------------------------------
+
+#: Per round: how much the machine's other work stretched each side's wall time (A/A, seen).
+_LOAD = [(1.0, 2.6), (2.2, 1.1), (1.3, 3.0), (2.9, 1.2), (1.1, 1.9), (2.4, 1.0)]
+
+
+def _loaded(step_ms: float, load: float, *, on_cpu: float = 6.0, blocked: float = 2.0,
+            ref: float = 1.0, wiggle: float = 0.0) -> SideFigures:
+    """A side whose wall time and shares the load moved, and whose thread split did not: the
+    waits take what the load added (``wiggle``: a small run-to-run change of the work)."""
+    work = (on_cpu + blocked) * (1.0 + wiggle)
+    wait = step_ms * load - work
+    shares = {**SHARES, "forward": SHARES["forward"] + 3.0 * (load - 1.5),
+              "dataloader": SHARES["dataloader"] - 3.0 * (load - 1.5)}
+    return SideFigures(step_ms * load, shares, cpu_ms=on_cpu * (1.0 + wiggle) * ref,
+                       cpu_reference_ms=ref,
+                       thread={"on_cpu_ms": on_cpu * (1.0 + wiggle) * ref,
+                               "cpu_wait_ms": wait, "blocked_ms": blocked * (1.0 + wiggle)})
+
+
+def _contended_rounds(
+    head: Callable[[float, int], SideFigures] | None = None, n: int = 6
+) -> list[RoundPair]:
+    head = head or (lambda load, i: _loaded(8.0, load, wiggle=0.01 * (-1) ** i))
+    return _rounds([(_loaded(8.0, lb, wiggle=-0.005 * (-1) ** i), head(lh, i))
+                    for i, (lb, lh) in enumerate(_LOAD[:n])])
+
+
+def test_a_contended_a_a_passes_on_the_figures_load_cannot_move() -> None:
+    """Unchanged code on a loaded runner: wall time and shares swing with the load, the CPU
+    per reference and the step time without CPU waits hold -- a pass that says what it did
+    not judge, where before it was inconclusive."""
+    result = decide(_contended_rounds())
+    assert result.contended and result.cpu_wait_pct is not None and result.cpu_wait_pct > 30
+    assert result.verdict is AbVerdict.PASS, result.reason()
+    undecided = {iv.metric for iv in result.undecided}
+    assert "step_time" in undecided  # the wall clock could not have cleared it
+    reason = result.reason()
+    assert "step CPU time and step time without CPU waits within tolerance" in reason
+    assert "not judged" in reason and "step time" in reason.split("contended")[1]
+
+
+def test_the_same_rounds_without_the_split_stay_inconclusive() -> None:
+    """An older tracer (no ``step_time.thread``): nothing proves the wall time's swing was the
+    load, so the rule is as before."""
+    def strip(f: SideFigures) -> SideFigures:
+        return SideFigures(f.step_ms, f.shares, cpu_ms=f.cpu_ms,
+                           cpu_reference_ms=f.cpu_reference_ms)
+
+    rounds = [RoundPair(r.number, strip(r.base), strip(r.head)) for r in _contended_rounds()]
+    result = decide(rounds)
+    assert not result.contended
+    assert result.verdict is AbVerdict.INCONCLUSIVE, result.reason()
+
+
+def test_an_uncontended_cpu_still_needs_the_wall_clock_and_shares_cleared() -> None:
+    """Quiet rounds (waits under the threshold) whose wall time swings for another reason
+    (the job's own variance) are judged on everything, as before."""
+    def quiet(step: float, load: float, i: int) -> SideFigures:
+        f = _loaded(step, 1.0, wiggle=0.01 * (-1) ** i)
+        # the work varies, not the waits: wall time swings by the load factor, waits stay 0
+        return SideFigures(step * load, f.shares, cpu_ms=f.cpu_ms, cpu_reference_ms=1.0,
+                           thread={"on_cpu_ms": 6.0, "cpu_wait_ms": 0.0,
+                                   "blocked_ms": step * load - 6.0})
+
+    rounds = _rounds([(quiet(8.0, lb, i), quiet(8.0, lh, i))
+                      for i, (lb, lh) in enumerate(_LOAD)])
+    result = decide(rounds)
+    assert result.cpu_wait_pct == 0.0 and not result.contended
+    assert result.verdict is not AbVerdict.PASS, result.reason()
+
+
+def test_more_blocked_time_on_a_contended_cpu_is_a_regression() -> None:
+    """Head blocks 2 ms more per step (a slower input pipeline: waiting for its workers),
+    its CPU unchanged: step time without CPU waits +25 %, whatever the wall clock says."""
+    result = decide(_contended_rounds(
+        lambda load, i: _loaded(10.0, load, blocked=4.0, wiggle=0.01 * (-1) ** i)))
+    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    moved = {iv.metric: iv for iv in result.regressed}
+    assert "step_unloaded" in moved and "step_cpu" not in moved
+    assert 20.0 < moved["step_unloaded"].estimate < 30.0
+    assert "step time without CPU waits +" in result.reason()
+
+
+def test_a_slower_cpu_alone_is_divided_out_by_the_reference() -> None:
+    """Head's runs happened on a CPU a third slower (its reference took a third longer, and
+    so did its CPU time): no change in the code, no change in either load-proof figure."""
+    rounds = _contended_rounds(lambda load, i: _loaded(8.0, load, ref=1.33,
+                                                       wiggle=0.01 * (-1) ** i))
+    for r in rounds:
+        assert r.unloaded_ratio == pytest.approx(1.0, abs=0.03)
+        assert r.cpu_ratio == pytest.approx(1.0, abs=0.03)
+    assert decide(rounds).verdict is AbVerdict.PASS

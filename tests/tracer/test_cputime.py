@@ -6,14 +6,22 @@ the steps -- not wall time (a sleeping step), not our threads' -- within a facto
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
+from tests.tracer.test_contention import HOG
 from traceml_ci.tracer.cputime import OWN_THREAD_PREFIX, CpuWindow
 
 WARMUP = 3
@@ -85,3 +93,60 @@ def test_a_window_needs_steps_between_its_reads() -> None:
     window.tick(9)
     got = window.ms_per_step()
     assert got is not None and got > 0
+
+
+SPLIT_CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+    import torch
+    import traceml_ci as traceml
+    torch.set_num_threads(1)
+    traceml.init(out_dir=sys.argv[2], warmup_steps=3)
+    model = torch.nn.Linear(32, 32)
+    x = torch.randn(8, 32)
+    cpu0 = slept = steps = 0
+    end = None
+    while end is None or time.perf_counter() < end:
+        if steps == 3:
+            cpu0, end = time.thread_time_ns(), time.perf_counter() + 1.0
+        with traceml.trace_step(model):
+            model(x).sum().backward()
+            spin_end = time.thread_time() + 0.001  # 1 ms of CPU
+            while time.thread_time() < spin_end:
+                pass
+            time.sleep(0.002)  # 2 ms blocked
+        steps += 1
+    cpu_ms = (time.thread_time_ns() - cpu0) / (steps - 3) / 1e6
+    traceml.finish()
+    print(json.dumps({"cpu_ms": cpu_ms}))
+""")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="needs schedstats")
+@pytest.mark.parametrize("hog", [False, True], ids=["alone", "beside-a-busy-loop"])
+def test_the_thread_split_gives_sleeps_to_blocked_and_the_load_to_cpu_wait(
+    tmp_path: Path, hog: bool
+) -> None:
+    """A step that spins 1 ms of CPU and sleeps 2 ms, on one CPU, alone and beside a busy loop
+    pinned to the same CPU: the busy loop adds CPU waits and leaves the blocked time (the sleep)
+    and the step's CPU time (a stopwatch of the thread's CPU) where they were."""
+    cpu = min(os.sched_getaffinity(0))
+    busy = (subprocess.Popen([sys.executable, "-c", HOG, str(cpu)]) if hog else None)
+    try:
+        out = subprocess.run([sys.executable, "-c", SPLIT_CHILD, str(cpu), str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    assert out.returncode == 0, out.stderr
+    stopwatch = json.loads(out.stdout.strip().splitlines()[-1])
+    doc = json.loads((tmp_path / "final_summary.json").read_text())
+    split = doc["step_time"]["thread"]
+    # the sleep, and what the kernel adds to one (timer slack, a wake-up): not the load's
+    assert 1.8 <= split["blocked_ms"] <= 3.0, split
+    assert 0.6 * stopwatch["cpu_ms"] <= split["on_cpu_ms"] <= 1.6 * stopwatch["cpu_ms"] + 0.05
+    if hog:  # two runnable threads on one CPU: each waits about as long as the other runs
+        assert split["cpu_wait_ms"] >= 0.5 * split["on_cpu_ms"], split
+        assert doc["run"]["contention"]["runqueue_wait_pct"] > 10
+    # Alone, the waits are whatever else the machine runs (the rest of a suite): not checked.

@@ -28,8 +28,13 @@ STEP_METRIC = "step_time"
 #: The job's CPU time per step (``step_time.cpu_ms``): a loaded runner stretches wall time
 #: far more than it moves this, so a slower code path shows here when wall time is too noisy.
 CPU_METRIC = "step_cpu"
+#: The training thread's step time without its waits for a CPU (``step_time.thread``: on CPU,
+#: in units of the CPU reference where both sides timed it, plus blocked): what the code costs
+#: a step, which contention does not move.
+UNLOADED_METRIC = "step_unloaded"
 #: How the ratio metrics are named to a person.
-_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time"}
+_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time",
+           UNLOADED_METRIC: "step time without CPU waits"}
 
 
 class Status(str, Enum):
@@ -109,10 +114,19 @@ def step_interval(rounds: Sequence[RoundPair], tol_pct: float, q: float | None =
     return _ratio_interval(STEP_METRIC, [r.step_ratio for r in rounds], tol_pct, q)
 
 
+def _all(ratios: Sequence[float | None]) -> list[float] | None:
+    return None if any(x is None for x in ratios) else [float(x) for x in ratios if x]
+
+
 def cpu_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
     """Each round's CPU ratio, or None unless both sides have it in every round."""
-    ratios = [r.cpu_ratio for r in rounds]
-    return None if any(x is None for x in ratios) else [float(x) for x in ratios if x]
+    return _all([r.cpu_ratio for r in rounds])
+
+
+def unloaded_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
+    """Each round's ratio of step time without CPU waits, or None unless both sides have it
+    in every round."""
+    return _all([r.unloaded_ratio for r in rounds])
 
 
 def cpu_interval(
@@ -122,6 +136,15 @@ def cpu_interval(
     every round has it on both sides."""
     ratios = cpu_ratios(rounds)
     return None if ratios is None else _ratio_interval(CPU_METRIC, ratios, tol_pct, q)
+
+
+def unloaded_interval(
+    rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None
+) -> Interval | None:
+    """The interval of step time without CPU waits, judged as step time's; None unless every
+    round has it on both sides."""
+    ratios = unloaded_ratios(rounds)
+    return None if ratios is None else _ratio_interval(UNLOADED_METRIC, ratios, tol_pct, q)
 
 
 def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:

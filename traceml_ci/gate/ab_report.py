@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab import AbResult, AbVerdict
-from traceml_ci.gate.ab_intervals import Interval
+from traceml_ci.gate.ab import LOAD_PROOF, AbResult, AbVerdict
+from traceml_ci.gate.ab_intervals import Interval, Status
 from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
@@ -31,6 +31,10 @@ def _interval(iv: Interval) -> str:
     return f"{fmt.delta(iv.low, iv.unit)} .. {fmt.delta(iv.high, iv.unit)}"
 
 
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f} %"
+
+
 def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
     """The rounds table and the intervals table as cells (unescaped: our own numbers)."""
     phases = [iv.metric for iv in result.intervals if iv.unit == "pp"]
@@ -39,13 +43,18 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
     # In units of the CPU reference where every round timed it (tracer/cpuref.py).
     per_ref = cpu and all(r.cpu_referenced for r in result.rounds)
     ratio = "cpu head/base per reference" if per_ref else "cpu head/base"
+    # The thread's CPU waits and the step time without them, where a round has the split.
+    split = any(r.unloaded_ratio is not None for r in result.rounds)
     head = ["round", "first", "base ms", "head ms", "head/base",
             *(["base cpu ms", "head cpu ms", ratio] if cpu else []),
+            *(["base waits", "head waits", "without waits head/base"] if split else []),
             *(f"{p} Δ" for p in phases)]  # fmt: skip
     rows = []
     for r in result.rounds:
         deltas = [fmt.delta(r.share_delta_pp(p), "pp") for p in phases]
         cpu_cells = [_ms(r.base.cpu_ms), _ms(r.head.cpu_ms), _ratio(r.cpu_ratio)]
+        split_cells = [_pct(r.base.cpu_wait_pct), _pct(r.head.cpu_wait_pct),
+                       _ratio(r.unloaded_ratio)]
         rows.append(
             [
                 str(r.number),
@@ -54,9 +63,14 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
                 fmt.number(r.head.step_ms),
                 _ratio(r.step_ratio),
                 *(cpu_cells if cpu else []),
+                *(split_cells if split else []),
                 *deltas,
             ]
         )
+    def not_judged(iv: Interval) -> bool:
+        return (result.contended and iv.metric not in LOAD_PROOF
+                and iv.status is Status.UNDECIDED)
+
     ihead = ["metric", "estimate", "95% interval", "tolerance", "status"]
     irows = [
         [
@@ -64,7 +78,7 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
             fmt.delta(iv.estimate, iv.unit),
             _interval(iv),
             fmt.delta(iv.tolerance, iv.unit),
-            iv.status.value,
+            iv.status.value + (" (not judged: contended)" if not_judged(iv) else ""),
         ]
         for iv in result.intervals
     ]
@@ -127,15 +141,20 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "reason": result.reason(),
         "causes": list(result.causes),
         "base": {"ref": base_ref, "commit": base_commit},
+        "cpu_wait_pct": result.cpu_wait_pct,
+        "contended": result.contended,
         "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
             {"round": r.number, "first": r.first.value,
              "base": {"step_ms": r.base.step_ms, "cpu_ms": r.base.cpu_ms,
+                      "thread": None if r.base.thread is None else dict(r.base.thread),
                       "shares_pct": dict(r.base.shares)},
              "head": {"step_ms": r.head.step_ms, "cpu_ms": r.head.cpu_ms,
+                      "thread": None if r.head.thread is None else dict(r.head.thread),
                       "shares_pct": dict(r.head.shares)},
-             "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio}
+             "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio,
+             "unloaded_ratio": r.unloaded_ratio}
             for r in result.rounds
         ],
         "intervals": [

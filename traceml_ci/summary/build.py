@@ -88,6 +88,9 @@ class RunRecord:
     cpu_ms: float | None = None
     #: A fixed workload's CPU ms, timed after each analysed step (tracer/cpuref.py; A/B runs).
     cpu_reference_ms: float | None = None
+    #: The training thread's wall time per analysed step, split (tracer/cputime.ThreadSplit:
+    #: on_cpu_ms, cpu_wait_ms, blocked_ms); host clock with schedstats only, else None.
+    thread: dict[str, float] | None = None
     #: The run used a process group: its summary has the wait phase (time in collectives).
     waits: bool = False
     #: The run copied tensors from host to device inside its steps: its summary has the h2d
@@ -249,6 +252,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         between_steps=record.between_steps,
         cpu_ms=record.cpu_ms,
         cpu_reference_ms=record.cpu_reference_ms,
+        thread=record.thread,
     )
 
 

@@ -148,6 +148,10 @@ class StepTime:
     #: A fixed workload's CPU ms timed after each analysed step (A/B runs only; left out of
     #: the JSON when None): ``cpu_ms`` in units of this machine's speed as the run went.
     cpu_reference_ms: float | None = None
+    #: The training thread's wall time per analysed step split three ways (host clock with
+    #: schedstats; left out of the JSON when None): ``on_cpu_ms``, ``cpu_wait_ms`` (runnable,
+    #: waiting for a CPU), ``blocked_ms`` (neither).
+    thread: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,8 @@ class Summary:
             step_time["cpu_ms"] = _round(st.cpu_ms, 4)
         if st.cpu_reference_ms is not None:
             step_time["cpu_reference_ms"] = _round(st.cpu_reference_ms, 5)
+        if st.thread is not None:
+            step_time["thread"] = _rounded(dict(st.thread), 4)
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
         return {

@@ -112,6 +112,12 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                             4 if key == "cpu_ms" else 5)
         else:
             st.pop(key, None)
+    threads = [v.at(("step_time", "thread")) for v in views]
+    if all(isinstance(t, dict) for t in threads):
+        st["thread"] = {k: round(statistics.median(t[k] for t in threads), 4)
+                        for k in threads[0] if all(k in t for t in threads)}
+    else:
+        st.pop("thread", None)
     # Memory peaks: the largest run's. Several runs in one process (the pytest plugin's repeats
     # and re-runs) reuse what the first one allocated, so only the first shows the job's own
     # memory; a median would compare a warm re-run with a cold run on the other side.

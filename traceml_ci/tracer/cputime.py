@@ -15,6 +15,13 @@ The store reads it where the analysed window opens (the last warmup step's end) 
 housekeeping ticks (~10 Hz) with the number of analysed steps so far; ms per step is the
 difference between the window's start and the last tick. Torch-free; a read that fails is
 None and the figure is left out.
+
+The same reads take the wall clock and the training thread's schedstat (ns on a CPU, ns
+runnable but waiting for one; Linux with schedstats). Per analysed step that splits the
+window's wall time three ways: the thread on a CPU, waiting for a CPU (the machine's other
+work: contention), and neither -- blocked: sleeping, reading, waiting for DataLoader workers,
+torch's intra-op pool or a device. Contention moves only the wait; the code moves the other
+two, so A/B mode judges wall time without the wait (gate/ab_intervals.py).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
@@ -56,25 +64,65 @@ def job_cpu_ns() -> int | None:
     return total - own_threads_cpu_ns()
 
 
+def _thread_sched_ns(tid: int | None) -> tuple[int, int] | None:
+    """(ns on a CPU, ns runnable but waiting) of the thread ``tid`` (a native id); None
+    without schedstats."""
+    if tid is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+            on_cpu, waited = f.read().split()[:2]
+        return int(on_cpu), int(waited)
+    except (OSError, ValueError):
+        return None
+
+
+class Reading(NamedTuple):
+    """One read of the window: analysed steps so far, the job's CPU ns (ours left out), the
+    wall clock, the training thread's schedstat (None: not readable), and the CPU ns of the
+    work we ran on that thread so far."""
+
+    steps: int
+    cpu_ns: int
+    wall_ns: int
+    sched: tuple[int, int] | None
+    ours_ns: int
+
+
+class ThreadSplit(NamedTuple):
+    """The training thread's wall time per analysed step, split three ways (ms)."""
+
+    on_cpu_ms: float  # its own CPU time (work we ran on it left out)
+    cpu_wait_ms: float  # runnable, waiting for a CPU: the machine's other work
+    blocked_ms: float  # neither: sleeping, I/O, waiting for workers, threads or a device
+
+
 class CpuWindow:
-    """(analysed steps, CPU ns) at the window's start and at its newest tick."""
+    """Readings at the window's start and at its newest tick."""
 
     def __init__(self) -> None:
-        self.first: tuple[int, int] | None = None
-        self.last: tuple[int, int] | None = None
+        self.first: Reading | None = None
+        self.last: Reading | None = None
         #: CPU ns so far of work we ran on the job's own thread (tracer/cpuref.py): not the job's.
         self.ours: Callable[[], int] | None = None
+        #: The training thread: the one that opens the window (the settle at finish may run
+        #: on another).
+        self._tid: int | None = None
 
-    def _read(self) -> int | None:
+    def _read(self, steps: int) -> Reading | None:
         now = job_cpu_ns()
-        ours = self.ours
-        return now if now is None or ours is None else now - ours()
+        if now is None:
+            return None
+        ours = 0 if self.ours is None else self.ours()
+        return Reading(steps, now - ours, time.perf_counter_ns(), _thread_sched_ns(self._tid),
+                       ours)
 
     def start(self, steps: int = 0) -> None:
         """The analysed window opens: ``steps`` analysed so far (0 at the last warmup step)."""
-        now = self._read()
+        self._tid = threading.get_native_id()
+        now = self._read(steps)
         if now is not None:
-            self.first = (steps, now)
+            self.first = now
             self.last = None
 
     def tick(self, steps: int) -> None:
@@ -82,25 +130,48 @@ class CpuWindow:
         if self.first is None:  # no warmup steps: the window opens at the first tick
             self.start(steps)
             return
-        now = self._read()
+        now = self._read(steps)
         if now is not None:
-            self.last = (steps, now)
+            self.last = now
 
     def settle(self, steps_now: int) -> None:
         """At finish, before our threads stop: with no tick past the start, a read now with
         ``steps_now`` analysed steps ends the window."""
         first, last = self.first, self.last
-        if first is not None and (last is None or last[0] <= first[0]):
-            now = self._read()
+        if first is not None and (last is None or last.steps <= first.steps):
+            now = self._read(steps_now)
             if now is not None:
-                self.last = (steps_now, now)
+                self.last = now
 
-    def ms_per_step(self) -> float | None:
-        """CPU ms per analysed step over the window; None: nothing to divide."""
+    def _span(self) -> tuple[Reading, Reading, int] | None:
         first, last = self.first, self.last
         if first is None or last is None:
             return None
-        steps = last[0] - first[0]
-        if steps <= 0 or last[1] < first[1]:
+        steps = last.steps - first.steps
+        return (first, last, steps) if steps > 0 else None
+
+    def ms_per_step(self) -> float | None:
+        """CPU ms per analysed step over the window; None: nothing to divide."""
+        span = self._span()
+        if span is None or span[1].cpu_ns < span[0].cpu_ns:
             return None
-        return (last[1] - first[1]) / steps / 1e6
+        first, last, steps = span
+        return (last.cpu_ns - first.cpu_ns) / steps / 1e6
+
+    def thread_split(self) -> ThreadSplit | None:
+        """The training thread's wall time per analysed step, split three ways; None without
+        schedstats or steps. The work we ran on that thread (the CPU reference) is left out of
+        its CPU time and of the wall time alike."""
+        span = self._span()
+        if span is None or span[0].sched is None or span[1].sched is None:
+            return None
+        first, last, steps = span
+        ours_ns = last.ours_ns - first.ours_ns
+        wall = last.wall_ns - first.wall_ns - ours_ns
+        on_cpu = last.sched[0] - first.sched[0] - ours_ns
+        waited = last.sched[1] - first.sched[1]
+        if wall <= 0 or on_cpu < 0 or waited < 0:
+            return None
+        # schedstat and the clock are read a few µs apart: a negative remainder is that skew
+        blocked = max(wall - on_cpu - waited, 0)
+        return ThreadSplit(on_cpu / steps / 1e6, waited / steps / 1e6, blocked / steps / 1e6)

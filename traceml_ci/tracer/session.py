@@ -622,6 +622,7 @@ class Tracer:
             cpu_ms=self.store.cpu.ms_per_step() if self.store.host else None,
             cpu_reference_ms=(self.cpu_reference.ms() if self.cpu_reference is not None
                               and self.store.host else None),
+            thread=self._thread_split(),
         )
 
     def _mode(self) -> str:
@@ -643,6 +644,11 @@ class Tracer:
                              list(sampler.mem_used_mb[-GPU_RECENT_SAMPLES:]),
                              list(sampler.temp_c[-GPU_RECENT_SAMPLES:]),
                              sampler.temp_slowdown_c)
+
+    def _thread_split(self) -> dict[str, float] | None:
+        """The training thread's wall time per analysed step, split (host clock only)."""
+        split = self.store.cpu.thread_split() if self.store.host else None
+        return None if split is None else split._asdict()
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
