@@ -9,10 +9,13 @@ default: load that comes and goes within a run), or two for the whole measuremen
 runs ``benchmarks/gate_job.py --fixed-work`` under ``traceml-ci run`` for base and head in ABBA
 order, both with the CPU reference on (``TRACEML_CI_CPU_REFERENCE=1``, as A/B mode runs them);
 the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step (sized
-from the A/A rounds). Each run's median step ms, ``cpu_ms`` and ``cpu_reference_ms`` go to
-``<out>/<variant>.jsonl`` as they come (resumable). At the end, per variant: the SD of the
-rounds' log ratios of wall time, CPU time and CPU time in units of the reference, their means,
-and the verdicts of ``gate.ab.decide`` replayed as gate runs over the recorded rounds.
+from the A/A rounds); the head of ``io+Xms`` sleeps X ms more per batch (blocked time).
+Each run's median step ms, ``cpu_ms``, ``cpu_reference_ms``, the thread's split and the shares
+go to ``<out>/<variant>.jsonl`` as they come (resumable). At the end, per variant: the SD of
+the rounds' log ratios of wall time, CPU time, CPU time in units of the reference and step time
+without CPU waits, their means,
+and the verdicts of ``gate.ab.decide`` replayed as gate runs over the recorded rounds: on
+wall time alone, with the CPU ratio, and as the gate runs (every figure a summary gives it).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from traceml_ci.childenv import child_env  # noqa: E402
 from traceml_ci.summary.keys import ENV_CPU_REFERENCE  # noqa: E402
 
 JOB = REPO / "benchmarks" / "gate_job.py"
-VARIANTS = ("aa", "fwd+5%", "fwd+20%")
+VARIANTS = ("aa", "fwd+5%", "fwd+20%", "io+1ms")
 #: gate_job's ms of fixed work are WORK_PER_MS iterations each; CPU ms per iteration differs,
 #: so the head's extra is sized from the A/A base's CPU ms and this measured rate.
 CALIBRATE = (
@@ -54,15 +57,21 @@ def figures(args: list[str]) -> dict[str, Any]:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=child_env(None, {ENV_CPU_REFERENCE: "1"}))
         doc = json.loads((Path(tmp) / "final_summary.json").read_text())
-    st = doc["step_time"]
+    from traceml_ci.summary.view import SummaryView
+
+    st, view = doc["step_time"], SummaryView(doc)
     return {"step_ms": st["step_ms"]["median"], "cpu_ms": st.get("cpu_ms"),
             "cpu_reference_ms": st.get("cpu_reference_ms"),
-            "runqueue_wait_pct": (doc["run"].get("contention") or {}).get("runqueue_wait_pct")}
+            "runqueue_wait_pct": (doc["run"].get("contention") or {}).get("runqueue_wait_pct"),
+            "thread": st.get("thread"), "shares": dict(view.shares()),
+            "phase_ms": {p: view.phase_ms(p) for p in view.phases}}
 
 
 def head_args(variant: str, out: Path) -> list[str]:
     if variant.startswith("aa"):
         return []
+    if variant.startswith("io+"):  # blocked time: the head's batches also sleep this long
+        return ["--io-ms", variant.removeprefix("io+").removesuffix("ms")]
     pct = float(variant.removeprefix("fwd+").removesuffix("%"))
     aa = [json.loads(x)["base"] for x in (out / "aa.jsonl").read_text().splitlines()]
     cpu = statistics.median(r["cpu_ms"] for r in aa)
@@ -91,6 +100,10 @@ def report(out: Path, variants: list[str]) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
 
     def side(r: dict[str, Any], cpu: str) -> SideFigures:
+        if cpu == "gate":  # everything the gate reads from a summary
+            return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
+                               cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
+                               thread=r.get("thread"))
         ref = r.get("cpu_reference_ms") if cpu == "referenced" else None
         return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
                            cpu_reference_ms=ref)
@@ -110,28 +123,37 @@ def report(out: Path, variants: list[str]) -> None:
         waits = [r[s]["runqueue_wait_pct"] or 0.0 for r in recs for s in ("base", "head")]
         print(f"{variant:>8}: {len(recs)} rounds, runqueue wait median "
               f"{statistics.median(waits):.0f} %, head args {recs[0]['head_args']}")
-        for name, logs in (("wall", wall), ("cpu", cpu), ("cpu/ref", referenced)):
+        unloaded = [math.log(x) for x in (RoundPair(1, side(r["base"], "gate"),
+                                                    side(r["head"], "gate")).unloaded_ratio
+                                          for r in recs) if x]
+        for name, logs in (("wall", wall), ("cpu", cpu), ("cpu/ref", referenced),
+                           ("no waits", unloaded)):
             if len(logs) < 2:
                 continue
             print(f"          {name:7}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
                   f"per-round SD {100 * statistics.stdev(logs):5.1f} %  ("
                   + " ".join(f"{100 * math.expm1(v):+.0f}" for v in logs) + ")")
         for label, cpu in (("wall only", "off"), ("with step_cpu", "raw"),
-                           ("with step_cpu per reference", "referenced")):
+                           ("with step_cpu per reference", "referenced"),
+                           ("the gate (shares, waits split)", "gate")):
             pairs = [RoundPair(i + 1, side(r["base"], cpu), side(r["head"], cpu))
                      for i, r in enumerate(recs)]
-            verdicts, moved = replay(pairs, settings)
-            print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}")
+            verdicts, moved, rounds = replay(pairs, settings)
+            print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}; "
+                  f"mean rounds {statistics.mean(rounds):.1f}")
 
 
-def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str]]:
-    """The verdicts of the gate runs over the recorded rounds, and the metrics they regressed."""
+def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str], list[int]]:
+    """The verdicts of the gate runs over the recorded rounds, the metrics they regressed and
+    the rounds each took."""
     verdicts: Counter[str] = Counter()
     moved: Counter[str] = Counter()
-    for result, _ in ab_gate_runs(pairs, settings):
+    rounds = []
+    for result, n in ab_gate_runs(pairs, settings):
         verdicts[result.verdict.value if result.verdict else "undecided"] += 1
         moved.update(iv.metric for iv in result.regressed)
-    return verdicts, moved
+        rounds.append(n)
+    return verdicts, moved, rounds
 
 
 def main() -> int:

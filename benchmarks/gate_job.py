@@ -1,13 +1,14 @@
 """A small CPU training job with knobs to inject real slowdowns, for the gate benchmarks.
 
     traceml-ci run benchmarks/gate_job.py [--dataset-ms X] [--forward-ms Y] [--steps N]
-                                          [--fixed-work]
+                                          [--fixed-work] [--io-ms Z]
 
 Each batch costs ``--base-dataset-ms`` of busy work in the dataset (plus ``--dataset-ms``
 injected), the model is a real MLP (plus ``--forward-ms`` of busy work in its forward).
 Busy work spins on the wall clock by default, so a loaded machine does less of it;
 ``--fixed-work`` makes each "ms" a fixed number of loop iterations (``WORK_PER_MS``, about a
 millisecond on an idle runner) -- the same work however loaded, as a real code change is.
+``--io-ms`` makes each batch also wait that long off the CPU (a sleep: a read from disk).
 """
 
 from __future__ import annotations
@@ -45,17 +46,20 @@ def busy(ms: float) -> None:
 class Batches(Dataset):
     """Whole batches (the DataLoader does not batch): ``ms`` of decoding work per batch."""
 
-    def __init__(self, n: int, batch: int, ms: float) -> None:
+    def __init__(self, n: int, batch: int, ms: float, io_ms: float = 0.0) -> None:
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(n, batch, 128, generator=g)
         self.y = torch.randint(0, 10, (n, batch), generator=g)
         self.ms = ms
+        self.io_s = io_ms / 1000.0
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         busy(self.ms)
+        if self.io_s:
+            time.sleep(self.io_s)
         return self.x[i], self.y[i]
 
 
@@ -79,6 +83,7 @@ def main() -> None:
     p.add_argument("--base-dataset-ms", type=float, default=1.5)
     p.add_argument("--dataset-ms", type=float, default=0.0, help="injected, ms per batch")
     p.add_argument("--forward-ms", type=float, default=0.0, help="injected, ms per forward")
+    p.add_argument("--io-ms", type=float, default=0.0, help="injected, ms asleep per batch")
     p.add_argument("--fixed-work", action="store_true",
                    help="busy work is a fixed iteration count, not a wall-clock spin")
     args = p.parse_args()
@@ -89,7 +94,8 @@ def main() -> None:
     model = Model(args.forward_ms)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    data = Batches(args.steps, args.batch_size, args.base_dataset_ms + args.dataset_ms)
+    data = Batches(args.steps, args.batch_size, args.base_dataset_ms + args.dataset_ms,
+                   args.io_ms)
     loader = DataLoader(data, batch_size=None, shuffle=False)
     traceml.init(mode="auto")
     for x, y in loader:
