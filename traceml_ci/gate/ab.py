@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -61,12 +60,13 @@ DEFAULT_SHARE_TOL_PP = 2.0
 DEFAULT_MIN_ROUNDS = 2
 #: Rounds at most; a decision not reached by then is inconclusive.
 DEFAULT_MAX_ROUNDS = 6
-#: The training thread's CPU waits, in % of its step time (the median over every run of both
-#: sides), from which the CPU counts as contended: wall-clock step time and phase shares then
-#: move with the machine's other work, so a pass rests on the figures that do not (step CPU
-#: time, step time without CPU waits) and those two may stay undecided.
+#: The training thread's CPU waits, in % of its step time, from which a run counts as
+#: contended. One such run among the rounds moves wall-clock step time and phase shares with
+#: the machine's other work (a run waits either about nothing or about as long as it runs, seen
+#: with busy loops coming and going), so those are then shown, not judged: the verdict rests on
+#: the figures the load does not move (step CPU time, step time without CPU waits).
 CONTENDED_WAIT_PCT = 10.0
-#: The metrics contention does not move: on a contended CPU, a pass needs them cleared.
+#: The metrics contention does not move: on a contended CPU, the only ones judged.
 LOAD_PROOF = (CPU_METRIC, UNLOADED_METRIC)
 #: Rounds before a regression: two rounds that happen to agree give a t interval (one degree
 #: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
@@ -278,16 +278,16 @@ class AbResult:
     verdict: AbVerdict | None
     settings: AbSettings = field(default_factory=AbSettings)
     counters: Counters = field(default_factory=Counters)
-    #: The training thread's CPU waits in % of its step time, the median over the runs (None:
-    #: not measured); at ``CONTENDED_WAIT_PCT`` or more, wall time and shares do not decide.
+    #: The training thread's CPU waits in % of its step time, the most any run waited (None:
+    #: not measured by every run).
     cpu_wait_pct: float | None = None
+    #: Metrics shown but not judged: wall time and shares where a run was contended.
+    not_judged: frozenset[str] = frozenset()
 
     @property
     def contended(self) -> bool:
-        """Whether the rounds ran on a contended CPU and step time without CPU waits was
-        measured: then a pass rests on the load-proof metrics alone."""
-        return (self.cpu_wait_pct is not None and self.cpu_wait_pct >= CONTENDED_WAIT_PCT
-                and any(iv.metric == UNLOADED_METRIC for iv in self.intervals))
+        """Whether the rounds were judged by the load-proof metrics alone."""
+        return bool(self.not_judged)
 
     @property
     def causes(self) -> tuple[str, ...]:
@@ -296,11 +296,13 @@ class AbResult:
 
     @property
     def regressed(self) -> list[Interval]:
-        return [iv for iv in self.intervals if iv.status is Status.REGRESSED]
+        return [iv for iv in self.intervals
+                if iv.status is Status.REGRESSED and iv.metric not in self.not_judged]
 
     @property
     def undecided(self) -> list[Interval]:
-        return [iv for iv in self.intervals if iv.status is Status.UNDECIDED]
+        return [iv for iv in self.intervals
+                if iv.status is Status.UNDECIDED and iv.metric not in self.not_judged]
 
     @property
     def step(self) -> Interval | None:
@@ -319,15 +321,17 @@ class AbResult:
                 [_said(iv) for iv in self.regressed] + [r.note for r in self.counters.regressed]
             )
             return f"regression after {rounds}: {moved}"
+        contended = ""
+        if self.not_judged:
+            contended = (f"; a run waited {self.cpu_wait_pct or 0:.0f} % of its step for a CPU, "
+                         "so step time and shares, which move with the machine's other work, "
+                         "were not judged")
         if self.verdict is AbVerdict.PASS:
-            loose = [iv.label for iv in self.undecided]
-            if not loose:
+            judged = [iv.label for iv in self.intervals if iv.metric not in self.not_judged]
+            if not self.not_judged:
                 return f"pass after {rounds}: every metric within tolerance"
-            proof = " and ".join(iv.label for iv in self.intervals if iv.metric in LOAD_PROOF)
-            return (f"pass after {rounds}: {proof} within tolerance; on a CPU this contended "
-                    f"(waits {self.cpu_wait_pct or 0:.0f} % of the step) {', '.join(loose)} "
-                    "move with the machine's other work, not judged")
-        noisy = "; ".join(_said(iv) for iv in self.undecided)
+            return f"pass after {rounds}: {' and '.join(judged)} within tolerance{contended}"
+        noisy = "; ".join(_said(iv) for iv in self.undecided) + contended
         if self.verdict is AbVerdict.INCONCLUSIVE:
             return f"inconclusive after {rounds}: {noisy} too noisy to decide; re-run"
         return f"undecided after {rounds}: {noisy}"
@@ -362,7 +366,11 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     deltas = share_deltas(rounds)  # once: it sizes the family and feeds the intervals
     has_cpu = cpu_ratios(rounds) is not None
     has_unloaded = unloaded_ratios(rounds) is not None
-    q = quantile_for(1 + has_cpu + has_unloaded + len(deltas), n)
+    waited = _cpu_wait_pct(rounds)
+    # A contended run moves wall time and shares: judge only what the load does not move.
+    contended = has_unloaded and waited is not None and waited >= CONTENDED_WAIT_PCT
+    judged = has_cpu + has_unloaded if contended else 1 + has_cpu + has_unloaded + len(deltas)
+    q = quantile_for(judged, n)
     cpu = cpu_interval(rounds, settings.step_tol_pct, q)
     unloaded = unloaded_interval(rounds, settings.step_tol_pct, q)
     intervals = (
@@ -371,17 +379,16 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
         *(() if unloaded is None else (unloaded,)),
         *share_intervals(rounds, settings.share_tol_pp, q, deltas),
     )
-    result = AbResult(rounds, intervals, None, settings, counters, _cpu_wait_pct(rounds))
-    # On a contended CPU only the load-proof metrics must clear; the rest may stay undecided.
-    must_clear = [iv for iv in intervals if iv.metric in LOAD_PROOF or not result.contended]
-    statuses = {iv.status for iv in intervals}
+    not_judged = frozenset(
+        iv.metric for iv in intervals if contended and iv.metric not in LOAD_PROOF
+    )
+    result = AbResult(rounds, intervals, None, settings, counters, waited, not_judged)
     verdict: AbVerdict | None = None
     if n >= settings.min_rounds:
-        if counters.regressed or (
-            Status.REGRESSED in statuses and n >= REGRESSION_MIN_ROUNDS
-        ):
+        if counters.regressed or (result.regressed and n >= REGRESSION_MIN_ROUNDS):
             verdict = AbVerdict.REGRESSION
-        elif all(iv.status is Status.CLEARED for iv in must_clear):
+        elif all(iv.status is Status.CLEARED for iv in intervals
+                 if iv.metric not in not_judged):
             verdict = AbVerdict.PASS
         elif n >= settings.max_rounds:
             verdict = AbVerdict.INCONCLUSIVE
@@ -389,11 +396,12 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
 
 
 def _cpu_wait_pct(rounds: Sequence[RoundPair]) -> float | None:
-    """The median of every run's CPU-wait share (None unless every run measured it)."""
+    """The most any run of either side waited for a CPU, % of its step (None unless every
+    run measured it)."""
     found = [side.cpu_wait_pct for r in rounds for side in (r.base, r.head)]
     if not found or any(x is None for x in found):
         return None
-    return statistics.median(x for x in found if x is not None)
+    return max(x for x in found if x is not None)
 
 
 #: Measures one side in one round: ``(side, round_no) -> SideFigures``.
