@@ -80,9 +80,10 @@ class Interval:
         return _LABELS.get(self.metric) or f"{self.metric} share"
 
 
-def quantile_for(metrics: int, rounds: int) -> float:
-    """The t quantile of each metric's interval: ``CONFIDENCE`` for ``metrics`` together."""
-    return t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0 / max(1, metrics), rounds - 1)
+def quantile_for(metrics: int, rounds: int, alpha: float = 1.0 - CONFIDENCE) -> float:
+    """The t quantile of each metric's interval: two-sided error ``alpha`` (default: that of
+    ``CONFIDENCE``) for ``metrics`` together."""
+    return t_quantile(1.0 - alpha / 2.0 / max(1, metrics), rounds - 1)
 
 
 def _t_interval(values: Sequence[float], q: float | None = None) -> tuple[float, float, float]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.ab import AbResult, AbVerdict
-from traceml_ci.gate.ab_intervals import Interval
+from traceml_ci.gate.ab_intervals import Interval, Status
 from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
@@ -67,8 +67,8 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
                 *deltas,
             ]
         )
-    def not_judged(iv: Interval) -> bool:
-        return iv.metric in result.not_judged
+    def excused(iv: Interval) -> bool:
+        return iv.metric in result.excused and iv.status is Status.UNDECIDED
 
     ihead = ["metric", "estimate", "95% interval", "tolerance", "status"]
     irows = [
@@ -77,7 +77,7 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
             fmt.delta(iv.estimate, iv.unit),
             _interval(iv),
             fmt.delta(iv.tolerance, iv.unit),
-            "not judged (contended)" if not_judged(iv) else iv.status.value,
+            "undecided (not needed: contended)" if excused(iv) else iv.status.value,
         ]
         for iv in result.intervals
     ]
@@ -159,7 +159,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "intervals": [
             {"metric": iv.metric, "unit": iv.unit, "estimate": iv.estimate, "low": iv.low,
              "high": iv.high, "tolerance": iv.tolerance, "status": iv.status.value,
-             "judged": iv.metric not in result.not_judged,
+             "needed_to_pass": iv.metric not in result.excused,
              "per_round": list(iv.per_round), "phase_time_grew": iv.time_grew}
             for iv in result.intervals
         ],
