@@ -10,7 +10,10 @@ wall time), and each phase share's change in percentage points. After each round
 ``min_rounds`` on, a Student-t interval on those differences decides: a regression as soon as
 one metric's lower bound is past its tolerance, a pass as soon as every metric's upper bound is
 inside it, otherwise one more round; at ``max_rounds`` the result is inconclusive -- never a
-pass, never a regression.
+pass, never a regression. Where a run waited for a CPU (contended: ``CONTENDED_WAIT_PCT``), wall
+time and shares move with the machine's other work: a pass then needs only the metrics the
+load does not move cleared (``LOAD_PROOF``: step CPU time, step time without CPU waits), and
+the others can still fail the head on stronger evidence (``EXCUSED_ALPHA``).
 
 The deterministic counters (scalar reads per step, bytes kept from each step, optimizer, FLOPs)
 count the same on every run of the same code, so one pair of summaries says all they can: the
@@ -374,7 +377,7 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     has_cpu = cpu_ratios(rounds) is not None
     has_unloaded = unloaded_ratios(rounds) is not None
     waited = _cpu_wait_pct(rounds)
-    # A contended run moves wall time and shares: judge only what the load does not move.
+    # A contended run moves wall time and shares: a pass rests on what the load does not move.
     contended = has_unloaded and waited is not None and waited >= CONTENDED_WAIT_PCT
     proof = has_cpu + has_unloaded
     rest = 1 + len(deltas)
