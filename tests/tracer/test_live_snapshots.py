@@ -103,18 +103,25 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
     assert done == sorted(done) and done[-1] > done[0]
     full = [s for s in seen if s["window"]["steps"] == WINDOW_STEPS]
     assert full, "no snapshot with a full window"
+    input_bound = 0
     for snap in full:  # its window: the newest 100 steps when it was taken
         n = snap["steps_done"]
+        truth = shares(watch, walls, n - WINDOW_STEPS, n)
         # 6 pp: beside two busy loops the live writer's GIL hold at a step's edge lands in the
         # stopwatch's step and not the tracer's (``other`` 5.3 pp apart, seen once); a phase
         # given to the wrong side is 13-53 pp off.
-        assert_close(snap["window"]["pct"], shares(watch, walls, n - WINDOW_STEPS, n), 6.0)
+        assert_close(snap["window"]["pct"], truth, 6.0)
         assert snap["window"]["clock"] == "host"
-        assert snap["diagnosis"]["kind"] == "INPUT_BOUND"
+        # The label is its window's: INPUT_BOUND wherever the stopwatch put the input clearly
+        # past the 30 % threshold (~53 % quiet; a loaded suite once squeezed one window's below).
+        if truth["dataloader"] >= 36.0:
+            assert snap["diagnosis"]["kind"] == "INPUT_BOUND", (snap["diagnosis"], truth)
+            input_bound += 1
         # steps/s over wall time: the stopwatch's rate within the loop (loosely: the test's
         # own polling between steps is in the wall time, not in the steps).
         rate = 1000.0 / (sum(walls[n - WINDOW_STEPS:n]) / WINDOW_STEPS)
         assert 0.4 * rate < snap["steps_per_s"] < 1.5 * rate
+    assert input_bound, "no window the stopwatch called input-bound"
     # The first full window after warmup (steps 3..102), fixed once known.
     first = shares(watch, walls, 2, 2 + WINDOW_STEPS)
     assert_close(full[-1]["first_window_pct"], first)
