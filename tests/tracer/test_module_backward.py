@@ -286,7 +286,10 @@ class Wide(nn.Module):
 
 
 def test_the_summary_stays_small_with_modules_and_efficiency(fresh_tracer) -> None:
-    """The issue's bound: a single-process summary with the new sections stays <= 8 KB."""
+    """A single-process summary with every section filled -- 12 modules each way, efficiency,
+    the counters, the thread split -- stays <= 10 KB (docs/summary.md). Measured: 8.9 KB; the
+    8 KB of the module issue held until the counters (1.2 KB) came, and only where a compiled
+    frame earlier in the process had turned the counts off."""
     tracer = fresh_tracer(warmup_steps=2, module_sample_s=0.01)
     _train(Wide(), 30, at_least_s=0.4)
     doc = finish_and_load(tracer)
@@ -294,7 +297,9 @@ def test_the_summary_stays_small_with_modules_and_efficiency(fresh_tracer) -> No
     assert len(doc["modules"]["forward"]) == len(doc["modules"]["backward"]) == 12
     assert "efficiency" in doc
     size = path.stat().st_size
-    assert size <= 8 * 1024, size
+    # (the counters are missing where a compiled frame earlier in this process turned the
+    # counts off, as in this file: then the summary is 1.2 KB smaller)
+    assert size <= 10 * 1024, size
 
 
 def test_at_most_one_step_in_four_is_sampled(fresh_tracer) -> None:
