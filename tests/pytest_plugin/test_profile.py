@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pytest_plugin.conftest import SmokeProject
+from tests.pytest_plugin.conftest import SLOW_DATA_MS, SmokeProject
 from tests.pytest_plugin.test_repeats import ONE_TEST
 
 #: One run per baseline and no confirmation: these tests are about what follows the verdict.
@@ -89,9 +89,13 @@ def test_a_regression_is_profiled_with_op_deltas_against_a_profiled_baseline(
         "largest changes, base -> head:",
     ])
     assert re.search(r"^aten::addmm +\S+ +3\.00 ", out, re.M), out  # three Linear forwards a step
-    # The injected slowdown (a busy-wait in the dataset) is the largest change, base -> head.
+    # The injected slowdown (a 20 ms busy-wait in the dataset per batch) is among the largest
+    # changes, base -> head, at about its size. Quiet, it is the largest; beside two busy loops
+    # a preempted op can outgrow it (aten::addmm +24.7 ms/step, seen once).
     deltas = out.split("largest changes, base -> head:", 1)[1].splitlines()
-    assert deltas[3].startswith("enumerate(DataLoader)") and " +" in deltas[3], deltas[:4]
+    row = next((d for d in deltas[3:8] if d.startswith("enumerate(DataLoader)")), None)
+    assert row is not None, deltas[:8]
+    assert float(row.split()[-1]) >= 0.5 * float(SLOW_DATA_MS), row
     trace = _trace_of(out)
     doc = json.loads(trace.read_text())  # loadable: Perfetto / chrome://tracing / HTA
     assert any(e.get("name") == "aten::addmm" for e in doc["traceEvents"])
