@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from traceml_ci.summary.model import Contention
 
 
-def _schedstat(pid: int) -> tuple[int, int] | None:
+def schedstat(pid: int) -> tuple[int, int] | None:
     """(ns on CPU, ns runnable but waiting) of the thread ``pid`` (the main thread's id is the
     process id); None without schedstats."""
     for path in (f"/proc/self/task/{pid}/schedstat", "/proc/self/schedstat"):
@@ -47,7 +47,7 @@ class ThreadWait:
 
     def __init__(self) -> None:
         self._fds: dict[int, int] = {}
-        self.available = _schedstat(threading.get_native_id()) is not None
+        self.available = schedstat(threading.get_native_id()) is not None
 
     def read(self) -> int | None:
         if not self.available:
@@ -112,7 +112,7 @@ class _Snapshot:
 
 
 def _snapshot(pid: int) -> _Snapshot:
-    return _Snapshot(time.perf_counter_ns(), _schedstat(pid), _involuntary_switches(),
+    return _Snapshot(time.perf_counter_ns(), schedstat(pid), _involuntary_switches(),
                      _cpu_times())
 
 

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from traceml_ci.tracer.contention import schedstat
+
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
 
@@ -62,19 +64,6 @@ def job_cpu_ns() -> int | None:
     except OSError:
         return None
     return total - own_threads_cpu_ns()
-
-
-def _thread_sched_ns(tid: int | None) -> tuple[int, int] | None:
-    """(ns on a CPU, ns runnable but waiting) of the thread ``tid`` (a native id); None
-    without schedstats."""
-    if tid is None:
-        return None
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
-            on_cpu, waited = f.read().split()[:2]
-        return int(on_cpu), int(waited)
-    except (OSError, ValueError):
-        return None
 
 
 class Reading(NamedTuple):
@@ -114,8 +103,8 @@ class CpuWindow:
         if now is None:
             return None
         ours = 0 if self.ours is None else self.ours()
-        return Reading(steps, now - ours, time.perf_counter_ns(), _thread_sched_ns(self._tid),
-                       ours)
+        sched = None if self._tid is None else schedstat(self._tid)
+        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours)
 
     def start(self, steps: int = 0) -> None:
         """The analysed window opens: ``steps`` analysed so far (0 at the last warmup step)."""
