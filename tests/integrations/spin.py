@@ -48,8 +48,13 @@ class Stopwatch:
 
     def exclusive(self) -> list[tuple[str, float, float]]:
         """Every interval as (phase, end, exclusive seconds): nested intervals of other phases
-        (forward and backward inside an optimizer closure) are taken out of the outer one."""
+        (forward and backward inside an optimizer closure) are taken out of the outer one; an
+        interval inside one of its own phase (the spun step inside a framework's wrapper of
+        it, timed whole) is already counted there."""
         flat = sorted((t0, t1, p) for p in PHASES for t0, t1 in self.events[p])
+        flat = [(t0, t1, p) for t0, t1, p in flat
+                if not any(q == p and a <= t0 and t1 <= b and (a, b) != (t0, t1)
+                           for a, b, q in flat)]
         out = []
         for t0, t1, p in flat:
             inner = sum(b - a for a, b, q in flat if q != p and t0 < a and b < t1)
@@ -137,22 +142,42 @@ def spin_forward(net: Any, x: Any, ms: float, watch: Stopwatch) -> Any:
     return out
 
 
-def timed(fn: Any, phase: str, watch: Stopwatch) -> Any:
-    """``fn``, each call timed whole as ``phase`` (e.g. the framework's backward call)."""
+def timed(fn: Any, phase: str, watch: Stopwatch, ends_step: bool = False) -> Any:
+    """``fn``, each call timed whole as ``phase`` (e.g. the framework's backward call); with
+    ``ends_step``, each call's end is an optimizer step's end (the framework's wrapper of a
+    ``spin_optimizer(..., ends_step=False)``)."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         t0 = now()
         try:
             return fn(*args, **kwargs)
         finally:
-            watch.add(phase, t0, now())
+            t1 = now()
+            watch.add(phase, t0, t1)
+            if ends_step:
+                watch.step_ends.append(t1)
 
     return run
 
 
-def spin_optimizer(base: type, ms: float, watch: Stopwatch) -> type:
+def timed_batches(loader: Any, watch: Stopwatch) -> Any:
+    """``loader``'s batches, each ``next()`` timed whole as dataloader: the time the loop
+    waits for a batch, with the framework's own loader machinery around the dataset's."""
+    it = iter(loader)
+    while True:
+        t0 = now()
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        watch.add("dataloader", t0, now())
+        yield batch
+
+
+def spin_optimizer(base: type, ms: float, watch: Stopwatch, ends_step: bool = True) -> type:
     """A subclass of optimizer class ``base`` whose ``step`` costs ``ms`` more, timed whole
-    (a closure it runs included; ``Stopwatch.exclusive`` takes nested phases out)."""
+    (a closure it runs included; ``Stopwatch.exclusive`` takes nested phases out); its end
+    is the step's end unless a wrapper timed with ``ends_step`` marks that instead."""
 
     class Spin(base):  # type: ignore[misc, valid-type]
         def step(self, closure: Any = None) -> Any:
@@ -161,7 +186,8 @@ def spin_optimizer(base: type, ms: float, watch: Stopwatch) -> type:
             result = super().step(closure)
             t1 = now()
             watch.add("optimizer", t0, t1)
-            watch.step_ends.append(t1)
+            if ends_step:
+                watch.step_ends.append(t1)
             return result
 
     Spin.__name__ = f"Spin{base.__name__}"
