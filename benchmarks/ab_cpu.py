@@ -10,12 +10,15 @@ runs ``benchmarks/gate_job.py --fixed-work`` under ``traceml-ci run`` for base a
 order, both with the CPU reference on (``TRACEML_CI_CPU_REFERENCE=1``, as A/B mode runs them);
 the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step (sized
 from the A/A rounds); the head of ``io+Xms`` sleeps X ms more per batch (blocked time).
-Each run's median step ms, ``cpu_ms``, ``cpu_reference_ms``, the thread's split and the shares
-go to ``<out>/<variant>.jsonl`` as they come (resumable). At the end, per variant: the SD of
+Each run's median step ms, ``cpu_ms``, ``cpu_reference_ms``, the thread's split, the figures
+over its uncontended windows and the shares go to ``<out>/<variant>.jsonl`` as they come
+(resumable). At the end, per variant: the SD of
 the rounds' log ratios of wall time, CPU time, CPU time in units of the reference and step time
 without CPU waits, their means,
 and the verdicts of ``gate.ab.decide`` replayed as gate runs over the recorded rounds: on
-wall time alone, with the CPU ratio, and as the gate runs (every figure a summary gives it).
+wall time alone, with the CPU ratio, as the gate ran before the uncontended windows (whole-run
+figures), and as it runs now -- back to back as a CI job makes them, and from every start
+round with ``max_rounds`` left (overlapping windows: more runs from the same rounds).
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ def figures(args: list[str]) -> dict[str, Any]:
     return {"step_ms": st["step_ms"]["median"], "cpu_ms": st.get("cpu_ms"),
             "cpu_reference_ms": st.get("cpu_reference_ms"),
             "runqueue_wait_pct": (doc["run"].get("contention") or {}).get("runqueue_wait_pct"),
-            "thread": st.get("thread"), "shares": dict(view.shares()),
+            "thread": st.get("thread"), "uncontended": st.get("uncontended"),
+            "steps_analyzed": st.get("steps_analyzed"), "shares": dict(view.shares()),
             "phase_ms": {p: view.phase_ms(p) for p in view.phases}}
 
 
@@ -98,12 +102,21 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 
 def report(out: Path, variants: list[str]) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
+    from traceml_ci.gate.ab_rounds import UNCONTENDED_MIN_SHARE, UNCONTENDED_MIN_STEPS
+
+    def quiet(r: dict[str, Any]) -> dict[str, float] | None:
+        """The uncontended block where the gate would take it (as ``SideFigures``)."""
+        q, n = r.get("uncontended"), r.get("steps_analyzed") or 0
+        if not q or q["steps"] < max(UNCONTENDED_MIN_STEPS, UNCONTENDED_MIN_SHARE * n):
+            return None
+        return {k: v for k, v in q.items() if k != "steps"}
 
     def side(r: dict[str, Any], cpu: str) -> SideFigures:
-        if cpu == "gate":  # everything the gate reads from a summary
+        if cpu in ("gate", "whole run"):  # everything the gate reads from a summary
             return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
                                cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
-                               thread=r.get("thread"))
+                               thread=r.get("thread"),
+                               uncontended=quiet(r) if cpu == "gate" else None)
         ref = r.get("cpu_reference_ms") if cpu == "referenced" else None
         return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
                            cpu_reference_ms=ref)
@@ -123,24 +136,35 @@ def report(out: Path, variants: list[str]) -> None:
         waits = [r[s]["runqueue_wait_pct"] or 0.0 for r in recs for s in ("base", "head")]
         print(f"{variant:>8}: {len(recs)} rounds, runqueue wait median "
               f"{statistics.median(waits):.0f} %, head args {recs[0]['head_args']}")
-        unloaded = [math.log(x) for x in (RoundPair(1, side(r["base"], "gate"),
-                                                    side(r["head"], "gate")).unloaded_ratio
-                                          for r in recs) if x]
+        gate = [RoundPair(1, side(r["base"], "gate"), side(r["head"], "gate")) for r in recs]
+        whole = [RoundPair(1, side(r["base"], "whole run"), side(r["head"], "whole run"))
+                 for r in recs]
+        unloaded = [math.log(x) for x in (p.unloaded_ratio for p in whole) if x]
+        quiet_pairs = [p for p in gate if p.uncontended]
+        print(f"          rounds with both sides' uncontended windows: {len(quiet_pairs)}")
+        q_ref = [math.log(x) for x in (p.cpu_ratio for p in quiet_pairs) if x]
+        q_unl = [math.log(x) for x in (p.unloaded_ratio for p in quiet_pairs) if x]
         for name, logs in (("wall", wall), ("cpu", cpu), ("cpu/ref", referenced),
-                           ("no waits", unloaded)):
+                           ("no waits", unloaded), ("quiet cpu/ref", q_ref),
+                           ("quiet no waits", q_unl)):
             if len(logs) < 2:
                 continue
-            print(f"          {name:7}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
+            print(f"          {name:14}: mean {100 * math.expm1(statistics.mean(logs)):+6.1f} %, "
                   f"per-round SD {100 * statistics.stdev(logs):5.1f} %  ("
                   + " ".join(f"{100 * math.expm1(v):+.0f}" for v in logs) + ")")
         for label, cpu in (("wall only", "off"), ("with step_cpu", "raw"),
                            ("with step_cpu per reference", "referenced"),
-                           ("the gate (shares, waits split)", "gate")):
+                           ("the gate on whole-run figures", "whole run"),
+                           ("the gate (uncontended windows)", "gate")):
             pairs = [RoundPair(i + 1, side(r["base"], cpu), side(r["head"], cpu))
                      for i, r in enumerate(recs)]
             verdicts, moved, rounds = replay(pairs, settings)
             print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}; "
                   f"mean rounds {statistics.mean(rounds):.1f}")
+            if cpu in ("whole run", "gate"):
+                verdicts, moved, rounds = replay_every_start(pairs, settings)
+                print(f"            from every start round: {dict(verdicts)}; regressed "
+                      f"{dict(moved)}; mean rounds {statistics.mean(rounds):.1f}")
 
 
 def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str], list[int]]:
@@ -153,6 +177,28 @@ def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str],
         verdicts[result.verdict.value if result.verdict else "undecided"] += 1
         moved.update(iv.metric for iv in result.regressed)
         rounds.append(n)
+    return verdicts, moved, rounds
+
+
+def replay_every_start(pairs: list[Any], settings: Any
+                       ) -> tuple[Counter[str], Counter[str], list[int]]:
+    """As ``replay``, with a gate run started at every round that has ``max_rounds`` after it
+    (the runs overlap: not independent, but every stretch of the recording is judged)."""
+    from traceml_ci.gate.ab import RoundPair, decide
+
+    verdicts: Counter[str] = Counter()
+    moved: Counter[str] = Counter()
+    rounds = []
+    for i in range(len(pairs) - settings.max_rounds + 1):
+        taken: list[Any] = []
+        for p in pairs[i:]:
+            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
+            result = decide(taken, settings)
+            if result.verdict is not None:
+                break
+        verdicts[result.verdict.value if result.verdict else "undecided"] += 1
+        moved.update(iv.metric for iv in result.regressed)
+        rounds.append(len(taken))
     return verdicts, moved, rounds
 
 

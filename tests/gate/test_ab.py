@@ -4,6 +4,7 @@ regression -- and the rounds run in ABBA order."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -561,3 +562,60 @@ def test_a_share_that_clearly_moved_still_fails_a_head_on_a_contended_cpu() -> N
     assert result.verdict is AbVerdict.REGRESSION, result.reason()
     assert [iv.metric for iv in result.regressed] == ["dataloader"]
     assert "dataloader share +" in result.reason()
+
+
+def _quietly(fig: SideFigures, cpu: float, *, ref: float | None = 1.0, on_cpu: float = 6.0,
+             blocked: float = 2.0) -> SideFigures:
+    """``fig`` with uncontended windows whose CPU per step is ``cpu`` (reference ``ref``)."""
+    quiet = {"cpu_ms": cpu, "on_cpu_ms": on_cpu * cpu / 6.0, "blocked_ms": blocked}
+    if ref is not None:
+        quiet["cpu_reference_ms"] = ref
+    return dataclasses.replace(fig, uncontended=quiet)
+
+
+def test_the_load_proof_ratios_come_from_both_sides_uncontended_windows() -> None:
+    """Contention slowed one side's whole-run CPU per reference by a different factor each
+    round (cold caches; the reference slowed less or more): over the windows where neither
+    thread waited, unchanged code holds and passes, and a head 20 % costlier fails on CPU."""
+    def skewed(load: float, i: int, cpu: float) -> SideFigures:
+        whole = _loaded(8.0, load)
+        skew = 1.0 + 0.3 * (load - 1.0) * (-1) ** i
+        assert whole.cpu_ms is not None and whole.thread is not None
+        whole = dataclasses.replace(
+            whole, cpu_ms=whole.cpu_ms * skew,
+            thread={**whole.thread, "on_cpu_ms": whole.thread["on_cpu_ms"] * skew})
+        return _quietly(whole, cpu * (1.0 + 0.01 * (-1) ** i))
+
+    same = _rounds([(skewed(lb, i, 6.0), skewed(lh, i + 1, 6.0))
+                    for i, (lb, lh) in enumerate(_LOAD)])
+    assert all(r.uncontended for r in same)
+    assert all(r.cpu_ratio == pytest.approx(1.0, abs=0.03) for r in same)
+    assert all(r.unloaded_ratio == pytest.approx(1.0, abs=0.03) for r in same)
+    whole_run = [dataclasses.replace(r, base=dataclasses.replace(r.base, uncontended=None))
+                 for r in same]
+    assert max(abs(r.cpu_ratio - 1.0) for r in whole_run) > 0.2  # what the skew does unaided
+    assert decide(same).verdict is AbVerdict.PASS, decide(same).reason()
+
+    costlier = _rounds([(skewed(lb, i, 6.0), skewed(lh, i + 1, 7.2))
+                        for i, (lb, lh) in enumerate(_LOAD)])
+    result = decide(costlier)
+    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert CPU_METRIC in {iv.metric for iv in result.regressed}
+
+
+def test_too_few_uncontended_steps_or_a_one_sided_reference_use_the_whole_run() -> None:
+    doc = make({"dataloader": 1.0, "forward": 4.0, "backward": 3.0, "optimizer": 1.0,
+                "other": 1.0})
+    analysed = doc["step_time"]["steps_analyzed"]
+    block = {"cpu_ms": 5.0, "on_cpu_ms": 4.0, "blocked_ms": 1.0, "cpu_reference_ms": 0.8}
+    assert analysed >= 100  # so that 20 % of it is past the 20-step minimum
+    for steps, kept in ((analysed, True), (analysed // 2, True), (19, False),
+                        (int(0.2 * analysed), False)):  # too few, and too small a share
+        doc["step_time"]["uncontended"] = {"steps": steps, **block}
+        fig = SideFigures.from_summary(doc)
+        assert (fig.uncontended is not None) is kept, (steps, analysed)
+    whole = _loaded(8.0, 1.0)
+    pair = RoundPair(1, _quietly(whole, 6.0, ref=None), _quietly(whole, 9.0))
+    assert not pair.uncontended  # one side's windows had the reference, the other's not
+    assert pair.cpu_ratio == pytest.approx(1.0)
+    assert RoundPair(1, _quietly(whole, 6.0), _quietly(whole, 9.0)).cpu_ratio == 1.5

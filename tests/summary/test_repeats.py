@@ -126,3 +126,18 @@ def test_cpu_per_step_is_the_runs_median_and_absent_unless_every_run_has_it() ->
     assert out["step_time"]["cpu_ms"] == 7.0 and summary_problems(out) == []
     del docs[2]["step_time"]["cpu_ms"]  # one run without it (a device-clock run)
     assert "cpu_ms" not in combine_repeats(docs)["step_time"]
+
+
+def test_uncontended_windows_add_their_steps_and_take_each_figures_median() -> None:
+    docs = runs(3.0, 4.0, 9.0)
+    for doc, (steps, cpu) in zip(docs, ((30, 7.0), (40, 30.0), (25, 6.5)), strict=True):
+        doc["step_time"]["uncontended"] = {"steps": steps, "cpu_ms": cpu, "on_cpu_ms": cpu,
+                                           "blocked_ms": 1.0, "cpu_reference_ms": 0.5}
+    out = combine_repeats(docs)
+    assert out["step_time"]["uncontended"] == {"steps": 95, "cpu_ms": 7.0, "on_cpu_ms": 7.0,
+                                               "blocked_ms": 1.0, "cpu_reference_ms": 0.5}
+    assert summary_problems(out) == []
+    del docs[1]["step_time"]["uncontended"]["cpu_reference_ms"]  # only where every run has it
+    assert "cpu_reference_ms" not in combine_repeats(docs)["step_time"]["uncontended"]
+    del docs[1]["step_time"]["uncontended"]  # a run with no quiet window: no block at all
+    assert "uncontended" not in combine_repeats(docs)["step_time"]

@@ -68,7 +68,7 @@ def test_the_job_cpu_window_leaves_out_work_we_ran_on_its_thread() -> None:
     them: counted, the job's CPU per step would be ~4 ms."""
     ours = [0]
     window = CpuWindow()
-    window.ours = lambda: ours[0]
+    window.ours = lambda: (ours[0], 0)
     window.start()
     job_ns = 0
     for _ in range(10):

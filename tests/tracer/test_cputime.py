@@ -22,7 +22,7 @@ from torch import nn
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.test_contention import HOG
-from traceml_ci.tracer.cputime import OWN_THREAD_PREFIX, CpuWindow
+from traceml_ci.tracer.cputime import OWN_THREAD_PREFIX, CpuWindow, Reading
 
 WARMUP = 3
 SLEEP_S = 0.002
@@ -150,3 +150,91 @@ def test_the_thread_split_gives_sleeps_to_blocked_and_the_load_to_cpu_wait(
         assert split["cpu_wait_ms"] >= 0.5 * split["on_cpu_ms"], split
         assert doc["run"]["contention"]["runqueue_wait_pct"] > 10
     # Alone, the waits are whatever else the machine runs (the rest of a suite): not checked.
+
+
+def test_only_windows_where_the_thread_hardly_waited_are_uncontended() -> None:
+    """Three windows between reads (ns): 10 steps with 1 % waits, 10 steps that waited about
+    as long as they ran, and 10 steps with 1 % waits and 10 runs of our own 1 ms work on the
+    thread. The uncontended figures are the first and third windows' only, ours left out."""
+    ms = 1_000_000
+    window = CpuWindow()
+    assert window.uncontended() is None
+    window.first = Reading(0, 0, 0, (0, 0), 0, 0)
+    window._advance(Reading(10, 60 * ms, 100 * ms, (60 * ms, 1 * ms), 0, 0))
+    window._advance(Reading(20, 150 * ms, 300 * ms, (150 * ms, 101 * ms), 0, 0))
+    window._advance(Reading(30, 210 * ms, 410 * ms, (220 * ms, 102 * ms), 10 * ms, 10))
+    quiet = window.uncontended()
+    assert quiet is not None
+    assert quiet.steps == 20
+    assert quiet.cpu_ms == pytest.approx(6.0)
+    assert quiet.on_cpu_ms == pytest.approx(6.0)
+    assert quiet.blocked_ms == pytest.approx((200 - 120 - 2) / 20)
+    assert quiet.reference_ms == pytest.approx(1.0)
+    whole = window.thread_split()
+    assert whole is not None and whole.cpu_wait_ms == pytest.approx(102 / 30)
+    window.start()  # a new window starts new sums
+    assert window.uncontended() is None
+
+
+HOG_MIDWAY_CHILD = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    cpu = int(sys.argv[1])
+    os.sched_setaffinity(0, {cpu})
+    import torch
+    import traceml_ci as traceml
+    torch.set_num_threads(1)
+    traceml.init(out_dir=sys.argv[2], warmup_steps=3)
+    model = torch.nn.Linear(32, 32)
+    x = torch.randn(8, 32)
+    steps, end, hog, hog_steps = 0, None, None, 0
+    try:
+        while end is None or time.perf_counter() < end:
+            now = time.perf_counter()
+            if steps == 3:
+                start, end = now, now + 1.5
+            if end is not None and hog is None and now > start + 0.5:
+                hog = subprocess.Popen([sys.executable, "-c", sys.argv[3], str(cpu)])
+            if hog is not None and hog.poll() is None and now > start + 1.0:
+                hog.kill()
+                hog.wait()
+            if hog is not None and hog.returncode is None:
+                hog_steps += 1
+            with traceml.trace_step(model):
+                model(x).sum().backward()
+                spin_end = time.thread_time() + 0.001  # 1 ms of CPU
+                while time.thread_time() < spin_end:
+                    pass
+                time.sleep(0.002)  # 2 ms blocked
+            steps += 1
+    finally:
+        if hog is not None and hog.poll() is None:
+            hog.kill()
+    traceml.finish()
+    print(json.dumps({"hog_steps": hog_steps}))
+""")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="needs schedstats")
+def test_a_busy_loop_for_a_third_of_the_run_is_left_out_of_the_uncontended_figures(
+    tmp_path: Path,
+) -> None:
+    """A step of 1 ms CPU and a 2 ms sleep, pinned to one CPU; a busy loop pinned to the same
+    CPU runs for the middle third of the analysed window. The whole run's split has its
+    waits; the uncontended windows leave the busy loop's steps out and keep the step's sleep
+    as blocked time. (Beside a loaded suite no window may be quiet: then there is no block.)"""
+    cpu = min(os.sched_getaffinity(0))
+    out = subprocess.run(
+        [sys.executable, "-c", HOG_MIDWAY_CHILD, str(cpu), str(tmp_path), HOG],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    hog_steps = json.loads(out.stdout.strip().splitlines()[-1])["hog_steps"]
+    st = json.loads((tmp_path / "final_summary.json").read_text())["step_time"]
+    analysed = st["steps_analyzed"]
+    assert hog_steps >= 20  # the busy loop did run during the window
+    assert st["thread"]["cpu_wait_ms"] > 0.1 * st["thread"]["on_cpu_ms"], st["thread"]
+    quiet = st.get("uncontended")
+    if quiet is not None:
+        assert quiet["steps"] <= analysed - 0.5 * hog_steps, (quiet, analysed, hog_steps)
+        assert 1.8 <= quiet["blocked_ms"] <= 3.0, quiet
+        assert quiet["on_cpu_ms"] <= st["thread"]["on_cpu_ms"] * 1.2, (quiet, st["thread"])

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
-from traceml_ci.errors import InputError, UsageError
+from traceml_ci.errors import UsageError
 from traceml_ci.gate.ab_intervals import (
     CONFIDENCE,
     CPU_METRIC,
@@ -50,11 +49,11 @@ from traceml_ci.gate.ab_intervals import (
     unloaded_interval,
     unloaded_ratios,
 )
+from traceml_ci.gate.ab_rounds import RoundPair, Side, SideFigures, round_order
 from traceml_ci.gate.causes import known_causes
 from traceml_ci.gate.counters import counter_rows
 from traceml_ci.gate.results import Row
 from traceml_ci.gate.results import Status as RowStatus
-from traceml_ci.summary.view import SummaryView
 
 #: Tolerance of the median step time, % slower (head over base).
 DEFAULT_STEP_TOL_PCT = 5.0
@@ -81,11 +80,9 @@ EXCUSED_ALPHA = 0.01
 #: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
 REGRESSION_MIN_ROUNDS = 3
 
-class Side(str, Enum):
-    """Which side of an A/B a run measures."""
-
-    BASE = "base"
-    HEAD = "head"
+#: Re-exported: callers take the round's types from here (gate/ab_rounds.py defines them).
+__all__ = ["AbResult", "AbSettings", "AbVerdict", "RoundPair", "Side", "SideFigures",
+           "decide", "round_order", "run_rounds"]
 
 
 class AbVerdict(str, Enum):
@@ -94,13 +91,6 @@ class AbVerdict(str, Enum):
     PASS = "pass"
     REGRESSION = "regression"
     INCONCLUSIVE = "inconclusive"
-
-
-def round_order(round_no: int) -> tuple[Side, Side]:
-    """Which side runs first in round ``round_no`` (1-based): ABBA -- base, head; head, base; ..."""
-    if round_no < 1:
-        raise ValueError("rounds count from 1")
-    return (Side.BASE, Side.HEAD) if round_no % 2 else (Side.HEAD, Side.BASE)
 
 
 @dataclass(frozen=True)
@@ -121,138 +111,6 @@ class AbSettings:
         ):
             if not (math.isfinite(tol) and tol >= 0):
                 raise UsageError(f"{name} {tol!r}: must be a finite number >= 0")
-
-
-@dataclass(frozen=True)
-class SideFigures:
-    """What one run of one side contributes: its median step time (ms) and phase shares (%),
-    and the summary they came from (its counters and DataLoader settings; None when the caller
-    has only the figures)."""
-
-    step_ms: float
-    shares: Mapping[str, float | None]
-    summary: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    #: Each phase's median ms per step (None: not reported, an older summary).
-    phase_ms: Mapping[str, float | None] | None = field(default=None, compare=False)
-    #: The job's CPU ms per step (None: a device-clock run, an older tracer).
-    cpu_ms: float | None = None
-    #: A fixed workload's CPU ms timed after each step (tracer/cpuref.py; None: not asked
-    #: for, an older tracer): how fast the machine's CPU was as this run went.
-    cpu_reference_ms: float | None = None
-    #: The training thread's step time split (``step_time.thread``: on_cpu_ms, cpu_wait_ms,
-    #: blocked_ms; None: no schedstats, a device clock, an older tracer).
-    thread: Mapping[str, float] | None = None
-
-    @property
-    def cpu_wait_pct(self) -> float | None:
-        """The thread's waits for a CPU in % of its step time; None without the split."""
-        t = self.thread
-        if not t:
-            return None
-        total = t["on_cpu_ms"] + t["cpu_wait_ms"] + t["blocked_ms"]
-        return 100.0 * t["cpu_wait_ms"] / total if total > 0 else None
-
-    def unloaded_ms(self, speed: float = 1.0) -> float | None:
-        """Step time without the CPU waits: on-CPU time times ``speed`` (a CPU-speed factor,
-        from the CPU references) plus blocked time; None without the split."""
-        t = self.thread
-        if not t:
-            return None
-        return t["on_cpu_ms"] * speed + t["blocked_ms"]
-
-    @classmethod
-    def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
-        """Read from a final_summary.json dict; InputError (naming ``source``) when the run
-        measured no step time."""
-        view = SummaryView(doc)
-        step = view.step_ms("median")
-        if step is None or step <= 0:
-            raise InputError(source, "the run measured no step time (no steps past warmup?)")
-        return cls(
-            step_ms=step,
-            shares=view.shares(),
-            summary=doc,
-            phase_ms={p: view.phase_ms(p) for p in view.phases},
-            cpu_ms=_positive(view.number(("step_time", "cpu_ms"))),
-            cpu_reference_ms=_positive(view.number(("step_time", "cpu_reference_ms"))),
-            thread=_thread(view),
-        )
-
-
-def _positive(x: float | None) -> float | None:
-    return x if x is not None and x > 0 else None
-
-
-_SPLIT = ("on_cpu_ms", "cpu_wait_ms", "blocked_ms")
-
-
-def _thread(view: SummaryView) -> dict[str, float] | None:
-    """``step_time.thread`` when it has every part, each a finite number >= 0."""
-    parts = {k: view.number(("step_time", "thread", k)) for k in _SPLIT}
-    if any(v is None or v < 0 for v in parts.values()):
-        return None
-    return {k: float(v) for k, v in parts.items() if v is not None}
-
-
-@dataclass(frozen=True)
-class RoundPair:
-    """One round: both sides' figures and which ran first."""
-
-    number: int
-    base: SideFigures
-    head: SideFigures
-
-    @property
-    def first(self) -> Side:
-        return round_order(self.number)[0]
-
-    @property
-    def step_ratio(self) -> float:
-        """Head's median step time over base's."""
-        return self.head.step_ms / self.base.step_ms
-
-    @property
-    def cpu_ratio(self) -> float | None:
-        """Head's CPU ms per step over base's; None when either side lacks it. Where both
-        sides timed the CPU reference, each side's CPU is in units of it: the machine's speed
-        as that run went (a loaded runner slows CPU time too) divides out."""
-        b, h = self.base.cpu_ms, self.head.cpu_ms
-        if not (b and h and b > 0 and h > 0):
-            return None
-        rb, rh = self.base.cpu_reference_ms, self.head.cpu_reference_ms
-        if rb and rh:
-            return (h / rh) / (b / rb)
-        return h / b
-
-    @property
-    def unloaded_ratio(self) -> float | None:
-        """Head's step time without CPU waits over base's; None when either side lacks the
-        split. Head's CPU part is in base's CPU speed where both sides timed the reference."""
-        rb, rh = self.base.cpu_reference_ms, self.head.cpu_reference_ms
-        b = self.base.unloaded_ms()
-        h = self.head.unloaded_ms(rb / rh if rb and rh else 1.0)
-        return h / b if b and h and b > 0 and h > 0 else None
-
-    @property
-    def cpu_referenced(self) -> bool:
-        """Whether ``cpu_ratio`` is in units of the CPU reference (both sides timed it)."""
-        return bool(self.base.cpu_reference_ms and self.head.cpu_reference_ms)
-
-    def phase_log_ratio(self, phase: str) -> float | None:
-        """log(head's ms / base's ms) of a phase; None when either side lacks a positive time."""
-        b = (self.base.phase_ms or {}).get(phase)
-        h = (self.head.phase_ms or {}).get(phase)
-        if not b or not h or b <= 0 or h <= 0:
-            return None
-        return math.log(h / b)
-
-    def share_delta_pp(self, phase: str) -> float | None:
-        """Head's share of ``phase`` minus base's (pp); a phase one side lacks counts as 0 %
-        there; None when neither has it."""
-        b, h = self.base.shares.get(phase), self.head.shares.get(phase)
-        if b is None and h is None:
-            return None
-        return (h or 0.0) - (b or 0.0)
 
 
 @dataclass(frozen=True)

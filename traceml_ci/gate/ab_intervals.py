@@ -14,7 +14,7 @@ from traceml_ci.gate.tdist import t975, t_quantile
 from traceml_ci.summary.keys import phase_union
 
 if TYPE_CHECKING:
-    from traceml_ci.gate.ab import RoundPair
+    from traceml_ci.gate.ab_rounds import RoundPair
 
 #: The intervals' two-sided confidence level, for the metrics together: each of the m metrics
 #: judged gets 1 - 0.05/m (Bonferroni), so noise moves any one of them past its bound in at

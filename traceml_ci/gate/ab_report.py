@@ -148,12 +148,17 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
             {"round": r.number, "first": r.first.value,
              "base": {"step_ms": r.base.step_ms, "cpu_ms": r.base.cpu_ms,
                       "thread": None if r.base.thread is None else dict(r.base.thread),
+                      "uncontended": (None if r.base.uncontended is None
+                                      else dict(r.base.uncontended)),
                       "shares_pct": dict(r.base.shares)},
              "head": {"step_ms": r.head.step_ms, "cpu_ms": r.head.cpu_ms,
                       "thread": None if r.head.thread is None else dict(r.head.thread),
+                      "uncontended": (None if r.head.uncontended is None
+                                      else dict(r.head.uncontended)),
                       "shares_pct": dict(r.head.shares)},
              "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio,
-             "unloaded_ratio": r.unloaded_ratio}
+             "unloaded_ratio": r.unloaded_ratio,
+             "ratios_from_uncontended_windows": r.uncontended}
             for r in result.rounds
         ],
         "intervals": [

@@ -152,6 +152,9 @@ class StepTime:
     #: schedstats; left out of the JSON when None): ``on_cpu_ms``, ``cpu_wait_ms`` (runnable,
     #: waiting for a CPU), ``blocked_ms`` (neither).
     thread: dict[str, float] | None = None
+    #: CPU, on-CPU and blocked ms per analysed step over the windows where the training thread
+    #: hardly waited for a CPU, with their step count (left out of the JSON when None).
+    uncontended: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,10 @@ class Summary:
             step_time["cpu_reference_ms"] = _round(st.cpu_reference_ms, 5)
         if st.thread is not None:
             step_time["thread"] = _rounded(dict(st.thread), 4)
+        if st.uncontended is not None:
+            step_time["uncontended"] = {
+                k: v if k == "steps" else _round(v, 5) for k, v in st.uncontended.items()
+            }
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
         return {

@@ -118,6 +118,16 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         for k in threads[0] if all(k in t for t in threads)}
     else:
         st.pop("thread", None)
+    # The uncontended windows: every run's steps, each figure's median.
+    quiet = [v.at(("step_time", "uncontended")) for v in views]
+    if all(isinstance(q, dict) for q in quiet):
+        st["uncontended"] = {
+            k: sum(q[k] for q in quiet) if k == "steps"
+            else round(statistics.median(q[k] for q in quiet), 5)
+            for k in quiet[0] if all(k in q for q in quiet)
+        }
+    else:
+        st.pop("uncontended", None)
     # Memory peaks: the largest run's. Several runs in one process (the pytest plugin's repeats
     # and re-runs) reuse what the first one allocated, so only the first shows the job's own
     # memory; a median would compare a warm re-run with a cold run on the other side.

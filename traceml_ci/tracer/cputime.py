@@ -22,6 +22,14 @@ window's wall time three ways: the thread on a CPU, waiting for a CPU (the machi
 work: contention), and neither -- blocked: sleeping, reading, waiting for DataLoader workers,
 torch's intra-op pool or a device. Contention moves only the wait; the code moves the other
 two, so A/B mode judges wall time without the wait (gate/ab_intervals.py).
+
+Contention moves the CPU time too: a thread that shares its CPU in slices finds its caches
+cold, and the CPU reference (tracer/cpuref.py) slows by a different factor than the job
+(measured: A/A rounds where one side waited ~50 % for a CPU were 10-30 % off in CPU per
+reference, rounds where neither waited within ~4 %). So the reads also add up the windows
+between two ticks where the thread waited under ``QUIET_WAIT`` of its wall time for a CPU:
+``uncontended()``, the same figures over those windows only, which A/B mode prefers when
+both sides have enough of them (gate/ab.py).
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from traceml_ci.tracer.contention import schedstat
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
+#: A window between two reads is uncontended where the training thread waited for a CPU
+#: under this fraction of its wall time (one scheduler slice in a ~100 ms tick is ~3 %).
+QUIET_WAIT = 0.05
 
 
 def _thread_cpu_ns(ident: int | None) -> int:
@@ -68,14 +79,15 @@ def job_cpu_ns() -> int | None:
 
 class Reading(NamedTuple):
     """One read of the window: analysed steps so far, the job's CPU ns (ours left out), the
-    wall clock, the training thread's schedstat (None: not readable), and the CPU ns of the
-    work we ran on that thread so far."""
+    wall clock, the training thread's schedstat (None: not readable), and the CPU ns and runs
+    of the work we ran on that thread so far."""
 
     steps: int
     cpu_ns: int
     wall_ns: int
     sched: tuple[int, int] | None
     ours_ns: int
+    ours_runs: int = 0
 
 
 class ThreadSplit(NamedTuple):
@@ -86,14 +98,46 @@ class ThreadSplit(NamedTuple):
     blocked_ms: float  # neither: sleeping, I/O, waiting for workers, threads or a device
 
 
+class Uncontended(NamedTuple):
+    """The figures per analysed step over the uncontended windows only (ms)."""
+
+    steps: int
+    cpu_ms: float  # the job's CPU (as ``CpuWindow.ms_per_step``)
+    on_cpu_ms: float  # the training thread's (as ``ThreadSplit``)
+    blocked_ms: float
+    reference_ms: float | None  # the CPU reference's mean per run in those windows; None: none ran
+
+
+def _quiet_delta(a: Reading, b: Reading) -> tuple[int, ...] | None:
+    """What the window from ``a`` to ``b`` adds to the uncontended sums -- steps, job CPU,
+    thread wall, on-CPU and CPU waits, our ns and runs -- or None when it waited too long for a
+    CPU, had no steps, or a figure went backwards."""
+    if a.sched is None or b.sched is None:
+        return None
+    steps = b.steps - a.steps
+    ours_ns, ours_runs = b.ours_ns - a.ours_ns, b.ours_runs - a.ours_runs
+    wall = b.wall_ns - a.wall_ns - ours_ns
+    on_cpu = b.sched[0] - a.sched[0] - ours_ns
+    waited = b.sched[1] - a.sched[1]
+    cpu = b.cpu_ns - a.cpu_ns
+    if steps <= 0 or wall <= 0 or min(on_cpu, waited, cpu, ours_ns, ours_runs) < 0:
+        return None
+    if waited >= QUIET_WAIT * wall:
+        return None
+    return steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs
+
+
 class CpuWindow:
     """Readings at the window's start and at its newest tick."""
 
     def __init__(self) -> None:
         self.first: Reading | None = None
         self.last: Reading | None = None
-        #: CPU ns so far of work we ran on the job's own thread (tracer/cpuref.py): not the job's.
-        self.ours: Callable[[], int] | None = None
+        #: CPU ns and runs so far of work we ran on the job's own thread (tracer/cpuref.py):
+        #: not the job's.
+        self.ours: Callable[[], tuple[int, int]] | None = None
+        #: Sums over the uncontended windows (``_quiet_delta``'s figures).
+        self.quiet = [0] * 7
         #: The training thread: the one that opens the window (the settle at finish may run
         #: on another).
         self._tid: int | None = None
@@ -102,9 +146,19 @@ class CpuWindow:
         now = job_cpu_ns()
         if now is None:
             return None
-        ours = 0 if self.ours is None else self.ours()
+        ours, runs = (0, 0) if self.ours is None else self.ours()
         sched = None if self._tid is None else schedstat(self._tid)
-        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours)
+        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours, runs)
+
+    def _advance(self, now: Reading) -> None:
+        """``now`` is the newest read; the window since the one before joins the uncontended
+        sums if it qualifies."""
+        prev = self.last if self.last is not None else self.first
+        if prev is not None:
+            delta = _quiet_delta(prev, now)
+            if delta is not None:
+                self.quiet = [x + d for x, d in zip(self.quiet, delta, strict=True)]
+        self.last = now
 
     def start(self, steps: int = 0) -> None:
         """The analysed window opens: ``steps`` analysed so far (0 at the last warmup step)."""
@@ -113,6 +167,7 @@ class CpuWindow:
         if now is not None:
             self.first = now
             self.last = None
+            self.quiet = [0] * 7
 
     def tick(self, steps: int) -> None:
         """A housekeeping tick with ``steps`` analysed steps behind it."""
@@ -121,7 +176,7 @@ class CpuWindow:
             return
         now = self._read(steps)
         if now is not None:
-            self.last = now
+            self._advance(now)
 
     def settle(self, steps_now: int) -> None:
         """At finish, before our threads stop: with no tick past the start, a read now with
@@ -130,7 +185,7 @@ class CpuWindow:
         if first is not None and (last is None or last.steps <= first.steps):
             now = self._read(steps_now)
             if now is not None:
-                self.last = now
+                self._advance(now)
 
     def _span(self) -> tuple[Reading, Reading, int] | None:
         first, last = self.first, self.last
@@ -164,3 +219,18 @@ class CpuWindow:
         # schedstat and the clock are read a few µs apart: a negative remainder is that skew
         blocked = max(wall - on_cpu - waited, 0)
         return ThreadSplit(on_cpu / steps / 1e6, waited / steps / 1e6, blocked / steps / 1e6)
+
+    def uncontended(self) -> Uncontended | None:
+        """The figures per analysed step over the uncontended windows; None: there were none
+        (or no schedstats)."""
+        steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs = self.quiet
+        if steps <= 0:
+            return None
+        blocked = max(wall - on_cpu - waited, 0)  # read a few µs apart: skew, as above
+        return Uncontended(
+            steps,
+            cpu / steps / 1e6,
+            on_cpu / steps / 1e6,
+            blocked / steps / 1e6,
+            ours_ns / ours_runs / 1e6 if ours_runs else None,
+        )

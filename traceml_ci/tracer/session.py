@@ -110,7 +110,7 @@ class Tracer:
         if config.cpu_reference and self.store.host:
             self.cpu_reference = CpuReference(warn)
             self.cpu_reference.after_steps(self.store)
-            self.store.cpu.ours = lambda ref=self.cpu_reference: ref.ns
+            self.store.cpu.ours = lambda ref=self.cpu_reference: (ref.ns, ref.runs)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec, self.note_eval) if zero_change else None
         #: Our hooks and forward shadows stay out of what the user pickles, copies or scripts.
@@ -623,6 +623,7 @@ class Tracer:
             cpu_reference_ms=(self.cpu_reference.ms() if self.cpu_reference is not None
                               and self.store.host else None),
             thread=self._thread_split(),
+            uncontended=self._uncontended(),
         )
 
     def _mode(self) -> str:
@@ -649,6 +650,18 @@ class Tracer:
         """The training thread's wall time per analysed step, split (host clock only)."""
         split = self.store.cpu.thread_split() if self.store.host else None
         return None if split is None else split._asdict()
+
+    def _uncontended(self) -> dict[str, float] | None:
+        """CPU, on-CPU and blocked ms per analysed step (and the CPU reference's ms) over the
+        windows where the training thread hardly waited for a CPU (host clock only)."""
+        quiet = self.store.cpu.uncontended() if self.store.host else None
+        if quiet is None:
+            return None
+        out = {"steps": quiet.steps, "cpu_ms": quiet.cpu_ms, "on_cpu_ms": quiet.on_cpu_ms,
+               "blocked_ms": quiet.blocked_ms}
+        if quiet.reference_ms is not None and self.cpu_reference is not None:
+            out["cpu_reference_ms"] = quiet.reference_ms
+        return out
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
