@@ -162,43 +162,22 @@ def report(out: Path, variants: list[str]) -> None:
             print(f"          gate runs, {label}: {dict(verdicts)}; regressed {dict(moved)}; "
                   f"mean rounds {statistics.mean(rounds):.1f}")
             if cpu in ("whole run", "gate"):
-                verdicts, moved, rounds = replay_every_start(pairs, settings)
+                verdicts, moved, rounds = replay(pairs, settings, every_start=True)
                 print(f"            from every start round: {dict(verdicts)}; regressed "
                       f"{dict(moved)}; mean rounds {statistics.mean(rounds):.1f}")
 
 
-def replay(pairs: list[Any], settings: Any) -> tuple[Counter[str], Counter[str], list[int]]:
+def replay(pairs: list[Any], settings: Any, every_start: bool = False
+           ) -> tuple[Counter[str], Counter[str], list[int]]:
     """The verdicts of the gate runs over the recorded rounds, the metrics they regressed and
-    the rounds each took."""
+    the rounds each took (``every_start``: as ``gate_common.ab_gate_runs``)."""
     verdicts: Counter[str] = Counter()
     moved: Counter[str] = Counter()
     rounds = []
-    for result, n in ab_gate_runs(pairs, settings):
+    for result, n in ab_gate_runs(pairs, settings, every_start):
         verdicts[result.verdict.value if result.verdict else "undecided"] += 1
         moved.update(iv.metric for iv in result.regressed)
         rounds.append(n)
-    return verdicts, moved, rounds
-
-
-def replay_every_start(pairs: list[Any], settings: Any
-                       ) -> tuple[Counter[str], Counter[str], list[int]]:
-    """As ``replay``, with a gate run started at every round that has ``max_rounds`` after it
-    (the runs overlap: not independent, but every stretch of the recording is judged)."""
-    from traceml_ci.gate.ab import RoundPair, decide
-
-    verdicts: Counter[str] = Counter()
-    moved: Counter[str] = Counter()
-    rounds = []
-    for i in range(len(pairs) - settings.max_rounds + 1):
-        taken: list[Any] = []
-        for p in pairs[i:]:
-            taken.append(RoundPair(len(taken) + 1, p.base, p.head))
-            result = decide(taken, settings)
-            if result.verdict is not None:
-                break
-        verdicts[result.verdict.value if result.verdict else "undecided"] += 1
-        moved.update(iv.metric for iv in result.regressed)
-        rounds.append(len(taken))
     return verdicts, moved, rounds
 
 

@@ -185,12 +185,15 @@ def judge_sequential(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, 
             "runs_per_job": runs / jobs if jobs else 0.0}
 
 
-def ab_gate_runs(pairs: Sequence[Any], settings: Any) -> list[tuple[Any, int]]:
+def ab_gate_runs(pairs: Sequence[Any], settings: Any,
+                 every_start: bool = False) -> list[tuple[Any, int]]:
     """A/B gate runs replayed over recorded rounds (``gate.ab.RoundPair``s), as ``traceml-ci ab``
     takes them: each run takes rounds until ``decide`` gives a verdict, the next starts at the
     round after; a run is only started where ``settings.max_rounds`` rounds are left (fewer
     recorded than the cap: one run over them all, whose verdict may be None, undecided).
-    Each run's ``AbResult`` and the rounds it took."""
+    ``every_start``: a run starts at every such round instead (overlapping runs: not
+    independent, but every stretch of the recording is judged). Each run's ``AbResult`` and
+    the rounds it took."""
     from traceml_ci.gate.ab import RoundPair, decide
 
     runs: list[tuple[Any, int]] = []
@@ -203,7 +206,7 @@ def ab_gate_runs(pairs: Sequence[Any], settings: Any) -> list[tuple[Any, int]]:
             if result.verdict is not None:
                 break
         runs.append((result, len(taken)))
-        i += len(taken)
+        i += 1 if every_start else len(taken)
     return runs
 
 

@@ -95,26 +95,35 @@ def test_a_window_needs_steps_between_its_reads() -> None:
     assert got is not None and got > 0
 
 
-SPLIT_CHILD = textwrap.dedent("""
-    import json, os, sys, time
-    os.sched_setaffinity(0, {int(sys.argv[1])})
+#: A child pinned to the CPU in argv[1], traced into argv[2]: ``step()`` spins 1 ms of CPU
+#: and sleeps 2 ms in a trace_step.
+PINNED_STEP = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    cpu = int(sys.argv[1])
+    os.sched_setaffinity(0, {cpu})
     import torch
     import traceml_ci as traceml
     torch.set_num_threads(1)
     traceml.init(out_dir=sys.argv[2], warmup_steps=3)
     model = torch.nn.Linear(32, 32)
     x = torch.randn(8, 32)
-    cpu0 = slept = steps = 0
-    end = None
-    while end is None or time.perf_counter() < end:
-        if steps == 3:
-            cpu0, end = time.thread_time_ns(), time.perf_counter() + 1.0
+
+    def step():
         with traceml.trace_step(model):
             model(x).sum().backward()
             spin_end = time.thread_time() + 0.001  # 1 ms of CPU
             while time.thread_time() < spin_end:
                 pass
             time.sleep(0.002)  # 2 ms blocked
+""")
+
+SPLIT_CHILD = PINNED_STEP + textwrap.dedent("""
+    cpu0 = steps = 0
+    end = None
+    while end is None or time.perf_counter() < end:
+        if steps == 3:
+            cpu0, end = time.thread_time_ns(), time.perf_counter() + 1.0
+        step()
         steps += 1
     cpu_ms = (time.thread_time_ns() - cpu0) / (steps - 3) / 1e6
     traceml.finish()
@@ -176,16 +185,7 @@ def test_only_windows_where_the_thread_hardly_waited_are_uncontended() -> None:
     assert window.uncontended() is None
 
 
-HOG_MIDWAY_CHILD = textwrap.dedent("""
-    import json, os, subprocess, sys, time
-    cpu = int(sys.argv[1])
-    os.sched_setaffinity(0, {cpu})
-    import torch
-    import traceml_ci as traceml
-    torch.set_num_threads(1)
-    traceml.init(out_dir=sys.argv[2], warmup_steps=3)
-    model = torch.nn.Linear(32, 32)
-    x = torch.randn(8, 32)
+HOG_MIDWAY_CHILD = PINNED_STEP + textwrap.dedent("""
     steps, end, hog, hog_steps = 0, None, None, 0
     try:
         while end is None or time.perf_counter() < end:
@@ -199,12 +199,7 @@ HOG_MIDWAY_CHILD = textwrap.dedent("""
                 hog.wait()
             if hog is not None and hog.returncode is None:
                 hog_steps += 1
-            with traceml.trace_step(model):
-                model(x).sum().backward()
-                spin_end = time.thread_time() + 0.001  # 1 ms of CPU
-                while time.thread_time() < spin_end:
-                    pass
-                time.sleep(0.002)  # 2 ms blocked
+            step()
             steps += 1
     finally:
         if hog is not None and hog.poll() is None:
