@@ -162,16 +162,20 @@ def test_the_thread_split_gives_sleeps_to_blocked_and_the_load_to_cpu_wait(
 
 
 def test_only_windows_where_the_thread_hardly_waited_are_uncontended() -> None:
-    """Three windows between reads (ns): 10 steps with 1 % waits, 10 steps that waited about
-    as long as they ran, and 10 steps with 1 % waits and 10 runs of our own 1 ms work on the
-    thread. The uncontended figures are the first and third windows' only, ours left out."""
+    """Four windows between reads (ns): 10 steps with 1 % waits, 10 steps that waited about
+    as long as they ran, 10 steps with 1 % waits and 10 runs of our own 1 ms work on the
+    thread, and 10 steps whose other threads waited. The uncontended figures are the first
+    and third windows' only, ours left out."""
     ms = 1_000_000
     window = CpuWindow()
     assert window.uncontended() is None
     window.first = Reading(0, 0, 0, (0, 0), 0, 0)
     window._advance(Reading(10, 60 * ms, 100 * ms, (60 * ms, 1 * ms), 0, 0))
     window._advance(Reading(20, 150 * ms, 300 * ms, (150 * ms, 101 * ms), 0, 0))
-    window._advance(Reading(30, 210 * ms, 410 * ms, (220 * ms, 102 * ms), 10 * ms, 10))
+    window._advance(Reading(30, 210 * ms, 410 * ms, (220 * ms, 102 * ms), 10 * ms, 10, 0))
+    # 10 steps where the training thread hardly waited but the process's other threads (its
+    # intra-op pool) waited 30 ms: the thread was blocked on them, and the window is left out
+    window._advance(Reading(40, 270 * ms, 510 * ms, (280 * ms, 103 * ms), 10 * ms, 10, 30 * ms))
     quiet = window.uncontended()
     assert quiet is not None
     assert quiet.steps == 20
@@ -180,7 +184,7 @@ def test_only_windows_where_the_thread_hardly_waited_are_uncontended() -> None:
     assert quiet.blocked_ms == pytest.approx((200 - 120 - 2) / 20)
     assert quiet.reference_ms == pytest.approx(1.0)
     whole = window.thread_split()
-    assert whole is not None and whole.cpu_wait_ms == pytest.approx(102 / 30)
+    assert whole is not None and whole.cpu_wait_ms == pytest.approx(103 / 40)
     window.start()  # a new window starts new sums
     assert window.uncontended() is None
 

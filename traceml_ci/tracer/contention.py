@@ -41,6 +41,27 @@ def schedstat(pid: int) -> tuple[int, int] | None:
     return None
 
 
+def process_waits_ns() -> int | None:
+    """ns all of this process's live threads have waited runnable for a CPU so far (torch's
+    intra-op pool too: the training thread blocks while a pool thread it waits on is
+    preempted); None without schedstats. A thread that has exited takes its figure with it,
+    so callers compare two reads made while the same threads run."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[1])
+        except FileNotFoundError:  # the thread exited between the listing and the read
+            continue
+        except (OSError, ValueError, IndexError):
+            return None
+    return total
+
+
 class ThreadWait:
     """``read()``: ns the calling thread has waited runnable for a CPU so far, or None (no
     schedstats). One open file per thread, read with ``pread`` (~5 µs; opening it is ~40 µs)."""

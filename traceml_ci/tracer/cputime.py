@@ -26,10 +26,13 @@ two, so A/B mode judges wall time without the wait (gate/ab_intervals.py).
 Contention moves the CPU time too: a thread that shares its CPU in slices finds its caches
 cold, and the CPU reference (tracer/cpuref.py) slows by a different factor than the job
 (measured: A/A rounds where one side waited ~50 % for a CPU were 10-30 % off in CPU per
-reference, rounds where neither waited within ~4 %). So the reads also add up the windows
-between two ticks where the thread waited under ``QUIET_WAIT`` of its wall time for a CPU:
+reference). So the reads also add up the windows between two ticks where the thread waited
+under ``QUIET_WAIT`` of its wall time for a CPU, and the process's threads together too (a
+training thread waiting for a preempted pool thread is blocked, not runnable):
 ``uncontended()``, the same figures over those windows only, which A/B mode prefers when
-both sides have enough of them (gate/ab.py).
+both sides have enough of them
+(gate/ab_rounds.py; A/A per-round spread of the CPU per reference 6.8 % -> 5.5 %,
+docs/gate.md).
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from traceml_ci.tracer.contention import schedstat
+from traceml_ci.tracer.contention import process_waits_ns, schedstat
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
-#: A window between two reads is uncontended where the training thread waited for a CPU
-#: under this fraction of its wall time (one scheduler slice in a ~100 ms tick is ~3 %).
+#: A window between two reads is uncontended where the training thread, and the process's
+#: threads together, waited for a CPU under this fraction of its wall time (one scheduler
+#: slice in a ~100 ms tick is ~3 %).
 QUIET_WAIT = 0.05
 
 
@@ -79,8 +83,9 @@ def job_cpu_ns() -> int | None:
 
 class Reading(NamedTuple):
     """One read of the window: analysed steps so far, the job's CPU ns (ours left out), the
-    wall clock, the training thread's schedstat (None: not readable), and the CPU ns and runs
-    of the work we ran on that thread so far."""
+    wall clock, the training thread's schedstat (None: not readable), the CPU ns and runs of
+    the work we ran on that thread so far, and the ns all the process's threads have waited
+    for a CPU (None: not readable)."""
 
     steps: int
     cpu_ns: int
@@ -88,6 +93,7 @@ class Reading(NamedTuple):
     sched: tuple[int, int] | None
     ours_ns: int
     ours_runs: int = 0
+    process_wait: int | None = None
 
 
 class ThreadSplit(NamedTuple):
@@ -124,6 +130,10 @@ def _quiet_delta(a: Reading, b: Reading) -> tuple[int, ...] | None:
         return None
     if waited >= QUIET_WAIT * wall:
         return None
+    # torch's pool threads preempted: the training thread waits for them blocked, not runnable
+    if (a.process_wait is not None and b.process_wait is not None
+            and b.process_wait - a.process_wait >= QUIET_WAIT * wall):
+        return None
     return steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs
 
 
@@ -148,7 +158,8 @@ class CpuWindow:
             return None
         ours, runs = (0, 0) if self.ours is None else self.ours()
         sched = None if self._tid is None else schedstat(self._tid)
-        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours, runs)
+        waits = process_waits_ns() if sched is not None else None
+        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours, runs, waits)
 
     def _advance(self, now: Reading) -> None:
         """``now`` is the newest read; the window since the one before joins the uncontended
