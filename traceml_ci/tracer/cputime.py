@@ -31,7 +31,7 @@ under ``QUIET_WAIT`` of its wall time for a CPU, and the process's threads toget
 training thread waiting for a preempted pool thread is blocked, not runnable):
 ``uncontended()``, the same figures over those windows only, which A/B mode prefers when
 both sides have enough of them
-(gate/ab_rounds.py; A/A per-round spread of the CPU per reference 6.8 % -> 5.5 %,
+(gate/ab_rounds.py; A/A per-round spread of the CPU per reference 4.7 % -> 3.7 %,
 docs/gate.md).
 """
 
