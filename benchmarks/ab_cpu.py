@@ -102,21 +102,16 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 
 def report(out: Path, variants: list[str]) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
-    from traceml_ci.gate.ab_rounds import UNCONTENDED_MIN_SHARE, UNCONTENDED_MIN_STEPS
-
-    def quiet(r: dict[str, Any]) -> dict[str, float] | None:
-        """The uncontended block where the gate would take it (as ``SideFigures``)."""
-        q, n = r.get("uncontended"), r.get("steps_analyzed") or 0
-        if not q or q["steps"] < max(UNCONTENDED_MIN_STEPS, UNCONTENDED_MIN_SHARE * n):
-            return None
-        return {k: v for k, v in q.items() if k != "steps"}
+    from traceml_ci.gate.ab_rounds import uncontended_figures
 
     def side(r: dict[str, Any], cpu: str) -> SideFigures:
         if cpu in ("gate", "whole run"):  # everything the gate reads from a summary
             return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
                                cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
                                thread=r.get("thread"),
-                               uncontended=quiet(r) if cpu == "gate" else None)
+                               uncontended=(uncontended_figures(r.get("uncontended"),
+                                                                r.get("steps_analyzed"))
+                                            if cpu == "gate" else None))
         ref = r.get("cpu_reference_ms") if cpu == "referenced" else None
         return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
                            cpu_reference_ms=ref)

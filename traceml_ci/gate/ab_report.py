@@ -27,6 +27,15 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else fmt.number(x)
 
 
+#: Under the rounds table where a round's CPU figures are its uncontended windows'.
+UNCONTENDED_NOTE = ("* CPU ms over the windows where neither run's threads waited for a CPU "
+                    "(step_time.uncontended)")
+
+
+def _uncontended_note(result: AbResult) -> list[str]:
+    return [UNCONTENDED_NOTE] if any(r.uncontended for r in result.rounds) else []
+
+
 def _interval(iv: Interval) -> str:
     return f"{fmt.delta(iv.low, iv.unit)} .. {fmt.delta(iv.high, iv.unit)}"
 
@@ -52,7 +61,10 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
     rows = []
     for r in result.rounds:
         deltas = [fmt.delta(r.share_delta_pp(p), "pp") for p in phases]
-        cpu_cells = [_ms(r.base.cpu_ms), _ms(r.head.cpu_ms), _ratio(r.cpu_ratio)]
+        # the CPU ms the ratio is of: the uncontended windows' where the round used them (*)
+        mark = "*" if r.uncontended else ""
+        cpu_cells = [_ms(r.load_proof(r.base)[0]) + mark, _ms(r.load_proof(r.head)[0]) + mark,
+                     _ratio(r.cpu_ratio)]
         split_cells = [_pct(r.base.cpu_wait_pct), _pct(r.head.cpu_wait_pct),
                        _ratio(r.unloaded_ratio)]
         rows.append(
@@ -104,6 +116,8 @@ def render_text(result: AbResult, base_ref: str = "") -> str:
         lines.append("")
         for cells in (table_head, *table_rows):
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+        if table_rows is rows:
+            lines += _uncontended_note(result)
     lines += ["", f"{_verdict_word(result)}: {clean(result.reason())}"]
     return "\n".join(lines) + "\n"
 
@@ -127,6 +141,8 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
         out.append("|" + "---|" * len(table_head))
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in table_rows]
         out.append("")
+        if table_rows is rows:
+            out += [md(note) + "\n" for note in _uncontended_note(result)]
     out.append(md(result.reason()))
     return "\n".join(out) + "\n"
 

@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError
-from traceml_ci.summary.view import SummaryView
+from traceml_ci.summary.view import SummaryView, finite
 
 #: A run's uncontended windows stand for it when they hold at least this many analysed steps
 #: and this share of them; fewer are a few lucky windows, not the run.
@@ -76,14 +76,6 @@ class SideFigures:
         total = t["on_cpu_ms"] + t["cpu_wait_ms"] + t["blocked_ms"]
         return 100.0 * t["cpu_wait_ms"] / total if total > 0 else None
 
-    def unloaded_ms(self, speed: float = 1.0) -> float | None:
-        """Step time without the CPU waits: on-CPU time times ``speed`` (a CPU-speed factor,
-        from the CPU references) plus blocked time; None without the split."""
-        t = self.thread
-        if not t:
-            return None
-        return t["on_cpu_ms"] * speed + t["blocked_ms"]
-
     @classmethod
     def from_summary(cls, doc: Mapping[str, Any], source: str | None = None) -> SideFigures:
         """Read from a final_summary.json dict; InputError (naming ``source``) when the run
@@ -122,23 +114,27 @@ def _thread(view: SummaryView) -> dict[str, float] | None:
 _QUIET = ("cpu_ms", "on_cpu_ms", "blocked_ms")
 
 
-def _uncontended(view: SummaryView) -> dict[str, float] | None:
-    """``step_time.uncontended`` when it covers enough of the run's analysed steps and every
-    figure is a finite number >= 0 (the CPU reference's > 0 where present)."""
-    steps = view.number(("step_time", "uncontended", "steps"))
-    analysed = view.steps_analyzed
-    if steps is None or steps < UNCONTENDED_MIN_STEPS or not analysed:
+def uncontended_figures(block: Any, analysed: int | None) -> dict[str, float] | None:
+    """A ``step_time.uncontended`` block as a round uses it: None unless it covers enough of
+    the run's ``analysed`` steps and every figure is a finite number >= 0 (the CPU
+    reference's > 0 where present)."""
+    if not isinstance(block, Mapping) or not analysed:
         return None
-    if steps < UNCONTENDED_MIN_SHARE * analysed:
+    steps = finite(block.get("steps"))
+    if steps is None or steps < max(UNCONTENDED_MIN_STEPS, UNCONTENDED_MIN_SHARE * analysed):
         return None
-    parts = {k: view.number(("step_time", "uncontended", k)) for k in _QUIET}
+    parts = {k: finite(block.get(k)) for k in _QUIET}
     if any(v is None or v < 0 for v in parts.values()):
         return None
     out = {k: float(v) for k, v in parts.items() if v is not None}
-    ref = _positive(view.number(("step_time", "uncontended", "cpu_reference_ms")))
+    ref = _positive(finite(block.get("cpu_reference_ms")))
     if ref is not None:
         out["cpu_reference_ms"] = ref
     return out
+
+
+def _uncontended(view: SummaryView) -> dict[str, float] | None:
+    return uncontended_figures(view.at(("step_time", "uncontended")), view.steps_analyzed)
 
 
 @dataclass(frozen=True)
@@ -166,9 +162,10 @@ class RoundPair:
         return (b is not None and h is not None
                 and ("cpu_reference_ms" in b) == ("cpu_reference_ms" in h))
 
-    def _load_proof(self, side: SideFigures) -> tuple[float | None, float | None,
-                                                       Mapping[str, float] | None]:
-        """``side``'s CPU ms, CPU reference ms and thread split, on this pair's one basis."""
+    def load_proof(self, side: SideFigures) -> tuple[float | None, float | None,
+                                                      Mapping[str, float] | None]:
+        """``side``'s CPU ms, CPU reference ms and thread split, on this pair's one basis
+        (its uncontended windows, or its whole run)."""
         q = side.uncontended if self.uncontended else None
         if q is not None:
             return q["cpu_ms"], q.get("cpu_reference_ms"), q
@@ -179,8 +176,8 @@ class RoundPair:
         """Head's CPU ms per step over base's; None when either side lacks it. Where both
         sides timed the CPU reference, each side's CPU is in units of it: the machine's speed
         as that run went (a loaded runner slows CPU time too) divides out."""
-        b, rb, _ = self._load_proof(self.base)
-        h, rh, _ = self._load_proof(self.head)
+        b, rb, _ = self.load_proof(self.base)
+        h, rh, _ = self.load_proof(self.head)
         if not (b and h and b > 0 and h > 0):
             return None
         if rb and rh:
@@ -191,8 +188,8 @@ class RoundPair:
     def unloaded_ratio(self) -> float | None:
         """Head's step time without CPU waits over base's; None when either side lacks the
         split. Head's CPU part is in base's CPU speed where both sides timed the reference."""
-        _, rb, tb = self._load_proof(self.base)
-        _, rh, th = self._load_proof(self.head)
+        _, rb, tb = self.load_proof(self.base)
+        _, rh, th = self.load_proof(self.head)
         if not tb or not th:
             return None
         b = tb["on_cpu_ms"] + tb["blocked_ms"]
@@ -202,8 +199,8 @@ class RoundPair:
     @property
     def cpu_referenced(self) -> bool:
         """Whether ``cpu_ratio`` is in units of the CPU reference (both sides timed it)."""
-        _, rb, _ = self._load_proof(self.base)
-        _, rh, _ = self._load_proof(self.head)
+        _, rb, _ = self.load_proof(self.base)
+        _, rh, _ = self.load_proof(self.head)
         return bool(rb and rh)
 
     def phase_log_ratio(self, phase: str) -> float | None:

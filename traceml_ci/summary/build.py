@@ -91,7 +91,8 @@ class RunRecord:
     #: The training thread's wall time per analysed step, split (tracer/cputime.ThreadSplit:
     #: on_cpu_ms, cpu_wait_ms, blocked_ms); host clock with schedstats only, else None.
     thread: dict[str, float] | None = None
-    #: The same figures over the windows where that thread hardly waited for a CPU (steps,
+    #: The same figures over the windows where that thread, and the process's threads
+    #: together, hardly waited for a CPU (steps,
     #: cpu_ms, on_cpu_ms, blocked_ms, cpu_reference_ms when it ran; tracer/cputime.py).
     uncontended: dict[str, float] | None = None
     #: The run used a process group: its summary has the wait phase (time in collectives).

@@ -153,7 +153,8 @@ class StepTime:
     #: waiting for a CPU), ``blocked_ms`` (neither).
     thread: dict[str, float] | None = None
     #: CPU, on-CPU and blocked ms per analysed step over the windows where the training thread
-    #: hardly waited for a CPU, with their step count (left out of the JSON when None).
+    #: and the process's threads hardly waited for a CPU, with their step count (left out of
+    #: the JSON when None).
     uncontended: dict[str, float] | None = None
 
 

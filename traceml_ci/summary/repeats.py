@@ -118,12 +118,14 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         for k in threads[0] if all(k in t for t in threads)}
     else:
         st.pop("thread", None)
-    # The uncontended windows: every run's steps, each figure's median.
+    # The uncontended windows: the runs' median steps (a run's count, as steps_analyzed is),
+    # each figure their mean weighted by steps (a run with 1 such step weighs 1 step).
     quiet = [v.at(("step_time", "uncontended")) for v in views]
-    if all(isinstance(q, dict) for q in quiet):
+    if all(isinstance(q, dict) and q.get("steps", 0) > 0 for q in quiet):
+        total = sum(q["steps"] for q in quiet)
         st["uncontended"] = {
-            k: sum(q[k] for q in quiet) if k == "steps"
-            else round(statistics.median(q[k] for q in quiet), 5)
+            k: int(statistics.median(q[k] for q in quiet)) if k == "steps"
+            else round(sum(q[k] * q["steps"] for q in quiet) / total, 5)
             for k in quiet[0] if all(k in q for q in quiet)
         }
     else:

@@ -42,13 +42,14 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from traceml_ci.tracer.contention import process_waits_ns, schedstat
+from traceml_ci.tracer.contention import schedstat, thread_waits_ns, waits_between
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
 #: A window between two reads is uncontended where the training thread, and the process's
-#: threads together, waited for a CPU under this fraction of its wall time (one scheduler
-#: slice in a ~100 ms tick is ~3 %).
+#: threads together (ours left out), waited for a CPU under this fraction of its wall time
+#: (one scheduler slice in a ~100 ms tick is ~3 %). A job whose own threads outnumber the
+#: CPUs waits on itself: its windows are never uncontended, and A/B uses its whole run.
 QUIET_WAIT = 0.05
 
 
@@ -72,6 +73,15 @@ def own_threads_cpu_ns() -> int:
     )
 
 
+def own_thread_ids() -> frozenset[int]:
+    """Native ids of our own live threads."""
+    return frozenset(
+        t.native_id
+        for t in threading.enumerate()
+        if t.name.startswith(OWN_THREAD_PREFIX) and t.native_id is not None
+    )
+
+
 def job_cpu_ns() -> int | None:
     """The process's CPU ns so far, our own threads' left out; None where unreadable."""
     try:
@@ -84,8 +94,8 @@ def job_cpu_ns() -> int | None:
 class Reading(NamedTuple):
     """One read of the window: analysed steps so far, the job's CPU ns (ours left out), the
     wall clock, the training thread's schedstat (None: not readable), the CPU ns and runs of
-    the work we ran on that thread so far, and the ns all the process's threads have waited
-    for a CPU (None: not readable)."""
+    the work we ran on that thread so far, and the ns each of the process's threads (ours
+    left out) has waited for a CPU (None: not readable)."""
 
     steps: int
     cpu_ns: int
@@ -93,7 +103,7 @@ class Reading(NamedTuple):
     sched: tuple[int, int] | None
     ours_ns: int
     ours_runs: int = 0
-    process_wait: int | None = None
+    thread_waits: dict[int, int] | None = None
 
 
 class ThreadSplit(NamedTuple):
@@ -131,8 +141,8 @@ def _quiet_delta(a: Reading, b: Reading) -> tuple[int, ...] | None:
     if waited >= QUIET_WAIT * wall:
         return None
     # torch's pool threads preempted: the training thread waits for them blocked, not runnable
-    if (a.process_wait is not None and b.process_wait is not None
-            and b.process_wait - a.process_wait >= QUIET_WAIT * wall):
+    if (a.thread_waits is not None and b.thread_waits is not None
+            and waits_between(a.thread_waits, b.thread_waits) >= QUIET_WAIT * wall):
         return None
     return steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs
 
@@ -158,7 +168,9 @@ class CpuWindow:
             return None
         ours, runs = (0, 0) if self.ours is None else self.ours()
         sched = None if self._tid is None else schedstat(self._tid)
-        waits = process_waits_ns() if sched is not None else None
+        # read on the training thread between steps: its ~40-90 µs count as the job's CPU,
+        # the same on both sides of an A/B
+        waits = thread_waits_ns(own_thread_ids()) if sched is not None else None
         return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours, runs, waits)
 
     def _advance(self, now: Reading) -> None:

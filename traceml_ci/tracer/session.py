@@ -653,13 +653,15 @@ class Tracer:
 
     def _uncontended(self) -> dict[str, float] | None:
         """CPU, on-CPU and blocked ms per analysed step (and the CPU reference's ms) over the
-        windows where the training thread hardly waited for a CPU (host clock only)."""
+        windows where the training thread, and the process's threads together, hardly waited
+        for a CPU (host clock only)."""
         quiet = self.store.cpu.uncontended() if self.store.host else None
         if quiet is None:
             return None
         out = {"steps": quiet.steps, "cpu_ms": quiet.cpu_ms, "on_cpu_ms": quiet.on_cpu_ms,
                "blocked_ms": quiet.blocked_ms}
-        if quiet.reference_ms is not None and self.cpu_reference is not None:
+        if quiet.reference_ms is not None and self.cpu_reference is not None \
+                and self.cpu_reference.ms() is not None:  # not turned off midway
             out["cpu_reference_ms"] = quiet.reference_ms
         return out
 
