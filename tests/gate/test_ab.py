@@ -594,7 +594,16 @@ def test_the_load_proof_ratios_come_from_both_sides_uncontended_windows() -> Non
     whole_run = [dataclasses.replace(r, base=dataclasses.replace(r.base, uncontended=None))
                  for r in same]
     assert max(abs(r.cpu_ratio - 1.0) for r in whole_run) > 0.2  # what the skew does unaided
-    assert decide(same).verdict is AbVerdict.PASS, decide(same).reason()
+    passed = decide(same)
+    assert passed.verdict is AbVerdict.PASS, passed.reason()
+    # the report shows the CPU ms the ratios are of, marked, and says what the mark means
+    text = ab_report.render_text(passed)
+    quiet_ms = f"{same[0].base.uncontended['cpu_ms']:.2f}*"
+    assert ab_report.UNCONTENDED_NOTE in text and quiet_ms in text
+    assert fmt.markdown(ab_report.UNCONTENDED_NOTE) in ab_report.render_markdown(passed)
+    doc = ab_report.to_json(passed)
+    assert all(r["ratios_from_uncontended_windows"] for r in doc["rounds"])
+    assert ab_report.UNCONTENDED_NOTE not in ab_report.render_text(decide(whole_run))
 
     costlier = _rounds([(skewed(lb, i, 6.0), skewed(lh, i + 1, 7.2))
                         for i, (lb, lh) in enumerate(_LOAD)])
