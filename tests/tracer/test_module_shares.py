@@ -16,7 +16,7 @@ from tests.conftest import spin_cpu
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.loops import BusyBackward, train_at_least
 from traceml_ci.tracer.clocks import HostClock
-from traceml_ci.tracer.modules import ModuleSampler, _Sample, attribute
+from traceml_ci.tracer.modules import ModuleSampler, _Forward, _Sample, attribute
 
 #: A small module tree: parent -> children (names as select_modules writes them).
 TREE = ["a", "b", "a.x", "a.y", "a.z", "b.x", "a.x.p", "a.x.q"]
@@ -83,6 +83,21 @@ def test_properly_nested_calls_keep_their_lengths(data) -> None:
     }
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    root=st.floats(0, 100, allow_nan=False),
+    calls=calls,
+    gaps=gaps,
+    leak=st.tuples(*[st.floats(0, 3, allow_nan=False)] * 4),
+)
+def test_the_model_s_time_less_the_hooks_cost_is_attribute_s(root, calls, gaps, leak) -> None:
+    """``leak_scale`` bisects on ``_Forward.root_less``, the model's time alone: it is what
+    attributing the sample would give, whatever the marks and the cost."""
+    hooks = tuple((s, e, s - 0.1, e + 0.1) for _, (s, e) in calls)
+    raw = _Forward(root, tuple((n, s, e) for n, (s, e) in calls), tuple(gaps), hooks)
+    assert abs(raw.root_less(leak) - raw.attribute(ANCESTORS, leak)[0]) < 1e-6
+
+
 waits = st.lists(st.tuples(st.floats(-5, 105, allow_nan=False), st.integers(0, 10**6)),
                  max_size=8)
 
@@ -92,16 +107,19 @@ waits = st.lists(st.tuples(st.floats(-5, 105, allow_nan=False), st.integers(0, 1
     samples=st.lists(st.tuples(st.integers(1, 10_000), calls, calls, waits), min_size=1,
                      max_size=6),
     leak=st.one_of(st.none(), st.tuples(*[st.floats(0, 5000, allow_nan=False)] * 4)),
+    plain=st.lists(st.floats(0, 100, allow_nan=False), max_size=6),
 )
-def test_the_sampler_s_shares_keep_the_promise(samples, leak) -> None:
+def test_the_sampler_s_shares_keep_the_promise(samples, leak, plain) -> None:
     """Through ModuleSampler, from marks to the summary's rounded shares: forward and
     backward, over several samples, with the hooks' calibrated cost and the thread's waits
-    for a CPU left out (any amounts, anywhere)."""
+    for a CPU left out (any amounts, anywhere), and that cost scaled to what unhooked
+    forwards of any length say it is (``leak_scale``)."""
     sampler = ModuleSampler(lambda _: None)
     sampler.clock = HostClock()
     sampler.types = dict.fromkeys(TREE, "M")
     sampler.ancestors = ANCESTORS
     sampler.leak = leak
+    sampler.plain = [(ms, 0.0, None) for ms in plain]
     for length, fwd, bwd, wait in samples:
         s = _Sample()
         s.root = [0, length * 1000, 10**7, 10**7 + length * 2000]

@@ -24,10 +24,13 @@ their parent, even where backward intervals overlap (an input several modules re
 firing on one tensor in turn). On the host clock the hooks' own work is timed and left out,
 of the modules and of the model's own time alike, and so is their cost that no mark sees
 (torch calling them, their return, ops slowed by a tensor's gradient hook): measured once per
-run on a hooked probe module (``calibrate``). A sampled step is slower than the others by that
-work, and shares are of the step as it runs unsampled. The thread's waits for a CPU, read in
-every hook (schedstat), are left out where they fell -- a preemption would land in one module
--- and clean samples are preferred (``keep_samples``).
+run on a hooked probe module (``calibrate``). What that probe, called in a hot loop, still
+misses (cold caches in a real model: 1-2x the calibrated cost, per machine) is measured in the
+run itself: a step after each sample times the model's forward unhooked, and the hooks'
+cost is scaled until the sampled forwards take what those do (``leak_scale``). A sampled step is
+slower than the others by that work, and shares are of the step as it runs unsampled. The
+thread's waits for a CPU, read in every hook (schedstat), are left out where they fell -- a
+preemption would land in one module -- and clean samples are preferred (``keep_samples``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from traceml_ci.summary.keys import DEFAULT_MODULE_SAMPLE_S, TOP_MODULES
 from traceml_ci.summary.stats import iqr
@@ -79,6 +82,18 @@ MIN_KEPT = 4
 #: Calls of a hooked no-op module, once per run, that measure the hooks' cost their own marks
 #: do not see (medians: a preempted call does not count).
 CALIBRATION_CALLS = 100
+#: The unhooked forward is timed this many steps after a sampled one (before the next sample,
+#: ``MIN_STEP_GAP`` on): not the very next, which may still pay the sample's backward hooks.
+PLAIN_AFTER_STEPS = 2
+#: The sampled forwards' excess over the unhooked ones is trusted up to this fraction of
+#: them; beyond, the two are not alike (a forward that changes with the step) and it is not
+#: used.
+MAX_EXCESS_FRACTION = 0.5
+#: The hooks' cost found in the run is at most this many times the calibrated one (measured
+#: 1.0-1.8 quiet; beside other work, the forwards that follow a preemption run slower for
+#: reasons of their own); found to this many halvings of the interval (``leak_scale``).
+MAX_LEAK_SCALE = 3.0
+LEAK_SCALE_STEPS = 12
 
 #: Armed steps in a row without the model's own forward before sampling stops.
 MAX_MISSED = 3
@@ -315,10 +330,16 @@ class ModuleSampler:
         self._rng = random.Random(0)
         self._current: _Sample | None = None
         self._pending: list[_Sample] = []
+        #: The step from which the next unhooked forward is timed (None: none due).
+        self._plain_from: int | None = None
+        #: Unhooked forwards: (ms less the thread's waits, ms waited, None); a reservoir.
+        self.plain: list[tuple[float, float | None, None]] = []
+        self._plain_seen = 0
         # per direction: samples, and per sample (the model's ms, ms its thread waited for a
-        # CPU, left out, or None, {module: ms}) -- a reservoir of MAX_SHARES beyond that
+        # CPU, left out, or None, {module: ms}, {module: hooked calls it holds} or None) -- a
+        # reservoir of MAX_SHARES beyond that
         self.steps = {"forward": 0, "backward": 0}
-        self.samples: dict[str, list[tuple[float, float | None, dict[str, float]]]] = {
+        self.samples: dict[str, list[_Record]] = {
             "forward": [],
             "backward": [],
         }
@@ -329,11 +350,12 @@ class ModuleSampler:
         self.enabled = every_s > 0 and self.off_reason is None
 
     def tick_ns(self, housekeeping_ns: int) -> int:
-        """How often the step store should call ``tick``: its housekeeping interval, or the
-        sample period if shorter (a smoke test of a few hundred ms still gets samples)."""
+        """How often the step store should call ``tick``: its housekeeping interval, or half
+        the sample period if shorter (a smoke test of a few hundred ms still gets samples, and
+        each sample's unhooked forward a tick of its own between two samples)."""
         if not self.enabled or self.every_ns <= 0:
             return housekeeping_ns
-        return max(min(housekeeping_ns, self.every_ns), MIN_TICK_NS)
+        return max(min(housekeeping_ns, self.every_ns // 2), MIN_TICK_NS)
 
     @property
     def sampled(self) -> int:
@@ -376,7 +398,14 @@ class ModuleSampler:
             self._resolve(wait=len(self._pending) > MAX_PENDING)
         if self.handles and step is not None and step > self.armed_step + 1:
             self._missed_root()
-        if not self.enabled or self.handles or not self.modules or now_ns < self.next_ns:
+        if not self.enabled or self.handles or not self.modules:
+            return
+        if self._plain_from is not None and step is not None and step >= self._plain_from:
+            self._plain_from = None
+            self.armed_step = step
+            self._arm_guarded(self._arm_plain)
+            return
+        if now_ns < self.next_ns:
             return
         if step is not None:
             if step < self.next_step:
@@ -387,14 +416,20 @@ class ModuleSampler:
         if compile_in_use((), self.frames_before):  # compiled since: leave its graphs alone
             self._off(OFF_COMPILED)
             return
+        if self.clock.kind == "host" and self._wait is None:  # not calibrated at watch()
+            self._calibrate()
+        if self._arm_guarded(self._arm) and step is not None and self.leak is not None:
+            self._plain_from = step + PLAIN_AFTER_STEPS
+
+    def _arm_guarded(self, arm: Callable[[], None]) -> bool:
         try:
-            if self.clock.kind == "host" and self._wait is None:  # not calibrated at watch()
-                self._calibrate()
-            self._arm()
+            arm()
+            return True
         except Exception as exc:
             self._disarm()
             self.enabled = False
             self._warn(f"module sampling stopped ({exc!r})")
+            return False
 
     def _missed_root(self) -> None:
         """The armed step ended and the model's own forward never ran (a LightningModule whose
@@ -417,21 +452,7 @@ class ModuleSampler:
         # The thread's waits are host time: a device clock's samples never read them.
         host = self._wait is not None and self.clock.kind == "host"
         wait = self._wait.read if host and self._wait is not None else _no_wait
-        warn = self._warn
-        failed: list[bool] = []
-
-        def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-            def run(*args: Any) -> None:
-                try:
-                    fn(*args)
-                except Exception as exc:  # never into the user's step
-                    if not failed:
-                        failed.append(True)
-                        warn(f"module sampling stopped ({exc!r})")
-                    self.enabled = False
-
-            return run
-
+        guarded = self._guarded
         # The hooks' own work, left out of every time: host marks cost ~50 ns; device events
         # would time the device, which the hooks do not occupy.
         pre, post = module_hooks(sample, mark, guarded, self.clock.kind == "host", wait)
@@ -491,6 +512,52 @@ class ModuleSampler:
         # Last among the model's post hooks: it removes them all.
         self.handles.append(self.model.register_forward_hook(guarded(root_post)))
 
+    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any) -> None:
+            try:
+                fn(*args)
+            except Exception as exc:  # never into the user's step
+                if self.enabled:
+                    self._warn(f"module sampling stopped ({exc!r})")
+                self.enabled = False
+
+        return run
+
+    def _arm_plain(self) -> None:
+        """Time the model's own forward with its two hooks alone, the thread's waits left out:
+        what a sampled forward would take without the module hooks. Not the next forward,
+        the one after: the next follows this between-steps housekeeping, and ran 2-3 % slower
+        than the steps around it (the sampled ones, all after housekeeping, pay that too,
+        and it is left out with their hooks' cost)."""
+        if self._wait is None:
+            return
+        mark, wait, el = self.clock.mark, self._wait.read, self.clock.elapsed_ms
+        began: list[Any] = []
+        skip = [True]
+
+        def root_pre(module: Any, args: Any) -> None:
+            if skip[0]:
+                return
+            w = wait()
+            began[:] = [mark(), w]
+
+        def root_post(module: Any, args: Any, output: Any) -> None:
+            if skip[0]:
+                skip[0] = False
+                return
+            t = mark()
+            w = wait()
+            self._disarm()
+            self.missed = 0
+            if began and w is not None and began[1] is not None:
+                waited = max(w - began[1], 0) / 1e6
+                self._plain_seen += 1
+                _reservoir(self.plain, (el(began[0], t) - waited, waited, None),
+                           self._plain_seen, self._rng)
+
+        self.handles.append(self.model.register_forward_pre_hook(self._guarded(root_pre)))
+        self.handles.append(self.model.register_forward_hook(self._guarded(root_post)))
+
     def _disarm(self) -> None:
         handles, self.handles = self.handles, []
         remove_all(handles)
@@ -538,32 +605,30 @@ class ModuleSampler:
             return
         backward = sample.backward_done and b0 is not None and b1 is not None
         leak = self.leak if self.clock.kind == "host" else None
-        out_pre, in_pre, in_post, out_post = (x / 1e6 for x in leak) if leak else (0.0,) * 4
         fwd: list[tuple[str, float, float]] = []
         bwd: list[tuple[str, float, float]] = []
+        hooks: list[tuple[float, float, float | None, float | None]] = []
         gaps = [
             (el(f0, g0), el(f0, g1)) for g0, g1 in sample.gaps if g0 is not None and g1 is not None
         ]
-        if leak:  # the model's own hooks cost as a module's do, inside its forward
-            root_ms = el(f0, f1)
-            gaps += [(0.0, in_pre), (root_ms - in_post, root_ms)]
         for name, c0, c1, d0, d1, ends_with_pass, p0, p1 in sample.calls:
             if c0 is not None and c1 is not None:
                 s, e = el(f0, c0), el(f0, c1)
                 fwd.append((name, s, e))
-                if leak:
-                    gaps += [(s, s + in_pre), (e - in_post, e)]
-                    if p0 is not None:
-                        gaps.append((el(f0, p0) - out_pre, el(f0, p0)))
-                    if p1 is not None:
-                        gaps.append((el(f0, p1), el(f0, p1) + out_post))
+                hooks.append((s, e, None if p0 is None else el(f0, p0),
+                              None if p1 is None else el(f0, p1)))
             end = b1 if ends_with_pass or d1 is None else d1
             if backward and d0 is not None and end is not None:
                 bwd.append((name, el(b0, d0), el(b0, end)))
         fw = sample.waits["forward"]
         gaps += _wait_gaps(fw, f0, el)
+        raw = _Forward(el(f0, f1), tuple(fwd), tuple(gaps), tuple(hooks))
+        leak_ms = tuple(x / 1e6 for x in leak) if leak else (0.0,) * 4
         self._add_direction(
-            "forward", *attribute(el(f0, f1), fwd, self.ancestors, gaps), _waited_ms(fw)
+            "forward",
+            *raw.attribute(self.ancestors, leak_ms),
+            _waited_ms(fw),
+            raw if leak else None,
         )
         if backward:
             bw = sample.waits["backward"]
@@ -579,21 +644,18 @@ class ModuleSampler:
         root_ms: float,
         per_module: dict[str, float],
         waited_ms: float | None = None,
+        raw: _Forward | None = None,
     ) -> None:
         """Keep one sample: ``root_ms`` the model's own time, ``per_module`` the modules'
         (``attribute``: each at most its parent's, siblings at most their parent's);
-        ``waited_ms``: the thread's waits for a CPU, left out of both (None: not read)."""
+        ``waited_ms``: the thread's waits for a CPU, left out of both (None: not read);
+        ``raw``: a forward's marks, attributed again at the end with the hooks' cost as the
+        run measured it (``leak_scale``; None: as it is)."""
         if root_ms <= 0:
             return
         self.steps[direction] += 1
-        kept = self.samples[direction]
-        record = (root_ms, waited_ms, per_module)
-        if len(kept) < MAX_SHARES:
-            kept.append(record)
-        else:  # a reservoir: every sample equally likely to be kept
-            j = self._rng.randrange(self.steps[direction])
-            if j < MAX_SHARES:
-                kept[j] = record
+        record = (root_ms, waited_ms, per_module, raw)
+        _reservoir(self.samples[direction], record, self.steps[direction], self._rng)
 
     def summary(self) -> dict[str, Any] | None:
         """The ``modules`` block (docs/pinpoint.md); None when sampling never ran."""
@@ -625,17 +687,21 @@ class ModuleSampler:
         samples, so what ``attribute`` promises of each sample holds of the whole."""
         samples = self.samples[direction]
         kept = [samples[i] for i in keep_samples(samples)]
-        root = sum(r for r, _, _ in kept)
+        scale = self.leak_scale(kept) if direction == "forward" else 1.0
+        if scale > 1.0 and self.leak:
+            leak_ms = tuple(scale * x / 1e6 for x in self.leak)
+            kept = [_attributed_again(r, self.ancestors, leak_ms) for r in kept]
+        root = sum(r for r, *_ in kept)
         if not kept or root <= 0:
             return None
         totals: dict[str, float] = {}
-        for _, _, per_module in kept:
+        for _, _, per_module, _ in kept:
             for name, ms in per_module.items():
                 totals[name] = totals.get(name, 0.0) + ms
         top = sorted(totals.items(), key=lambda kv: -kv[1])[:TOP_MODULES]
         rows = []
         for name, ms in top:
-            shares = [100.0 * pm.get(name, 0.0) / r for r, _, pm in kept]
+            shares = [100.0 * pm.get(name, 0.0) / r for r, _, pm, _ in kept]
             rows.append(
                 {
                     "name": name,
@@ -647,6 +713,43 @@ class ModuleSampler:
                 }
             )
         return round(root / len(kept), 4), len(samples) - len(kept), rows
+
+    def leak_scale(self, kept: Sequence[_Record]) -> float:
+        """How many times the calibrated hook cost (``leak``) a sampled forward of this run
+        pays: the sampled forwards (``kept``, their hooks' marked work and calibrated cost left
+        out) against the unhooked ones of the same run (``_arm_plain``), their difference
+        spread over every hooked call as the calibrated cost is. A probe called in a hot loop
+        misses what a real model's calls pay on colder caches: measured 1.0-1.8 times it. Both
+        sides are picked alike: the clean ones where each has ``MIN_KEPT`` (a preempted
+        forward runs slower after its wait, on cold caches), else all, their waits left out.
+        1.0 where either side is missing, the sampled forwards are not slower, or the two are
+        not alike (``MAX_EXCESS_FRACTION``)."""
+        counted = [r for r in kept if r[3]]
+        plain: Sequence[tuple[float, float | None, Any]] = self.plain
+        clean_sampled, clean_plain = _clean(counted), _clean(plain)
+        if len(clean_sampled) >= MIN_KEPT and len(clean_plain) >= MIN_KEPT:
+            counted, plain = clean_sampled, clean_plain
+        if not self.leak or len(counted) < MIN_KEPT or len(plain) < MIN_KEPT:
+            return 1.0
+        leak_ms = [x / 1e6 for x in self.leak]
+        sampled = statistics.fmean(r[0] for r in counted)
+        unhooked = statistics.fmean(p[0] for p in plain)
+        if not 0 < sampled - unhooked <= MAX_EXCESS_FRACTION * sampled or not any(leak_ms):
+            return 1.0
+
+        def left(scale: float) -> float:  # the sampled forwards' mean, less that much cost
+            cost = [scale * x for x in leak_ms]
+            return statistics.fmean(r[3].root_less(cost) for r in counted if r[3])
+
+        # Where gaps meet, more cost leaves out less time: bisect for the scale at which the
+        # sampled forwards take what the unhooked ones do.
+        low, high = 1.0, 2.0
+        while left(high) > unhooked and high < MAX_LEAK_SCALE:
+            low, high = high, 2 * high
+        for _ in range(LEAK_SCALE_STEPS):
+            mid = (low + high) / 2
+            low, high = (mid, high) if left(mid) > unhooked else (low, mid)
+        return min(high, MAX_LEAK_SCALE)
 
 
 def module_hooks(
@@ -851,3 +954,82 @@ def _marks(sample: _Sample) -> Iterator[Any]:
         yield from call[1:5]
     for gap in sample.gaps:
         yield from gap
+
+
+class _Forward(NamedTuple):
+    """One sampled forward's marks, ms from the model's own start: kept to attribute it
+    again once the run has measured what the hooks cost (``ModuleSampler.leak_scale``)."""
+
+    root_ms: float
+    calls: tuple[tuple[str, float, float], ...]
+    #: the hooks' marked work and the thread's waits
+    gaps: tuple[tuple[float, float], ...]
+    #: per call: its interval, where its pre hook's work began and its post hook's ended
+    hooks: tuple[tuple[float, float, float | None, float | None], ...]
+
+    def leak_gaps(self, leak_ms: Sequence[float]) -> list[tuple[float, float]]:
+        """The hooks' unmarked cost (``calibrate``'s four parts, ms) at its places: inside
+        each call's interval and, outside it, in its parent's; the model's own hooks inside
+        its forward."""
+        out_pre, in_pre, in_post, out_post = leak_ms
+        root = self.root_ms
+        gaps = [(0.0, in_pre), (root - in_post, root)]
+        for s, e, p0, p1 in self.hooks:
+            gaps += [(s, s + in_pre), (e - in_post, e)]
+            if p0 is not None:
+                gaps.append((p0 - out_pre, p0))
+            if p1 is not None:
+                gaps.append((p1, p1 + out_post))
+        return gaps
+
+    def root_less(self, leak_ms: Sequence[float]) -> float:
+        """The model's time less every gap and the hooks' cost ``leak_ms`` (``attribute``'s
+        first figure, without the modules')."""
+        left, reach = self.root_ms, 0.0
+        for s, e in sorted((max(s, 0.0), min(e, self.root_ms))
+                           for s, e in (*self.gaps, *self.leak_gaps(leak_ms))):
+            if e > max(s, reach):
+                left -= e - max(s, reach)
+                reach = e
+        return left
+
+    def attribute(
+        self, ancestors: Mapping[str, tuple[str, ...]], leak_ms: Sequence[float]
+    ) -> tuple[float, dict[str, float]]:
+        gaps = [*self.gaps, *self.leak_gaps(leak_ms)] if any(leak_ms) else list(self.gaps)
+        return attribute(self.root_ms, self.calls, ancestors, gaps)
+
+
+#: One kept sample: (the model's ms, ms waited or None, {module: ms}, a forward's marks or
+#: None).
+_Record = tuple[float, float | None, dict[str, float], _Forward | None]
+
+
+def _reservoir(kept: list[Any], record: Any, seen: int, rng: random.Random) -> None:
+    """Keep ``record``, the ``seen``-th: all of the first ``MAX_SHARES``, then each one
+    equally likely to stay."""
+    if len(kept) < MAX_SHARES:
+        kept.append(record)
+        return
+    j = rng.randrange(seen)
+    if j < MAX_SHARES:
+        kept[j] = record
+
+
+def _attributed_again(
+    record: _Record, ancestors: Mapping[str, tuple[str, ...]], leak_ms: Sequence[float]
+) -> _Record:
+    """A kept forward sample attributed with the hooks' cost ``leak_ms`` (as it was, without
+    its marks)."""
+    _, waited, _, raw = record
+    if raw is None:
+        return record
+    root, per_module = raw.attribute(ancestors, leak_ms)
+    return root, waited, per_module, raw
+
+
+def _clean(samples: Sequence[Any]) -> list[Any]:
+    """The samples (``(ms, waited ms or None, ...)``) whose thread waited for a CPU at most
+    ``PREEMPTED_FRACTION`` of their time."""
+    return [s for s in samples if s[1] is not None and s[1] <= PREEMPTED_FRACTION * s[0]]
+
