@@ -250,6 +250,34 @@ def test_device_events_are_resolved_later_and_waited_for_at_finish() -> None:
     assert layer3["ms"] >= 5.0 and abs(layer3["ms"] - sum(truth) / 3) < 1.5, (layer3, truth)
 
 
+def test_a_device_clock_chosen_after_watch_keeps_sampling_without_unhooked_forwards() -> None:
+    """As the Tracer does it: the sampler watches the model (and calibrates) on the host clock,
+    then the device is found and its clock replaces the host's. The forwards timed unhooked
+    to check the hooks' cost are host work: on the device clock none is armed, and sampling
+    goes on step after step."""
+    torch.set_num_threads(1)
+    warnings: list[str] = []
+    log = FakeEventLog(lag_records=0)
+    sampler = ModuleSampler(warnings.append, every_s=0.001)
+    model = Net([0.0, 0.0, 0.0, 0.5])
+    sampler.watch(model)  # host clock: calibrated
+    sampler.clock = DeviceEventClock(log.factory)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 8), torch.randn(4, 1)
+    hooked_root = []
+    for step in range(1, 25):
+        sampler.tick(time.perf_counter_ns() + step * 10**9, step)
+        hooked_root.append((bool(model._forward_hooks), bool(model.embed._forward_hooks)))
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    sampler.stop()
+    assert warnings == [] and sampler.enabled is False  # stop() ends it, nothing else did
+    assert sampler.plain == []
+    assert all(sub for root, sub in hooked_root if root)  # the model hooked alone: never
+    assert sampler.steps["forward"] >= 4, sampler.steps
+
+
 def test_a_failing_hook_stops_sampling_and_training_goes_on(fresh_tracer, capfd) -> None:
     tracer = fresh_tracer(warmup_steps=1, module_sample_s=0.001)
     model = InPlaceAfter()

@@ -98,6 +98,54 @@ def test_the_model_s_time_less_the_hooks_cost_is_attribute_s(root, calls, gaps, 
     assert abs(raw.root_less(leak) - raw.attribute(ANCESTORS, leak)[0]) < 1e-6
 
 
+def _forward_sample(length_ns: int) -> _Sample:
+    """A forward of ``length_ns``: "a" over most of it, "a.x" inside "a", each call's hooks'
+    marked work 10 µs on either side of it (host ns marks)."""
+    s = _Sample()
+    s.root = [0, length_ns, None, None]
+    for name, c0, c1 in (("a", length_ns // 10, length_ns * 9 // 10),
+                         ("a.x", length_ns // 5, length_ns * 3 // 5)):
+        s.calls.append([name, c0, c1, None, None, True, c0 - 10_000, c1 + 10_000])
+        s.gaps += [[c0 - 10_000, c0], [c1, c1 + 10_000]]
+    return s
+
+
+def test_the_hooks_cost_is_scaled_until_sampled_forwards_take_what_unhooked_ones_do() -> None:
+    """``leak_scale``: the calibrated cost, scaled so that the sampled forwards take as long as
+    the unhooked ones timed in the same run; every sample attributed again with it (a child
+    still within its parent), and one that scaled cost leaves nothing of is left out rather
+    than divided by (it used to raise at finish, and lose the summary)."""
+    sampler = ModuleSampler(lambda _: None)
+    sampler.clock = HostClock()
+    sampler.types = dict.fromkeys(TREE, "M")
+    sampler.ancestors = ANCESTORS
+    sampler.leak = (2000.0, 3000.0, 2000.0, 3000.0)  # ns per call: 10 µs in all
+    for _ in range(8):
+        sampler._add(_forward_sample(1_000_000))
+    calibrated = sampler.summary()
+    assert calibrated is not None
+    target = calibrated["forward_ms"] - 0.02  # what the unhooked forwards took, in ms
+    sampler.plain = [(target, 0.0, None)] * 4
+    assert 1.0 < sampler.leak_scale(sampler.samples["forward"]) < 3.0
+    scaled = sampler.summary()
+    assert scaled is not None
+    assert abs(scaled["forward_ms"] - target) < 0.001, (scaled["forward_ms"], target)
+    shares = {m["name"]: m["share_pct"] for m in scaled["forward"]}
+    assert shares["a.x"] <= shares["a"] <= 100.0
+    assert shares["a"] > {m["name"]: m["share_pct"] for m in calibrated["forward"]}["a"] - 5
+    # A forward that the scaled cost leaves nothing of is left out, not divided by.
+    sampler._add(_forward_sample(20_000))  # 0.02 ms: its marks and scaled cost fill it
+    sampler.plain = []
+    nine = sampler.summary()
+    assert nine is not None and nine["sampled_steps"] == 9
+    sampler.plain = [(nine["forward_ms"] - 0.02, 0.0, None)] * 4
+    with_tiny = sampler.summary()
+    assert with_tiny is not None and with_tiny["forward_ms"] > nine["forward_ms"] - 0.02
+    # Unhooked forwards no faster than the sampled: the calibrated cost stands.
+    sampler.plain = [(calibrated["forward_ms"] + 1.0, 0.0, None)] * 4
+    assert sampler.leak_scale(sampler.samples["forward"]) == 1.0
+
+
 waits = st.lists(st.tuples(st.floats(-5, 105, allow_nan=False), st.integers(0, 10**6)),
                  max_size=8)
 
@@ -107,19 +155,19 @@ waits = st.lists(st.tuples(st.floats(-5, 105, allow_nan=False), st.integers(0, 1
     samples=st.lists(st.tuples(st.integers(1, 10_000), calls, calls, waits), min_size=1,
                      max_size=6),
     leak=st.one_of(st.none(), st.tuples(*[st.floats(0, 5000, allow_nan=False)] * 4)),
-    plain=st.lists(st.floats(0, 100, allow_nan=False), max_size=6),
+    plain=st.lists(st.floats(0.55, 1.05, allow_nan=False), min_size=4, max_size=6),
 )
 def test_the_sampler_s_shares_keep_the_promise(samples, leak, plain) -> None:
     """Through ModuleSampler, from marks to the summary's rounded shares: forward and
     backward, over several samples, with the hooks' calibrated cost and the thread's waits
     for a CPU left out (any amounts, anywhere), and that cost scaled to what unhooked
-    forwards of any length say it is (``leak_scale``)."""
+    forwards say it is (``leak_scale``; ``plain``: their lengths as fractions of the sampled
+    forwards' mean, so that the cost is scaled in many examples)."""
     sampler = ModuleSampler(lambda _: None)
     sampler.clock = HostClock()
     sampler.types = dict.fromkeys(TREE, "M")
     sampler.ancestors = ANCESTORS
     sampler.leak = leak
-    sampler.plain = [(ms, 0.0, None) for ms in plain]
     for length, fwd, bwd, wait in samples:
         s = _Sample()
         s.root = [0, length * 1000, 10**7, 10**7 + length * 2000]
@@ -145,6 +193,9 @@ def test_the_sampler_s_shares_keep_the_promise(samples, leak, plain) -> None:
             s.waits["forward"].append((t, total, t, False))
             s.waits["backward"].append((10**7 + 2 * t, total, 10**7 + 2 * t + 300, at > 50))
         sampler._add(s)
+    roots = [r[0] for r in sampler.samples["forward"]]
+    mean = sum(roots) / len(roots) if roots else 0.0
+    sampler.plain = [(f * mean, 0.0, None) for f in plain]
     out = sampler.summary()
     if out is None:
         return

@@ -330,13 +330,15 @@ class ModuleSampler:
         self._rng = random.Random(0)
         self._current: _Sample | None = None
         self._pending: list[_Sample] = []
-        #: The step from which the next unhooked forward is timed (None: none due).
+        #: The step from which the next unhooked forward is timed (None: none due), and
+        #: whether the hooks armed now are that one's.
         self._plain_from: int | None = None
+        self._plain_armed = False
         #: Unhooked forwards: (ms less the thread's waits, ms waited, None); a reservoir.
         self.plain: list[tuple[float, float | None, None]] = []
         self._plain_seen = 0
         # per direction: samples, and per sample (the model's ms, ms its thread waited for a
-        # CPU, left out, or None, {module: ms}, {module: hooked calls it holds} or None) -- a
+        # CPU, left out, or None, {module: ms}, a forward's marks or None: ``_Record``) -- a
         # reservoir of MAX_SHARES beyond that
         self.steps = {"forward": 0, "backward": 0}
         self.samples: dict[str, list[_Record]] = {
@@ -397,14 +399,18 @@ class ModuleSampler:
         if self._pending:
             self._resolve(wait=len(self._pending) > MAX_PENDING)
         if self.handles and step is not None and step > self.armed_step + 1:
-            self._missed_root()
+            if self._plain_armed:  # no forward to compare with: not a missed sample
+                self._disarm()
+            else:
+                self._missed_root()
         if not self.enabled or self.handles or not self.modules:
             return
         if self._plain_from is not None and step is not None and step >= self._plain_from:
             self._plain_from = None
-            self.armed_step = step
-            self._arm_guarded(self._arm_plain)
-            return
+            if self.clock.kind == "host" and self._wait is not None:
+                self.armed_step = step
+                self._plain_armed = self._arm_guarded(self._arm_plain)
+                return
         if now_ns < self.next_ns:
             return
         if step is not None:
@@ -418,8 +424,7 @@ class ModuleSampler:
             return
         if self.clock.kind == "host" and self._wait is None:  # not calibrated at watch()
             self._calibrate()
-        if self._arm_guarded(self._arm) and step is not None and self.leak is not None:
-            self._plain_from = step + PLAIN_AFTER_STEPS
+        self._arm_guarded(self._arm)
 
     def _arm_guarded(self, arm: Callable[[], None]) -> bool:
         try:
@@ -500,6 +505,8 @@ class ModuleSampler:
                 fwaits.append((t, w, t, False))
             self._disarm()  # one step's forward: the hooks go as it returns
             self.missed = 0
+            if self.leak is not None and self.clock.kind == "host":  # compare it, unhooked
+                self._plain_from = self.armed_step + PLAIN_AFTER_STEPS
             hooked = False
             for t in _tensors(output):
                 t.register_hook(guarded(backward_start))
@@ -548,7 +555,6 @@ class ModuleSampler:
             t = mark()
             w = wait()
             self._disarm()
-            self.missed = 0
             if began and w is not None and began[1] is not None:
                 waited = max(w - began[1], 0) / 1e6
                 self._plain_seen += 1
@@ -559,6 +565,7 @@ class ModuleSampler:
         self.handles.append(self.model.register_forward_hook(self._guarded(root_post)))
 
     def _disarm(self) -> None:
+        self._plain_armed = False
         handles, self.handles = self.handles, []
         remove_all(handles)
 
@@ -691,6 +698,7 @@ class ModuleSampler:
         if scale > 1.0 and self.leak:
             leak_ms = tuple(scale * x / 1e6 for x in self.leak)
             kept = [_attributed_again(r, self.ancestors, leak_ms) for r in kept]
+            kept = [r for r in kept if r[0] > 0]  # as ``_add_direction`` keeps them
         root = sum(r for r, *_ in kept)
         if not kept or root <= 0:
             return None
