@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError
+from traceml_ci.summary.keys import THREAD_SPLIT_KEYS, UNCONTENDED_KEYS
 from traceml_ci.summary.view import SummaryView, finite
 
 #: A run's uncontended windows stand for it when they hold at least this many analysed steps
@@ -100,18 +101,12 @@ def _positive(x: float | None) -> float | None:
     return x if x is not None and x > 0 else None
 
 
-_SPLIT = ("on_cpu_ms", "cpu_wait_ms", "blocked_ms")
-
-
 def _thread(view: SummaryView) -> dict[str, float] | None:
     """``step_time.thread`` when it has every part, each a finite number >= 0."""
-    parts = {k: view.number(("step_time", "thread", k)) for k in _SPLIT}
+    parts = {k: view.number(("step_time", "thread", k)) for k in THREAD_SPLIT_KEYS}
     if any(v is None or v < 0 for v in parts.values()):
         return None
     return {k: float(v) for k, v in parts.items() if v is not None}
-
-
-_QUIET = ("cpu_ms", "on_cpu_ms", "blocked_ms")
 
 
 def uncontended_figures(block: Any, analysed: int | None) -> dict[str, float] | None:
@@ -123,7 +118,7 @@ def uncontended_figures(block: Any, analysed: int | None) -> dict[str, float] | 
     steps = finite(block.get("steps"))
     if steps is None or steps < max(UNCONTENDED_MIN_STEPS, UNCONTENDED_MIN_SHARE * analysed):
         return None
-    parts = {k: finite(block.get(k)) for k in _QUIET}
+    parts = {k: finite(block.get(k)) for k in UNCONTENDED_KEYS}
     if any(v is None or v < 0 for v in parts.values()):
         return None
     out = {k: float(v) for k, v in parts.items() if v is not None}

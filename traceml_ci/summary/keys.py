@@ -85,6 +85,12 @@ DEFAULT_BASELINE_RUNS = 3
 #: other ranks' median can.
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
 
+#: ``step_time.thread``: the training thread's step time split, ms per step (schedstats only).
+THREAD_SPLIT_KEYS: tuple[str, ...] = ("on_cpu_ms", "cpu_wait_ms", "blocked_ms")
+#: ``step_time.uncontended``: the figures over the run's uncontended windows, ms per step
+#: (``cpu_reference_ms`` too, where the CPU reference ran).
+UNCONTENDED_KEYS: tuple[str, ...] = ("cpu_ms", "on_cpu_ms", "blocked_ms")
+
 #: Sampled modules listed per direction in a summary's ``modules`` block (the slowest): a
 #: shorter list means every timed module is there (tracer/modules.py, gate/modules.py).
 TOP_MODULES = 12
