@@ -91,8 +91,9 @@ PLAIN_AFTER_STEPS = 2
 MAX_EXCESS_FRACTION = 0.5
 #: The hooks' cost found in the run is at most this many times the calibrated one (measured
 #: 1.0-1.8 quiet; beside other work, the forwards that follow a preemption run slower for
-#: reasons of their own); found to this many halvings of the interval (``leak_scale``).
-MAX_LEAK_SCALE = 3.0
+#: reasons of their own, and a larger cost, left out of every call, would leave small modules
+#: only their noise); found to this many halvings of the interval (``leak_scale``).
+MAX_LEAK_SCALE = 2.0
 LEAK_SCALE_STEPS = 12
 
 #: Armed steps in a row without the model's own forward before sampling stops.
@@ -729,9 +730,11 @@ class ModuleSampler:
         spread over every hooked call as the calibrated cost is. A probe called in a hot loop
         misses what a real model's calls pay on colder caches: measured 1.0-1.8 times it. Both
         sides are picked alike: the clean ones where each has ``MIN_KEPT`` (a preempted
-        forward runs slower after its wait, on cold caches), else all, their waits left out.
-        1.0 where either side is missing, the sampled forwards are not slower, or the two are
-        not alike (``MAX_EXCESS_FRACTION``)."""
+        forward runs slower after its wait, on cold caches), else all, their waits left out;
+        and compared by their medians (a stall in one sample, not the hooks', would move a
+        mean, and the cost left out of every call with it). 1.0 where either side is
+        missing, the sampled forwards are not slower, or the two are not alike
+        (``MAX_EXCESS_FRACTION``)."""
         counted = [r for r in kept if r[3]]
         plain: Sequence[tuple[float, float | None, Any]] = self.plain
         clean_sampled, clean_plain = _clean(counted), _clean(plain)
@@ -740,14 +743,14 @@ class ModuleSampler:
         if not self.leak or len(counted) < MIN_KEPT or len(plain) < MIN_KEPT:
             return 1.0
         leak_ms = [x / 1e6 for x in self.leak]
-        sampled = statistics.fmean(r[0] for r in counted)
-        unhooked = statistics.fmean(p[0] for p in plain)
+        sampled = statistics.median(r[0] for r in counted)
+        unhooked = statistics.median(p[0] for p in plain)
         if not 0 < sampled - unhooked <= MAX_EXCESS_FRACTION * sampled or not any(leak_ms):
             return 1.0
 
-        def left(scale: float) -> float:  # the sampled forwards' mean, less that much cost
+        def left(scale: float) -> float:  # the sampled forwards' median, less that much cost
             cost = [scale * x for x in leak_ms]
-            return statistics.fmean(r[3].root_less(cost) for r in counted if r[3])
+            return statistics.median(r[3].root_less(cost) for r in counted if r[3])
 
         # Where gaps meet, more cost leaves out less time: bisect for the scale at which the
         # sampled forwards take what the unhooked ones do.
