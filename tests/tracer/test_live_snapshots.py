@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import traceml_ci as traceml
-from tests.conftest import sigint_default
+from tests.conftest import sigint_default, stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog
 from tests.tracer.loops import (
@@ -83,10 +83,12 @@ def assert_close(got: dict[str, Any], truth: dict[str, float], margin: float = 5
 def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_snapshots) -> None:
     tracer = fresh_tracer(warmup_steps=2, run_name="live-run")
     path = snapshot_path(tracer.config.out_dir, 0)
-    # Distinct shares (~53/26/13/7 %), each a spin the stopwatch times around the same calls.
+    # Distinct shares (~63/21/10/5 %), each a spin the stopwatch times around the same calls.
+    # The input's 3 ms keep its windows clearly input-bound beside other work, which stretches
+    # the unspun rest of the step (with 2 ms, a loaded full run had no window past 36 %).
     model = BusyModel(1.0, 0.5)
     optimizer = BusySGD(model.parameters(), 0.25)
-    batches = iter(busy_loader(400, 2.0))
+    batches = iter(busy_loader(400, 3.0))
     seen: list[dict] = []
 
     def poll() -> None:  # between steps, outside what is timed
@@ -95,6 +97,12 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
             seen.append(snap)
 
     watch, walls = stopwatch_loop(model, optimizer, batches, 400, after_step=poll)
+    doc = finish_and_load(tracer)
+    # 6 pp quiet: beside two busy loops the live writer's GIL hold at a step's edge lands in
+    # the stopwatch's step and not the tracer's (``other`` 5.06-5.3 pp apart, seen); more load
+    # makes more such holds (6.08 pp at the heaviest), so the margin widens with the run's own
+    # measured contention. A phase given to the wrong side is 13-53 pp off.
+    margin = stopwatch_tolerance_pp(doc, 6.0)
 
     assert len(seen) >= 3, "no snapshots while the loop ran"
     assert all(s["status"] == "running" and s["summary_path"] is None for s in seen)
@@ -107,13 +115,11 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
     for snap in full:  # its window: the newest 100 steps when it was taken
         n = snap["steps_done"]
         truth = shares(watch, walls, n - WINDOW_STEPS, n)
-        # 6 pp: beside two busy loops the live writer's GIL hold at a step's edge lands in the
-        # stopwatch's step and not the tracer's (``other`` 5.3 pp apart, seen once); a phase
-        # given to the wrong side is 13-53 pp off.
-        assert_close(snap["window"]["pct"], truth, 6.0)
+        assert_close(snap["window"]["pct"], truth, margin)
         assert snap["window"]["clock"] == "host"
         # The label is its window's: INPUT_BOUND wherever the stopwatch put the input clearly
-        # past the 30 % threshold (~53 % quiet; a loaded suite once squeezed one window's below).
+        # past the 30 % threshold (~63 % quiet; a loaded suite once squeezed one window's
+        # below, and with a 2 ms input every window).
         if truth["dataloader"] >= 36.0:
             assert snap["diagnosis"]["kind"] == "INPUT_BOUND", (snap["diagnosis"], truth)
             input_bound += 1
@@ -124,16 +130,15 @@ def test_snapshots_while_a_loop_runs_agree_with_a_stopwatch(fresh_tracer, fast_s
     assert input_bound, "no window the stopwatch called input-bound"
     # The first full window after warmup (steps 3..102), fixed once known.
     first = shares(watch, walls, 2, 2 + WINDOW_STEPS)
-    assert_close(full[-1]["first_window_pct"], first, 6.0)  # 6 pp, as above (seen 5.06 once)
+    assert_close(full[-1]["first_window_pct"], first, margin)
     assert len({str(s["first_window_pct"]) for s in full}) == 1
     assert 1 <= len(seen[-1]["history_ms"]) <= 60
     assert seen[-1]["memory"]["rss_mb"] > 10 and seen[-1]["memory"]["allocated_mb"] is None
 
-    doc = finish_and_load(tracer)
     last = read_snapshot(path)
     assert last["status"] == "completed" and last["summary_path"] == str(tracer.path)
     assert last["steps_done"] == doc["step_time"]["steps_total"] == 400
-    assert_close(last["window"]["pct"], shares(watch, walls, 400 - WINDOW_STEPS, 400))
+    assert_close(last["window"]["pct"], shares(watch, walls, 400 - WINDOW_STEPS, 400), margin)
     assert not tracer.live.running
 
 

@@ -84,7 +84,9 @@ def test_closure_forward_and_backward_count_as_forward_and_backward(fresh_tracer
     tracer = fresh_tracer(warmup_steps=2)
     model = BusyModel(3.0, 4.0)
     optimizer = BusySGD(model.parameters(), step_ms=2.0)
-    watch, walls = closure_loop(optimizer, model, iter(busy_loader(32, 1.0)), 32)
+    # 64 steps: the fifth of steps whose clocks may disagree (a preemption between two marks)
+    # is a fraction of few steps; 7 of 30 disagreed once in a loaded full run.
+    watch, walls = closure_loop(optimizer, model, iter(busy_loader(64, 1.0)), 64)
     assert_matches_stopwatch(tracer, watch, ALL)
     doc = finish_and_load(tracer)
     assert_shares_match(doc, watch, walls, 2, tracer)
