@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tests.conftest import stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.loops import train_at_least
 from traceml_ci.tracer.clocks import HostClock
@@ -59,11 +60,18 @@ def test_six_identical_layers_each_get_a_sixth_of_backward(fresh_tracer) -> None
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(128, 16), torch.randn(128, 1)
     train_at_least(model, opt, x, y, steps=60, seconds=1.5)
-    mods = finish_and_load(tracer)["modules"]
+    doc = finish_and_load(tracer)
+    mods = doc["modules"]
     assert mods["backward_steps"] >= 8
+    # 5 pp quiet, widened by the run's measured contention as every stopwatch check is: a
+    # loaded full run once put one layer's forward 5.3 pp past a sixth (a stall in a kept
+    # sample weighs more once the hooks' cost is left out of small layers); one layer taking
+    # most of a uniform backward, the bug this guards (47-87 %), is 30-70 pp off.
+    tolerance = stopwatch_tolerance_pp(doc, 5.0)
     for direction in ("forward", "backward"):
         shares = layer_shares(mods, direction)
-        assert all(abs(s - 100.0 / LAYERS) <= 5.0 for s in shares.values()), (direction, shares)
+        assert all(abs(s - 100.0 / LAYERS) <= tolerance for s in shares.values()), (
+            direction, shares, tolerance)
 
 
 def _uniform_sample(wait_in: int | None, wait_ms: int = 10) -> _Sample:
