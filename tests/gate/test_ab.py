@@ -19,6 +19,7 @@ from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
 from traceml_ci.gate import ab_report, fmt
 from traceml_ci.gate.ab import (
+    DEFAULT_MAX_ROUNDS,
     REGRESSION_MIN_ROUNDS,
     AbSettings,
     AbVerdict,
@@ -108,9 +109,9 @@ def test_alternating_15pct_noise_is_inconclusive_at_the_cap_never_pass_or_regres
     # the head is 15 % slower in odd rounds and 15 % faster in even ones: no consistent change
     result = run_rounds(_measuring(lambda n: 10.0, lambda n: 10.0 * (1.15 if n % 2 else 0.85)))
     assert result.verdict is AbVerdict.INCONCLUSIVE
-    assert len(result.rounds) == 6
+    assert len(result.rounds) == DEFAULT_MAX_ROUNDS
     reason = result.reason()
-    assert reason.startswith("inconclusive after 6 rounds: step time ")
+    assert reason.startswith(f"inconclusive after {DEFAULT_MAX_ROUNDS} rounds: step time ")
     assert reason.endswith("too noisy to decide; re-run")
     assert "forward" not in reason  # the shares did not move: only the noisy metric is named
 
@@ -118,7 +119,7 @@ def test_alternating_15pct_noise_is_inconclusive_at_the_cap_never_pass_or_regres
 def test_the_cap_is_honoured_and_undecided_rounds_carry_no_verdict() -> None:
     pairs = [(_fig(10.0), _fig(11.5)), (_fig(10.0), _fig(8.5))]
     assert decide(_rounds(pairs[:1])).verdict is None  # one round: no spread to judge by
-    assert decide(_rounds(pairs)).verdict is None  # two, below the cap of 6: another round
+    assert decide(_rounds(pairs)).verdict is None  # two, below the cap: another round
     capped = decide(_rounds(pairs), AbSettings(max_rounds=2))
     assert capped.verdict is AbVerdict.INCONCLUSIVE
 
@@ -498,7 +499,7 @@ def test_the_same_rounds_without_the_split_stay_inconclusive() -> None:
                            cpu_reference_ms=f.cpu_reference_ms)
 
     rounds = [RoundPair(r.number, strip(r.base), strip(r.head)) for r in _contended_rounds()]
-    result = decide(rounds)
+    result = decide(rounds, AbSettings(max_rounds=len(rounds)))  # judged at the cap
     assert not result.contended
     assert result.verdict is AbVerdict.INCONCLUSIVE, result.reason()
 
@@ -518,6 +519,60 @@ def test_an_uncontended_cpu_still_needs_the_wall_clock_and_shares_cleared() -> N
     result = decide(rounds)
     assert result.cpu_wait_pct == 0.0 and not result.contended
     assert result.verdict is not AbVerdict.PASS, result.reason()
+
+
+def _slowed(speed: float, wiggle: float, *, extra_on_cpu: float = 0.0) -> SideFigures:
+    """A side whose CPU ran ``speed`` times slower than on a quiet machine with no wait for a
+    CPU to show it (a busy neighbour core): its CPU time, its reference and its wall time all
+    stretch, the waits stay at 0, the CPU-bound phase's share grows."""
+    on_cpu = (6.0 + extra_on_cpu) * speed * (1.0 + wiggle)
+    blocked = 2.0 * (1.0 + wiggle)
+    shares = {**SHARES, "forward": SHARES["forward"] + 6.0 * (speed - 1.2),
+              "dataloader": SHARES["dataloader"] - 6.0 * (speed - 1.2)}
+    return SideFigures(on_cpu + blocked, shares, cpu_ms=on_cpu, cpu_reference_ms=speed,
+                       thread={"on_cpu_ms": on_cpu, "cpu_wait_ms": 0.0, "blocked_ms": blocked})
+
+
+#: Per round: how much slower the CPU ran for each side (A/A on the development VM, 1 % waits).
+_SPEEDS = [(1.0, 1.43), (1.27, 1.0), (1.05, 1.3), (1.41, 1.02), (1.0, 1.2), (1.35, 1.04)]
+
+
+def test_a_cpu_that_ran_slower_for_one_side_counts_as_contended() -> None:
+    """No run waited for a CPU, but the machine's CPU ran 20-43 % slower for one side of each
+    round (seen with a busy loop on the other core): wall time and shares swung with it, the
+    figures in units of the CPU reference held. A pass, which names why the wall clock was
+    not needed; before, the wall clock had to clear and the A/B ended inconclusive."""
+    rounds = _rounds([(_slowed(b, 0.01 * (-1) ** i), _slowed(h, -0.01 * (-1) ** i))
+                      for i, (b, h) in enumerate(_SPEEDS)])
+    assert max(abs(math.log(r.step_ratio)) for r in rounds) > 0.25  # what the wall clock saw
+    result = decide(rounds)
+    assert result.cpu_wait_pct == 0.0
+    assert result.cpu_speed_moved_pct == pytest.approx(43.0, abs=0.5)
+    assert result.contended and "step_time" in result.excused
+    assert result.verdict is AbVerdict.PASS, result.reason()
+    assert "the CPU ran 43 % slower for one side of a round" in result.reason()
+    assert "waited" not in result.reason()
+    assert ab_report.to_json(result)["cpu_speed_moved_pct"] == pytest.approx(43.0, abs=0.5)
+    # the same rounds with a reference that did not move (a quiet machine whose job varied):
+    # nothing excuses the wall clock's swing
+    steady = [dataclasses.replace(r, base=dataclasses.replace(r.base, cpu_reference_ms=1.0),
+                                  head=dataclasses.replace(r.head, cpu_reference_ms=1.0))
+              for r in rounds]
+    held = decide(steady)
+    assert held.cpu_speed_moved_pct == 0.0 and not held.contended
+    assert held.verdict is not AbVerdict.PASS, held.reason()
+
+
+def test_a_head_costlier_on_a_cpu_that_ran_slower_for_one_side_is_a_regression() -> None:
+    """The same swings of the machine's speed, and a head with 25 % more CPU work per step:
+    the figures in units of the reference see it, whatever the wall clock says."""
+    rounds = _rounds([(_slowed(b, 0.01 * (-1) ** i),
+                       _slowed(h, -0.01 * (-1) ** i, extra_on_cpu=1.5))
+                      for i, (b, h) in enumerate(_SPEEDS)])
+    result = decide(rounds)
+    assert result.contended
+    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert {"step_cpu", "step_unloaded"} <= {iv.metric for iv in result.regressed}
 
 
 def test_more_blocked_time_on_a_contended_cpu_is_a_regression() -> None:

@@ -157,23 +157,26 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "causes": list(result.causes),
         "base": {"ref": base_ref, "commit": base_commit},
         "cpu_wait_pct": result.cpu_wait_pct,
+        "cpu_speed_moved_pct": result.cpu_speed_moved_pct,
         "contended": result.contended,
         "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
             {"round": r.number, "first": r.first.value,
              "base": {"step_ms": r.base.step_ms, "cpu_ms": r.base.cpu_ms,
+                      "cpu_reference_ms": r.base.cpu_reference_ms,
                       "thread": None if r.base.thread is None else dict(r.base.thread),
                       "uncontended": (None if r.base.uncontended is None
                                       else dict(r.base.uncontended)),
                       "shares_pct": dict(r.base.shares)},
              "head": {"step_ms": r.head.step_ms, "cpu_ms": r.head.cpu_ms,
+                      "cpu_reference_ms": r.head.cpu_reference_ms,
                       "thread": None if r.head.thread is None else dict(r.head.thread),
                       "uncontended": (None if r.head.uncontended is None
                                       else dict(r.head.uncontended)),
                       "shares_pct": dict(r.head.shares)},
              "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio,
-             "unloaded_ratio": r.unloaded_ratio,
+             "unloaded_ratio": r.unloaded_ratio, "cpu_speed_ratio": r.cpu_speed_ratio,
              "ratios_from_uncontended_windows": r.uncontended}
             for r in result.rounds
         ],

@@ -150,6 +150,14 @@ class RoundPair:
         return self.head.step_ms / self.base.step_ms
 
     @property
+    def cpu_speed_ratio(self) -> float | None:
+        """Head's CPU reference ms over base's, whole runs: how much slower the machine's CPU
+        ran for head than for base in this round (a busy neighbour core, another guest on the
+        host); None unless both sides timed it."""
+        b, h = self.base.cpu_reference_ms, self.head.cpu_reference_ms
+        return h / b if b and h else None
+
+    @property
     def uncontended(self) -> bool:
         """Whether the load-proof ratios come from both sides' uncontended windows: both have
         enough of them, and the CPU reference ran in both or in neither."""
