@@ -9,7 +9,8 @@ default: load that comes and goes within a run), or two for the whole measuremen
 runs ``benchmarks/gate_job.py --fixed-work`` under ``traceml-ci run`` for base and head in ABBA
 order, both with the CPU reference on (``TRACEML_CI_CPU_REFERENCE=1``, as A/B mode runs them);
 the head of ``fwd+X%`` adds fixed work in forward, X % of the base's CPU ms per step (sized
-from the A/A rounds); the head of ``io+Xms`` sleeps X ms more per batch (blocked time).
+from the A/A rounds); the head of ``io+Xms`` sleeps X ms more per batch (blocked time); the
+head of ``dl+X%`` does X % more work per batch in its dataset (heavier augmentation).
 Each run's median step ms, ``cpu_ms``, ``cpu_reference_ms``, the thread's split, the figures
 over its uncontended windows and the shares go to ``<out>/<variant>.jsonl`` as they come
 (resumable). At the end, per variant: the SD of
@@ -44,7 +45,9 @@ from traceml_ci.childenv import child_env  # noqa: E402
 from traceml_ci.summary.keys import ENV_CPU_REFERENCE  # noqa: E402
 
 JOB = REPO / "benchmarks" / "gate_job.py"
-VARIANTS = ("aa", "fwd+5%", "fwd+20%", "io+1ms")
+VARIANTS = ("aa", "fwd+5%", "fwd+20%", "io+1ms", "dl+25%")
+#: gate_job.py's --base-dataset-ms default: the work per batch a dl+X% head adds X % to.
+BASE_DATASET_MS = 1.5
 #: gate_job's ms of fixed work are WORK_PER_MS iterations each; CPU ms per iteration differs,
 #: so the head's extra is sized from the A/A base's CPU ms and this measured rate.
 CALIBRATE = (
@@ -76,6 +79,9 @@ def head_args(variant: str, out: Path) -> list[str]:
         return []
     if variant.startswith("io+"):  # blocked time: the head's batches also sleep this long
         return ["--io-ms", variant.removeprefix("io+").removesuffix("ms")]
+    if variant.startswith("dl+"):  # the input pipeline's work per batch, X % more
+        pct = float(variant.removeprefix("dl+").removesuffix("%"))
+        return ["--dataset-ms", f"{pct / 100.0 * BASE_DATASET_MS:.4f}"]
     pct = float(variant.removeprefix("fwd+").removesuffix("%"))
     aa = [json.loads(x)["base"] for x in (out / "aa.jsonl").read_text().splitlines()]
     cpu = statistics.median(r["cpu_ms"] for r in aa)
@@ -100,7 +106,7 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
             print(f"{variant}: round {n}/{rounds}", file=sys.stderr, flush=True)
 
 
-def report(out: Path, variants: list[str]) -> None:
+def report(out: Path, variants: list[str], rounds_max: int | None = None) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
     from traceml_ci.gate.ab_rounds import uncontended_figures
 
@@ -116,7 +122,8 @@ def report(out: Path, variants: list[str]) -> None:
         return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
                            cpu_reference_ms=ref)
 
-    settings = AbSettings()
+    settings = AbSettings() if rounds_max is None else AbSettings(max_rounds=rounds_max)
+    print(f"gate runs replayed with at most {settings.max_rounds} rounds each")
     for variant in variants:
         path = out / f"{variant}.jsonl"
         if not path.exists():
@@ -183,6 +190,8 @@ def main() -> int:
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--hogs", choices=("random", "2"), default="random")
+    p.add_argument("--rounds-max", type=int, default=None,
+                   help="the replayed gate runs' cap (default: traceml-ci ab's)")
     args = p.parse_args()
     variants = args.variants.split(",")
     if not args.report_only:
@@ -199,7 +208,7 @@ def main() -> int:
                 for h in hogs:
                     h.kill()
                     h.wait()
-    report(args.out, variants)
+    report(args.out, variants, args.rounds_max)
     return 0
 
 

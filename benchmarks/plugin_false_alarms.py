@@ -7,7 +7,8 @@ case: a quiet baseline, a loaded head).
 
 Prints, per session: the verdict and how many runs the tiny job cost (1 on a clean result;
 up to 1 + confirm when a result that regressed or came close was confirmed); then the failure
-count (target: 0 of 20) and the mean runs per job (target: 1 on an unchanged PR).
+count (target: 0 of 20), the warnings and what warned (target: at most 2 of 20), and the mean
+runs per job (target: 1 on an unchanged PR).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def main() -> None:
         base = json.loads((folder / "baseline.json").read_text())["summaries"]["tiny"]
         print(f"baseline: step {base['step_time']['step_ms']['median']:.2f} ms")
         extra = [] if args.confirm is None else [f"--traceml-confirm={args.confirm}"]
-        failures, runs = 0, []
+        failures, warns, runs = 0, 0, []
         for i in range(args.runs):
             loaded = args.hogs and i % 2 == 1
             hogs = []
@@ -124,14 +125,21 @@ def main() -> None:
                 for h in hogs:
                     h.terminate()
                     h.join()
-            verdict = json.loads((folder / "comparison.json").read_text())["verdict"]
+            comparison = json.loads((folder / "comparison.json").read_text())
+            verdict = comparison["verdict"]
+            warned = [f"{r['name']} ({r['delta']:+.1f}{'pp' if r['delta_unit'] == 'pp' else '%'})"
+                      for item in comparison.get("items", {}).values()
+                      for r in item["rows"] if r["status"] == "warn" and r["delta"] is not None]
+            warns += verdict == "warn"
             head = json.loads(save.read_text())["summaries"]["tiny"]
             n = (head.get("repeats") or {}).get("count", 1)
             runs.append(n)
             failures += code == 1
             print(f"session {i + 1}{' (2 hogs)' if loaded else ''}: exit {code}, verdict "
-                  f"{verdict}, {n} run(s), step {head['step_time']['step_ms']['median']:.2f} ms")
-        print(f"failures: {failures} of {args.runs}; mean runs per job "
+                  f"{verdict}, {n} run(s), step {head['step_time']['step_ms']['median']:.2f} ms"
+                  + (f"; warned: {', '.join(warned)}" if warned else ""))
+        print(f"failures: {failures} of {args.runs}; warnings: {warns} of {args.runs}; "
+              f"mean runs per job "
               f"{statistics.fmean(runs):.2f} (max {max(runs)})")
 
 

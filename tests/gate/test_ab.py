@@ -491,6 +491,27 @@ def test_a_contended_a_a_passes_on_the_figures_load_cannot_move() -> None:
     assert {iv["metric"]: iv["needed_to_pass"] for iv in doc["intervals"]}["step_time"] is False
 
 
+def test_load_that_fell_on_the_heads_runs_is_never_a_regression() -> None:
+    """An A/A on a contended CPU whose busy loops happened to fall on the head's runs round
+    after round (seen: wall-clock ratios of 2.1-3.0 three rounds running): the wall clock's
+    interval is far past its tolerance, the load-proof figures hold (and the shares, here).
+    Before, that wall clock failed the head (a false regression); now it may clear, never
+    fail."""
+    def held(f: SideFigures) -> SideFigures:
+        return dataclasses.replace(f, shares=SHARES)
+
+    rounds = _rounds([(held(_loaded(8.0, 1.0, wiggle=-0.005 * (-1) ** i)),
+                       held(_loaded(8.0, 2.2 + 0.1 * i, wiggle=0.01 * (-1) ** i)))
+                      for i in range(6)])
+    result = decide(rounds, AbSettings(max_rounds=len(rounds)))
+    assert result.contended
+    step = result.step
+    assert step is not None and step.low > step.tolerance  # what the wall clock saw
+    assert step.status is Status.UNDECIDED and not step.can_regress
+    assert result.verdict is AbVerdict.PASS, result.reason()
+    assert not result.regressed
+
+
 def test_the_same_rounds_without_the_split_stay_inconclusive() -> None:
     """An older tracer (no ``step_time.thread``): nothing proves the wall time's swing was the
     load, so the rule is as before."""

@@ -63,13 +63,18 @@ class Interval:
     #: not the code (seen: four A/A rounds agreeing on dataloader +3 to +4 pp, each with the
     #: head's steps faster).
     time_grew: bool | None = None
+    #: False: the metric can clear but never regress -- the wall clock on a contended CPU,
+    #: where a move is the load's as much as the code's (gate/ab.py).
+    can_regress: bool = True
 
     @property
     def status(self) -> Status:
         # A bound exactly at the tolerance is inside it, whatever the float rounding of
         # log/expm1 left (1.05 -> 5.000000000000004 %).
         if self.low > self.tolerance + _ROUNDING:
-            return Status.UNDECIDED if self.time_grew is False else Status.REGRESSED
+            if self.time_grew is False or not self.can_regress:
+                return Status.UNDECIDED
+            return Status.REGRESSED
         if self.high <= self.tolerance:
             return Status.CLEARED
         return Status.UNDECIDED
