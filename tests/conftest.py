@@ -85,6 +85,26 @@ def torch_single_thread() -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
+    if not hasattr(config, "workerinput"):  # once, in the session's first process
+        compile_sources()
+
+
+#: The folders of ours that the suite's child interpreters import.
+SOURCES = ("traceml_ci", "pytest_plugin", "tests", "benchmarks", "examples")
+
+
+def compile_sources() -> None:
+    """Byte-compile our sources where the environment keeps Python from caching them
+    (``PYTHONDONTWRITEBYTECODE``, set on the development VM): the suite starts hundreds of
+    interpreters that import the package, and each would compile it again from source, as an
+    installed package never does. A source edited after this is compiled again in memory
+    (the cache is checked against its modification time): never stale, only slower."""
+    if not sys.dont_write_bytecode:
+        return
+    import compileall
+
+    for name in SOURCES:
+        compileall.compile_dir(REPO / name, quiet=2)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
