@@ -106,18 +106,26 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
             print(f"{variant}: round {n}/{rounds}", file=sys.stderr, flush=True)
 
 
+def gate_side(r: dict[str, Any], uncontended: bool = True) -> Any:
+    """One recorded run as the gate reads it from a summary (a ``gate.ab.SideFigures``);
+    ``uncontended=False``: without its uncontended windows, as the gate ran before them."""
+    from traceml_ci.gate.ab import SideFigures
+    from traceml_ci.gate.ab_rounds import uncontended_figures
+
+    return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
+                       cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
+                       thread=r.get("thread"),
+                       uncontended=(uncontended_figures(r.get("uncontended"),
+                                                        r.get("steps_analyzed"))
+                                    if uncontended else None))
+
+
 def report(out: Path, variants: list[str], rounds_max: int | None = None) -> None:
     from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
-    from traceml_ci.gate.ab_rounds import uncontended_figures
 
     def side(r: dict[str, Any], cpu: str) -> SideFigures:
         if cpu in ("gate", "whole run"):  # everything the gate reads from a summary
-            return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
-                               cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
-                               thread=r.get("thread"),
-                               uncontended=(uncontended_figures(r.get("uncontended"),
-                                                                r.get("steps_analyzed"))
-                                            if cpu == "gate" else None))
+            return gate_side(r, uncontended=cpu == "gate")
         ref = r.get("cpu_reference_ms") if cpu == "referenced" else None
         return SideFigures(r["step_ms"], {}, cpu_ms=r["cpu_ms"] if cpu != "off" else None,
                            cpu_reference_ms=ref)
