@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -80,10 +81,11 @@ def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_
     rounds = doc["rounds"]
     assert 3 <= len(rounds) <= DEFAULT_MAX_ROUNDS  # a regression needs 3 rounds
     assert [r["first"] for r in rounds] == (["base", "head"] * DEFAULT_MAX_ROUNDS)[: len(rounds)]
+    # the truth, known here: the head adds one 5 ms spin per step (forward runs once); the
+    # median round, as one round whose busy neighbours fell on one side's run moves its own
+    added_ms = statistics.median(r["head"]["step_ms"] - r["base"]["step_ms"] for r in rounds)
+    assert 0.8 * SPIN_MS < added_ms < 4 * SPIN_MS, rounds
     for r in rounds:
-        # the truth, known here: the head adds one 5 ms spin per step (forward runs once)
-        added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
-        assert 0.8 * SPIN_MS < added_ms < 4 * SPIN_MS, r
         for side in ("base", "head"):
             assert (out / side / f"round{r['round']}.json").is_file()
             assert (out / side / f"round{r['round']}.log").is_file()

@@ -491,18 +491,21 @@ def test_a_contended_a_a_passes_on_the_figures_load_cannot_move() -> None:
     assert {iv["metric"]: iv["needed_to_pass"] for iv in doc["intervals"]}["step_time"] is False
 
 
-def test_load_that_fell_on_the_heads_runs_is_never_a_regression() -> None:
-    """An A/A on a contended CPU whose busy loops happened to fall on the head's runs round
-    after round (seen: wall-clock ratios of 2.1-3.0 three rounds running): the wall clock's
-    interval is far past its tolerance, the load-proof figures hold (and the shares, here).
-    Before, that wall clock failed the head (a false regression); now it may clear, never
-    fail."""
-    def held(f: SideFigures) -> SideFigures:
-        return dataclasses.replace(f, shares=SHARES)
+def _held(f: SideFigures) -> SideFigures:
+    """``f`` with the shares the load did not move."""
+    return dataclasses.replace(f, shares=SHARES)
 
-    rounds = _rounds([(held(_loaded(8.0, 1.0, wiggle=-0.005 * (-1) ** i)),
-                       held(_loaded(8.0, 2.2 + 0.1 * i, wiggle=0.01 * (-1) ** i)))
-                      for i in range(6)])
+
+def test_load_that_fell_on_the_heads_runs_is_never_a_regression() -> None:
+    """An A/A on a contended CPU: the busy loops fell on the base's run in one round, then on
+    the head's nine rounds running (seen: wall-clock ratios of 2.1-3.0 three rounds running).
+    The wall clock's interval ends past its tolerance, the load-proof figures hold. Before, that
+    wall clock failed the head (a false regression); now, the load having come from outside,
+    it may clear, never fail, and the reason says what it read."""
+    loads = [(1.3, 1.0)] + [(1.0, 2.2 + 0.05 * i) for i in range(9)]
+    rounds = _rounds([(_held(_loaded(8.0, lb, wiggle=-0.005 * (-1) ** i)),
+                       _held(_loaded(8.0, lh, wiggle=0.01 * (-1) ** i)))
+                      for i, (lb, lh) in enumerate(loads)])
     result = decide(rounds, AbSettings(max_rounds=len(rounds)))
     assert result.contended
     step = result.step
@@ -510,6 +513,44 @@ def test_load_that_fell_on_the_heads_runs_is_never_a_regression() -> None:
     assert step.status is Status.UNDECIDED and not step.can_regress
     assert result.verdict is AbVerdict.PASS, result.reason()
     assert not result.regressed
+    assert f"(step time {step.estimate:+.1f}%, not judged: the load fell on both sides' runs)" \
+        in result.reason()
+    doc = ab_report.to_json(result)
+    assert {iv["metric"]: iv["can_regress"] for iv in doc["intervals"]}["step_time"] is False
+
+
+def test_a_streak_of_load_on_the_heads_runs_waits_for_more_rounds() -> None:
+    """The busy loops fell on the head's runs three rounds running (seen, A/A): the wall clock
+    reads +120 % or more, the load-proof figures hold. Three rounds cannot tell that streak
+    from load the head makes itself, so neither verdict yet: the wall clock may not fail the
+    head before SELF_LOAD_MIN_ROUNDS rounds, and must clear for a pass. A fourth round whose
+    load fell on the base's run shows the load comes from outside: a pass."""
+    loads = [(1.0, 2.2), (1.0, 2.4), (1.0, 2.3), (1.5, 1.0)]
+    rounds = _rounds([(_held(_loaded(8.0, lb, wiggle=-0.005 * (-1) ** i)),
+                       _held(_loaded(8.0, lh, wiggle=0.01 * (-1) ** i)))
+                      for i, (lb, lh) in enumerate(loads)])
+    streak = decide(rounds[:3])
+    assert streak.contended and "step_time" not in streak.excused
+    assert streak.step is not None and not streak.step.can_regress
+    assert streak.verdict is None, streak.reason()
+    assert "so the shares, which move with" in streak.reason()
+    after = decide(rounds)
+    assert "step_time" in after.excused
+    assert after.verdict is AbVerdict.PASS, after.reason()
+
+
+def test_load_that_only_ever_fell_on_the_heads_runs_stays_judged() -> None:
+    """The head waits for a CPU in every round and the base never does: that may be the head's
+    own doing (more DataLoader workers than cores, threads of its own), which none of the
+    load-proof figures sees. Its wall clock stays judged, on the wide interval, and fails it."""
+    rounds = _rounds([(_held(_loaded(8.0, 1.0, wiggle=-0.005 * (-1) ** i)),
+                       _held(_loaded(8.0, 1.25, wiggle=0.01 * (-1) ** i)))
+                      for i in range(6)])
+    result = decide(rounds)
+    assert result.contended and result.cpu_wait_pct is not None and result.cpu_wait_pct > 15
+    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert [iv.metric for iv in result.regressed] == ["step_time"]
+    assert result.step is not None and result.step.can_regress
 
 
 def test_the_same_rounds_without_the_split_stay_inconclusive() -> None:
@@ -579,9 +620,15 @@ def test_a_cpu_that_ran_slower_for_one_side_counts_as_contended() -> None:
     steady = [dataclasses.replace(r, base=dataclasses.replace(r.base, cpu_reference_ms=1.0),
                                   head=dataclasses.replace(r.head, cpu_reference_ms=1.0))
               for r in rounds]
-    held = decide(steady)
+    held = decide(steady, AbSettings(max_rounds=len(steady)))  # judged at the cap
     assert held.cpu_speed_moved_pct == 0.0 and not held.contended
-    assert held.verdict is not AbVerdict.PASS, held.reason()
+    assert "step_time" not in held.excused
+    assert held.verdict is AbVerdict.INCONCLUSIVE, held.reason()
+    # a reference on one side only says nothing of the machine's speed
+    one_sided = [dataclasses.replace(r, base=dataclasses.replace(r.base, cpu_reference_ms=None))
+                 for r in rounds]
+    assert all(r.cpu_speed_ratio is None for r in one_sided)
+    assert decide(one_sided).cpu_speed_moved_pct is None
 
 
 def test_a_head_costlier_on_a_cpu_that_ran_slower_for_one_side_is_a_regression() -> None:

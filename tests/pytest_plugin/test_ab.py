@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -143,10 +144,10 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     rounds = test["ab"]["rounds"]
     assert len(rounds) >= 3  # a regression needs three rounds (gate.ab.REGRESSION_MIN_ROUNDS)
     assert [r["first"] for r in rounds] == (["base", "head"] * 3)[: len(rounds)]
-    for r in rounds:
-        # the truth, known here: the head spins ADDED_MS more per step (one forward a step)
-        added_ms = r["head"]["step_ms"] - r["base"]["step_ms"]
-        assert 0.8 * ADDED_MS < added_ms < 4 * ADDED_MS, r
+    # the truth, known here: the head spins ADDED_MS more per step (one forward a step); the
+    # median round, as one round whose busy neighbours fell on one side's run moves its own
+    added_ms = statistics.median(r["head"]["step_ms"] - r["base"]["step_ms"] for r in rounds)
+    assert 0.8 * ADDED_MS < added_ms < 4 * ADDED_MS, rounds
     regressed = [iv for iv in test["ab"]["intervals"]
                  if iv["status"] == "regressed"]
     # The spin is in forward: the step time, its CPU time, its time without CPU waits or the
@@ -220,7 +221,7 @@ def test_an_inconclusive_test_passes_with_a_warning_when_asked(quiet) -> None:
     project, result = quiet["warn"]
     result.assert_outcomes(passed=2, warnings=1)
     result.stdout.fnmatch_lines([
-        "*PytestWarning: traceml: A/B inconclusive after 2 rounds: *too noisy to decide; re-run",
+        "*PytestWarning: traceml: A/B inconclusive after 2 rounds: *too noisy to decide*; re-run",
         "A/B INCONCLUSIVE  test_ab_smoke.py::test_train  inconclusive after 2 rounds*"
         "(does not fail the test)",
         "traceml: A/B verdict: inconclusive (1 of 1 inconclusive: test_ab_smoke.py::test_train)",

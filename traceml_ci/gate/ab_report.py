@@ -183,7 +183,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "intervals": [
             {"metric": iv.metric, "unit": iv.unit, "estimate": iv.estimate, "low": iv.low,
              "high": iv.high, "tolerance": iv.tolerance, "status": iv.status.value,
-             "needed_to_pass": iv.metric not in result.excused,
+             "needed_to_pass": iv.metric not in result.excused, "can_regress": iv.can_regress,
              "per_round": list(iv.per_round), "phase_time_grew": iv.time_grew}
             for iv in result.intervals
         ],

@@ -155,7 +155,7 @@ class RoundPair:
         ran for head than for base in this round (a busy neighbour core, another guest on the
         host); None unless both sides timed it."""
         b, h = self.base.cpu_reference_ms, self.head.cpu_reference_ms
-        return h / b if b and h else None
+        return h / b if b is not None and h is not None and b > 0 and h > 0 else None
 
     @property
     def uncontended(self) -> bool:
