@@ -164,14 +164,18 @@ def test_a_copy_made_inside_trace_step_runs_its_own_forward(fresh_tracer) -> Non
     assert clone(x).shape == (2, 1)
 
 
-#: What ``_save_on_forward`` saw: whether our sampled hooks were on, per forward.
+#: What ``_save_on_forward`` saw, per forward: whether our sampled hooks were on, and whether
+#: only the model's own were (the unhooked-forward check after a sample: tracer/modules.py).
 _SEEN_HOOKS: list[bool] = []
+_SEEN_ROOT_ONLY: list[bool] = []
 
 
 def _save_on_forward(model: nn.Module, args: object) -> None:
     """A user's forward pre-hook that saves the model (module-level: a user's hook must pickle
-    too). Runs where a sampled step's hooks are all in place."""
-    _SEEN_HOOKS.append(any(ours(h) for m in model.modules() for h in m._forward_hooks.values()))
+    too). Runs where a sampled step's hooks are all in place, and where only the model's are."""
+    hooked = [any(ours(h) for h in m._forward_hooks.values()) for m in model.modules()]
+    _SEEN_HOOKS.append(any(hooked))
+    _SEEN_ROOT_ONLY.append(hooked[0] and not any(hooked[1:]))
     buf = io.BytesIO()
     torch.save(model, buf)
     buf.seek(0)
@@ -184,9 +188,11 @@ def test_sampled_module_hooks_stay_out_of_a_pickle(fresh_tracer) -> None:
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     _SEEN_HOOKS.clear()
+    _SEEN_ROOT_ONLY.clear()
     model.register_forward_pre_hook(_save_on_forward)
     _train(model, opt, 60, lambda i: time.sleep(0.003))  # steps long enough for 10 ms ticks
     assert any(_SEEN_HOOKS), "no sampled step: the test did not exercise the sampler's hooks"
+    assert any(_SEEN_ROOT_ONLY), "no unhooked-forward check ran: its hooks went unexercised"
 
 
 def test_without_ours_keeps_user_hooks_in_order_and_shares_untouched_tables() -> None:
