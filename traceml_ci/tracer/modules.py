@@ -178,6 +178,19 @@ def _tensors(obj: Any) -> Iterator[Any]:
             return
 
 
+def merged_gaps(root_ms: float, gaps: Sequence[tuple[float, float]]) -> list[list[float]]:
+    """``gaps`` clipped to ``[0, root_ms]``, sorted, and merged where they touch."""
+    holes: list[list[float]] = []
+    for s, e in sorted((max(s, 0.0), min(e, root_ms)) for s, e in gaps):
+        if e <= s:
+            continue
+        if holes and s <= holes[-1][1]:
+            holes[-1][1] = max(holes[-1][1], e)
+        else:
+            holes.append([s, e])
+    return holes
+
+
 def attribute(
     root_ms: float,
     calls: Sequence[tuple[str, float, float]],
@@ -199,14 +212,7 @@ def attribute(
         for i, (name, s, e) in enumerate(calls)
         if min(e, root_ms) > max(s, 0.0)
     )
-    holes: list[list[float]] = []  # the gaps, clipped, merged where they touch
-    for s, e in sorted((max(s, 0.0), min(e, root_ms)) for s, e in gaps):
-        if e <= s:
-            continue
-        if holes and s <= holes[-1][1]:
-            holes[-1][1] = max(holes[-1][1], e)
-        else:
-            holes.append([s, e])
+    holes = merged_gaps(root_ms, gaps)
     points = sorted(
         {0.0, root_ms, *(x for sp in spans for x in sp[:2]), *(x for h in holes for x in h)}
     )
@@ -996,13 +1002,9 @@ class _Forward(NamedTuple):
     def root_less(self, leak_ms: Sequence[float]) -> float:
         """The model's time less every gap and the hooks' cost ``leak_ms`` (``attribute``'s
         first figure, without the modules')."""
-        left, reach = self.root_ms, 0.0
-        for s, e in sorted((max(s, 0.0), min(e, self.root_ms))
-                           for s, e in (*self.gaps, *self.leak_gaps(leak_ms))):
-            if e > max(s, reach):
-                left -= e - max(s, reach)
-                reach = e
-        return left
+        root = max(self.root_ms, 0.0)
+        holes = merged_gaps(root, (*self.gaps, *self.leak_gaps(leak_ms)))
+        return root - sum(e - s for s, e in holes)
 
     def attribute(
         self, ancestors: Mapping[str, tuple[str, ...]], leak_ms: Sequence[float]
