@@ -215,7 +215,7 @@ class AbResult:
             contended = (f"; {self.why_contended()}, so {which}, which move with the "
                          "machine's other work, were not needed to clear")
             step = self.step
-            if step is not None and not step.can_regress and step.low > step.tolerance:
+            if STEP_METRIC in self.excused and step is not None and step.low > step.tolerance:
                 contended += (f" (step time {_signed(step.estimate, step.unit)}, not judged: "
                               "the load fell on both sides' runs)")
         if self.verdict is AbVerdict.PASS:
@@ -287,19 +287,17 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     # load-proof figure sees): then the wall clock must clear for a pass, and may fail the
     # head once that has held for SELF_LOAD_MIN_ROUNDS rounds, past any random streak.
     outside = contended and _load_from_outside(rounds)
-    wall_judged = not outside
-    wall_can_regress = not contended or n >= SELF_LOAD_MIN_ROUNDS
     proof = has_cpu + has_unloaded
     q = quantile_for(proof + 1 + len(deltas), n)
     q_rest = q
     if contended:  # the error split: narrow load-proof intervals, wide others
-        rest = len(deltas) + wall_judged  # what the excused error is spent on
+        rest = len(deltas) + (not outside)  # what the excused error is spent on
         q = quantile_for(proof, n, 1.0 - CONFIDENCE - (EXCUSED_ALPHA if rest else 0.0))
         q_rest = quantile_for(max(rest, 1), n, EXCUSED_ALPHA)
     cpu = cpu_interval(rounds, settings.step_tol_pct, q)
     unloaded = unloaded_interval(rounds, settings.step_tol_pct, q)
     step = step_interval(rounds, settings.step_tol_pct, q_rest)
-    if not (wall_judged and wall_can_regress):
+    if outside or (contended and n < SELF_LOAD_MIN_ROUNDS):
         step = dataclasses.replace(step, can_regress=False)
     intervals = (
         step,
