@@ -271,6 +271,52 @@ def test_ranks_sharing_a_loaded_cpu_do_not_excuse_a_backward_straggler() -> None
     assert s["label"] == BALANCED and "contention" in s["contended"]
 
 
+def _thread(doc: dict[str, Any], cpu_wait_ms: float) -> dict[str, Any]:
+    """``doc`` whose training thread waited ``cpu_wait_ms`` a step for a CPU (its analysed
+    steps' split: on a CPU, waiting for one, blocked)."""
+    step = doc["step_time"]["step_ms"]["median"]
+    doc["step_time"]["thread"] = {"on_cpu_ms": step / 2, "cpu_wait_ms": cpu_wait_ms,
+                                  "blocked_ms": step / 2 - cpu_wait_ms}
+    return doc
+
+
+def test_what_a_rank_waited_for_a_cpu_in_its_steps_is_taken_off_its_excess() -> None:
+    """Measured beside three busy loops on 2 vCPUs, balanced FSDP ranks: one rank's own work
+    was 3.3 ms (+63 %) over the other's and the other waited 2.2 ms a step for it, while its
+    thread waited 2.2 ms a step more for a CPU in those steps -- and only 3.6 points more of
+    its whole process's wall time, which the run-wide rule cannot excuse. What is left of the
+    excess after that wait must still straggle."""
+
+    def contention(wait: float) -> dict[str, float]:
+        return {"runqueue_wait_pct": wait, "involuntary_switches_per_s": 50.0,
+                "load_per_cpu": 2.0, "cpu_steal_pct": 0.0}
+
+    def job(extra_cpu_wait_ms: float) -> list[dict[str, Any]]:
+        return [
+            _thread(waited(0, shift(), 6.0, contention=contention(21.0)), 1.8),
+            _thread(waited(1, shift(backward=6.0), 0.2, contention=contention(24.6)),
+                    1.8 + extra_cpu_wait_ms),
+        ]
+
+    # 6 ms extra, 4.5 of them waiting for a CPU: 1.5 ms left, under the 2 ms floor.
+    out = merge_ranks(job(4.5), world_size=2)
+    s = out["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (BALANCED, None), s
+    assert "4.5 ms per step more" in s["contended"] and "leaves 1.5 ms" in s["contended"]
+    assert [r["cpu_wait_ms"] for r in out["distributed"]["ranks"]] == [1.8, 6.3]
+    assert summary_problems(out) == []
+    # 1 ms of it waiting for a CPU: 5 ms left (+25 % of the other's own work) still straggles.
+    s = merge_ranks(job(1.0), world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"], s["cause"]) == (COMPUTE_STRAGGLER, 1, "backward")
+    assert "contended" not in s
+    # Where only the straggler measured its steps' wait, the run-wide rule decides: its
+    # 3.6 points more runqueue wait excuse nothing.
+    docs = job(4.5)
+    del docs[0]["step_time"]["thread"]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 1) and "contended" not in s
+
+
 def test_summaries_without_the_wait_phase_still_merge_as_before() -> None:
     docs = [rank(0, shift(backward=6.0)), rank(1, shift(dataloader=6.0))]
     s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
