@@ -303,16 +303,28 @@ def test_what_a_rank_waited_for_a_cpu_in_its_steps_is_taken_off_its_excess() -> 
     s = out["distributed"]["straggler"]
     assert (s["label"], s["rank"]) == (BALANCED, None), s
     assert "4.5 ms per step more" in s["contended"] and "leaves 1.5 ms" in s["contended"]
-    assert [r["cpu_wait_ms"] for r in out["distributed"]["ranks"]] == [1.8, 6.3]
+    assert [r["cpu_wait_ms"] for r in out["distributed"]["ranks"]] == pytest.approx([1.8, 6.3])
     assert summary_problems(out) == []
     # 1 ms of it waiting for a CPU: 5 ms left (+25 % of the other's own work) still straggles.
     s = merge_ranks(job(1.0), world_size=2)["distributed"]["straggler"]
     assert (s["label"], s["rank"], s["cause"]) == (COMPUTE_STRAGGLER, 1, "backward")
     assert "contended" not in s
+    # It waited less than the other: nothing is taken off, nor added.
+    s = merge_ranks(job(-1.0), world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 1) and "contended" not in s
     # Where only the straggler measured its steps' wait, the run-wide rule decides: its
-    # 3.6 points more runqueue wait excuse nothing.
+    # 3.6 points more runqueue wait excuse nothing; 35 points more would.
     docs = job(4.5)
     del docs[0]["step_time"]["thread"]
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 1) and "contended" not in s
+    docs[1]["run"]["contention"] = contention(56.0)
+    s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
+    assert s["label"] == BALANCED and "runqueue wait" in s["contended"]
+    # With its steps' wait measured, 35 points more over the process's life (its startup
+    # included) excuse nothing its steps did not wait.
+    docs = job(0.2)
+    docs[1]["run"]["contention"] = contention(56.0)
     s = merge_ranks(docs, world_size=2)["distributed"]["straggler"]
     assert (s["label"], s["rank"]) == (COMPUTE_STRAGGLER, 1) and "contended" not in s
 

@@ -22,7 +22,7 @@ from torch import nn
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.test_contention import HOG
-from traceml_ci.tracer.cputime import OWN_THREAD_PREFIX, CpuWindow, Reading
+from traceml_ci.tracer.cputime import OWN_THREAD_PREFIX, RECENT_READS, CpuWindow, Reading
 
 WARMUP = 3
 SLEEP_S = 0.002
@@ -197,6 +197,37 @@ def test_only_windows_where_the_thread_hardly_waited_are_uncontended() -> None:
     assert window.uncontended() == quiet
     window.start()  # a new window starts new sums
     assert window.uncontended() is None
+
+
+def test_a_live_windows_split_starts_at_the_kept_read_nearest_its_first_step() -> None:
+    """Reads every 10 steps; the steps 10-20 waited 100 ms for a CPU. A live window of the
+    last 10 steps (from step 20) has none of that wait; one from step 25 starts at the read
+    at step 20 too; one from the start is the whole run's. Past ``RECENT_READS`` reads a
+    window older than them starts at the oldest kept."""
+    ms = 1_000_000
+    window = CpuWindow()
+    window.first = Reading(0, 0, 0, (0, 0), 0, 0)
+    window.recent.append(window.first)
+    window._advance(Reading(10, 60 * ms, 100 * ms, (60 * ms, 1 * ms), 0, 0))
+    window._advance(Reading(20, 150 * ms, 300 * ms, (150 * ms, 101 * ms), 0, 0))
+    window._advance(Reading(30, 210 * ms, 400 * ms, (210 * ms, 102 * ms), 0, 0))
+    whole = window.thread_split()
+    assert whole is not None and whole.cpu_wait_ms == pytest.approx(102 / 30)
+    assert window.thread_split(since=0) == whole
+    assert window.thread_split(since=5) == whole
+    for since in (20, 25, 29, 30, 99):  # at least one step: never the last read alone
+        late = window.thread_split(since=since)
+        assert late is not None and late.cpu_wait_ms == pytest.approx(0.1), since
+        assert late.on_cpu_ms == pytest.approx(6.0) and late.blocked_ms == pytest.approx(3.9)
+    for i in range(4, RECENT_READS + 4):  # 10 steps a read, 1 ms of CPU wait each
+        sched = (60 * ms * i, 98 * ms + i * ms)
+        window._advance(Reading(10 * i, 60 * ms * i, 100 * ms * i, sched, 0, 0))
+    oldest = window.recent[0]
+    assert oldest.steps > 30
+    split = window.thread_split(since=0)
+    assert split is not None and split.cpu_wait_ms == pytest.approx(0.1)
+    whole_now = window.thread_split()  # the whole run's still has the early wait
+    assert whole_now is not None and whole_now.cpu_wait_ms > 1.5 * split.cpu_wait_ms
 
 
 #: A busy loop pinned to the CPU in argv[1] that says when it runs.

@@ -192,8 +192,11 @@ def _extra_cpu_wait_ms(
     worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
 ) -> float | None:
     """How many ms per analysed step ``worst``'s training thread waited for a CPU beyond the
-    other ranks' median (``cpu_wait_ms``: the steps its phases are medians of, not the whole
-    process's life as ``runqueue_wait_pct``); None unless it and some other rank measured it.
+    other ranks' median (``cpu_wait_ms``: a mean over its analysed steps, the time between them
+    included, not the whole process's life as ``runqueue_wait_pct``); None unless it and some
+    other rank measured it. Where it errs (a wait between steps, one long preemption spread
+    over all steps) it excuses more, never less: it can miss a small straggler, not name a
+    balanced rank.
 
     Measured beside three busy loops on 2 vCPUs, balanced FSDP ranks: one rank's own work was
     3.3 ms (+63 %) over the other's, and others waited 2.2 ms a step for it -- a straggler by
@@ -311,12 +314,15 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
             out["contended"] = (
                 f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) less its extra "
                 f"waits for a CPU ({extra_cpu_wait_ms:.1f} ms per step more than the other "
-                f"ranks') leaves {left_ms:.1f} ms, within what balanced ranks differ by"
+                f"ranks') leaves {max(left_ms, 0.0):.1f} ms, within what balanced ranks "
+                "differ by"
             )
             return out
+    # Only the run-wide wait known (the straggler's or every other rank's per-step figure
+    # missing): waiting a further fraction w of its wall time lost it up to w of each step.
+    # With the per-step figure this is not consulted: the run-wide one counts the process's
+    # startup too, and excused a straggler whose steps waited no more than the others'.
     extra_wait = None if extra_cpu_wait_ms is not None else _extra_runqueue_wait(worst, others)
-    # Only the run-wide wait known: waiting a further fraction w of its wall time lost it up
-    # to w of each step.
     if (
         extra_wait is not None
         and extra_wait >= CONTENDED_RUNQUEUE_WAIT_PCT

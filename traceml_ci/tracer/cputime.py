@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -46,6 +47,8 @@ from traceml_ci.tracer.contention import schedstat, thread_waits_ns, waits_betwe
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
+#: Reads kept for a live window's split (``thread_split(since=...)``): ~6 s of ticks.
+RECENT_READS = 64
 #: A window between two reads is uncontended where the training thread, and the process's
 #: threads together (ours left out), waited for a CPU under this fraction of its wall time
 #: (one scheduler slice in a ~100 ms tick is ~3 %). A job whose own threads outnumber the
@@ -161,6 +164,8 @@ class CpuWindow:
         #: The training thread: the one that opens the window (the settle at finish may run
         #: on another).
         self._tid: int | None = None
+        #: The newest reads, oldest first: a live window's split starts at one of them.
+        self.recent: deque[Reading] = deque(maxlen=RECENT_READS)
 
     def _read(self, steps: int) -> Reading | None:
         now = job_cpu_ns()
@@ -182,6 +187,7 @@ class CpuWindow:
             if delta is not None:
                 self.quiet = [x + d for x, d in zip(self.quiet, delta, strict=True)]
         self.last = now
+        self.recent.append(now)
 
     def start(self, steps: int = 0) -> None:
         """The analysed window opens: ``steps`` analysed so far (0 at the last warmup step)."""
@@ -191,6 +197,8 @@ class CpuWindow:
             self.first = now
             self.last = None
             self.quiet = [0] * 7
+            self.recent.clear()
+            self.recent.append(now)
 
     def tick(self, steps: int) -> None:
         """A housekeeping tick with ``steps`` analysed steps behind it."""
@@ -225,14 +233,25 @@ class CpuWindow:
         first, last, steps = span
         return (last.cpu_ns - first.cpu_ns) / steps / 1e6
 
-    def thread_split(self) -> ThreadSplit | None:
+    def thread_split(self, since: int | None = None) -> ThreadSplit | None:
         """The training thread's wall time per analysed step, split three ways; None without
         schedstats or steps. The work we ran on that thread (the CPU reference) is left out of
-        its CPU time and of the wall time alike."""
+        its CPU time and of the wall time alike.
+
+        ``since``: from the newest kept read at or before that many analysed steps (a live
+        window's first step; the oldest kept read where none is that old) -- safe from
+        another thread: the copy of the kept reads is one C call under the GIL."""
         span = self._span()
-        if span is None or span[0].sched is None or span[1].sched is None:
+        if span is None:
             return None
         first, last, steps = span
+        if since is not None:
+            kept = [r for r in tuple(self.recent) if r.steps < last.steps]
+            if kept:
+                first = next((r for r in reversed(kept) if r.steps <= since), kept[0])
+                steps = last.steps - first.steps
+        if first.sched is None or last.sched is None:
+            return None
         ours_ns = last.ours_ns - first.ours_ns
         wall = last.wall_ns - first.wall_ns - ours_ns
         on_cpu = last.sched[0] - first.sched[0] - ours_ns

@@ -590,6 +590,10 @@ class Tracer:
             gpu=self._gpu(final),
             waits=self.ranks.in_use,
             copies=self.copies.seen,
+            # A window's too, over about its steps: the live view's straggler rule takes what
+            # a rank waited for a CPU off its extra own work, as the merged summary does.
+            thread=None if final else self._thread_split(
+                since=max(0, steps - warmup - len(cols[STEP]) * window.stride)),
         )
         return self._finished(record) if final else record
 
@@ -646,9 +650,10 @@ class Tracer:
                              list(sampler.temp_c[-GPU_RECENT_SAMPLES:]),
                              sampler.temp_slowdown_c)
 
-    def _thread_split(self) -> dict[str, float] | None:
-        """The training thread's wall time per analysed step, split (host clock only)."""
-        split = self.store.cpu.thread_split() if self.store.host else None
+    def _thread_split(self, since: int | None = None) -> dict[str, float] | None:
+        """The training thread's wall time per analysed step, split (host clock only); from
+        about ``since`` analysed steps on (``CpuWindow.thread_split``)."""
+        split = self.store.cpu.thread_split(since) if self.store.host else None
         return None if split is None else split._asdict()
 
     def _uncontended(self) -> dict[str, float] | None:
