@@ -167,6 +167,12 @@ FSDP_NOT_ANALYSED = (
 )
 
 
+def _others_median(others: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The median of the other ranks' ``key`` where they measured it; None where none did."""
+    theirs = [x for x in (finite(r.get(key)) for r in others) if x is not None]
+    return statistics.median(theirs) if theirs else None
+
+
 def _extra_runqueue_wait(
     worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
 ) -> float | None:
@@ -177,15 +183,11 @@ def _extra_runqueue_wait(
     (two ranks on two cores, or a busy runner) all wait, and a wait every rank has cannot
     explain why one of them does more own work. A rank whose others did not measure theirs is
     judged on its own wait (the others' counted as none)."""
-    wait = worst.get("runqueue_wait_pct")
-    if not isinstance(wait, (int, float)):
+    wait = finite(worst.get("runqueue_wait_pct"))
+    if wait is None:
         return None
-    theirs = [
-        r["runqueue_wait_pct"]
-        for r in others
-        if isinstance(r.get("runqueue_wait_pct"), (int, float))
-    ]
-    return float(wait) - (statistics.median(theirs) if theirs else 0.0)
+    theirs = _others_median(others, "runqueue_wait_pct")
+    return wait - (theirs if theirs is not None else 0.0)
 
 
 def _extra_cpu_wait_ms(
@@ -203,10 +205,10 @@ def _extra_cpu_wait_ms(
     every threshold -- while its thread waited 2.2 ms a step more for a CPU; over the whole
     process, 3.6 points more of its wall time, too little for the run-wide figure to say so."""
     mine = finite(worst.get("cpu_wait_ms"))
-    theirs = [x for x in (finite(r.get("cpu_wait_ms")) for r in others) if x is not None]
-    if mine is None or not theirs:
+    theirs = _others_median(others, "cpu_wait_ms")
+    if mine is None or theirs is None:
         return None
-    return mine - statistics.median(theirs)
+    return mine - theirs
 
 
 def _own_work_noise(
@@ -215,15 +217,11 @@ def _own_work_noise(
     """The noise an excess of ``worst``'s own work over the others' median must beat, in ms: its
     own window-to-window spread plus the median of the others' (the difference of two noisy
     medians is as noisy as both); None when ``worst`` has no windows."""
-    mine = worst.get("own_work_noise_ms")
-    if not isinstance(mine, (int, float)):
+    mine = finite(worst.get("own_work_noise_ms"))
+    if mine is None:
         return None
-    theirs = [
-        r["own_work_noise_ms"]
-        for r in others
-        if isinstance(r.get("own_work_noise_ms"), (int, float))
-    ]
-    return float(mine) + (statistics.median(theirs) if theirs else 0.0)
+    theirs = _others_median(others, "own_work_noise_ms")
+    return mine + (theirs if theirs is not None else 0.0)
 
 
 def _waits(rows: Sequence[Mapping[str, Any]]) -> bool:

@@ -590,10 +590,10 @@ class Tracer:
             gpu=self._gpu(final),
             waits=self.ranks.in_use,
             copies=self.copies.seen,
-            # A window's too, over about its steps: the live view's straggler rule takes what
-            # a rank waited for a CPU off its extra own work, as the merged summary does.
-            thread=None if final else self._thread_split(
-                since=max(0, steps - warmup - len(cols[STEP]) * window.stride)),
+            # A window's over about its steps: the live view's straggler rule takes what a
+            # rank waited for a CPU off its extra own work, as the merged summary does.
+            thread=self._thread_split(
+                None if final else max(0, steps - warmup - len(cols[STEP]) * window.stride)),
         )
         return self._finished(record) if final else record
 
@@ -626,7 +626,6 @@ class Tracer:
             cpu_ms=self.store.cpu.ms_per_step() if self.store.host else None,
             cpu_reference_ms=(self.cpu_reference.ms() if self.cpu_reference is not None
                               and self.store.host else None),
-            thread=self._thread_split(),
             uncontended=self._uncontended(),
         )
 
