@@ -32,12 +32,17 @@ def make(
     rss_mb: float = 300.0,
     diagnosis: str | None = None,
     name: str = "run",
+    clock: str = "device_event",
     **env: Any,
 ) -> dict[str, Any]:
     """A valid summary whose step splits into ``ms`` (phase -> median ms; with the wait phase,
     as a run under a process group, where ``ms`` has it). ``iqr_pp``: the
     per-window IQR of every pct (None: no noise block). Diagnosis: derived with the tracer's
-    own rules unless given."""
+    own rules unless given.
+
+    ``clock``: timed with device events by default, where timings decide under the tolerance
+    and noise rules these tests check; ``"host"`` for a CPU runner's summary, where timings
+    only inform (docs/gate.md, "The rule")."""
     from traceml_ci.summary.diagnose import diagnose_step_time
     from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 
@@ -68,8 +73,7 @@ def make(
     doc["step_memory"]["peak_rss_mb"] = rss_mb
     doc["run"]["name"] = name
     doc["env"].update(env)
-    if doc["env"]["device_type"] != "cpu":
-        st["clock"] = "device_event"  # CUDA runs time phases with events
+    st["clock"] = "device_event" if doc["env"]["device_type"] != "cpu" else clock
     return doc
 
 

@@ -123,3 +123,25 @@ def test_without_a_rerun_or_with_zero_reruns_the_first_judgement_stands() -> Non
     job = Job([head(8.0), head(0.0)])
     done = job.go(max_reruns=0)
     assert done.reruns == 0 and done.result.verdict is Verdict.REGRESSION
+
+
+def test_a_count_that_regressed_is_never_re_run_for() -> None:
+    import copy
+
+    from tests.gate.test_counters import COUNTERS
+
+    b, h = make(), head(8.0)  # a share that regressed too: the count decides anyway
+    b["counters"], h["counters"] = copy.deepcopy(COUNTERS), copy.deepcopy(COUNTERS)
+    h["counters"]["syncs"] = {"per_step": 3, "sites": [
+        {"at": "train.py:9", "op": "item", "count": 3}]}
+    c = compare(b, h)
+    assert c.verdict is Verdict.REGRESSION
+    assert not worth_confirming(c, b, h)
+
+
+@pytest.mark.parametrize(("pp", "worth"), [(4.0, False), (12.0, False), (20.0, True)])
+def test_on_a_host_clock_only_a_share_past_its_band_is_re_run_for(pp: float, worth: bool) -> None:
+    b, h = make(clock="host"), make(shift(dataloader=_ms_for_pp(pp)), clock="host")
+    c = compare(b, h)
+    assert c.verdict is (Verdict.REGRESSION if worth else Verdict.PASS)
+    assert worth_confirming(c, b, h) is worth

@@ -1,5 +1,5 @@
 """What a comparison knows changed between base and head, named the way a headline names it:
-a DataLoader setting, a new straggler (which rank, in which phase, who waits for it), the
+a setting (gate/settings.py), a new straggler (which rank, in which phase, who waits for it), the
 optimizer, the FLOPs per step and the modules that moved them, the scalar reads per step and
 their lines, the bytes kept from each step, the parameters.
 
@@ -15,22 +15,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row
+from traceml_ci.gate.settings import PREFIX as SETTINGS_PREFIX
+from traceml_ci.gate.settings import SETTINGS, Setting
 from traceml_ci.summary.ranks import BALANCED, phase_excess_ms
 from traceml_ci.summary.view import SummaryLike, as_view, finite
 
-#: The DataLoader settings a summary records (``step_time.dataloader``) that change how it
-#: feeds the steps, in the order they are named. ``device`` is the run's, not the loader's: a
-#: changed device is the environment fingerprint's (gate/context.py).
-DATALOADER_SETTINGS: tuple[str, ...] = (
-    "num_workers",
-    "batch_size",
-    "pin_memory",
-    "persistent_workers",
-    "prefetch_factor",
+#: The DataLoader's settings (``step_time.dataloader``), named together in one cause, in the
+#: order gate/settings.py compares them. ``device`` is the run's, not the loader's: a changed
+#: device is the environment fingerprint's (gate/context.py).
+DATALOADER_SETTINGS: tuple[Setting, ...] = tuple(
+    s for s in SETTINGS if s.block == ("step_time", "dataloader")
 )
-#: Settings of the worker processes: without workers torch sets them itself (prefetch_factor
-#: None, persistent_workers False), so they are named only when both sides have workers.
-WORKER_SETTINGS = frozenset({"persistent_workers", "prefetch_factor"})
 
 #: The counter rows whose causes are named, in priority order: what the code was told to do
 #: differently (optimizer), how much work a step does (FLOPs), then what it does per step that
@@ -62,6 +57,10 @@ def known_causes(
     straggler = straggler_change(base, head)
     if straggler:
         causes.append(straggler)
+    loader_rows = {SETTINGS_PREFIX + x.name for x in DATALOADER_SETTINGS}
+    rows = list(rows)
+    causes += [r.cause for r in rows
+               if r.name.startswith(SETTINGS_PREFIX) and r.name not in loader_rows and r.cause]
     by_name = {r.name: r for r in rows}
     for name in COUNTER_ORDER:
         row = by_name.get(name)
@@ -80,11 +79,6 @@ def label(count: int, *, passed: bool) -> str:
     return "cause" if count == 1 else "causes"
 
 
-def _workers(settings: Mapping[str, Any]) -> bool:
-    n = settings.get("num_workers")
-    return isinstance(n, int) and n > 0
-
-
 def _value(x: Any) -> str:
     return "none" if x is None else str(x)
 
@@ -100,12 +94,11 @@ def dataloader_change(
         return ""
     b, h = st_b.get("dataloader"), st_h.get("dataloader")
     if isinstance(b, Mapping) and isinstance(h, Mapping):
-        workers = all(_workers(x) for x in (b, h))
         changed = [
-            f"{key} {_value(b.get(key))} → {_value(h.get(key))}"
-            for key in DATALOADER_SETTINGS
-            if key in b and key in h and b.get(key) != h.get(key)
-            and (workers or key not in WORKER_SETTINGS)
+            f"{s.key} {_value(b.get(s.key))} → {_value(h.get(s.key))}"
+            for s in DATALOADER_SETTINGS
+            if s.key in b and s.key in h and b.get(s.key) != h.get(s.key)
+            and s.applies(b) and s.applies(h)
         ]
         return "DataLoader " + ", ".join(changed) if changed else ""
     if isinstance(b, Mapping) and h is None:

@@ -32,7 +32,12 @@ from traceml_ci.gate.guards import (
     apply_guards,
     contention_bound_pp,
 )
-from traceml_ci.gate.judging import HOST_CLOCK_TIMES_WARN, NOISE_CAP_TOLERANCES, judge_metrics
+from traceml_ci.gate.judging import (
+    HOST_BAND_SHARE_PP,
+    HOST_BAND_STEP_PCT,
+    NOISE_CAP_TOLERANCES,
+    judge_metrics,
+)
 from traceml_ci.gate.results import (
     REPORT_VERSION,
     Comparison,
@@ -46,6 +51,7 @@ from traceml_ci.gate.results import (
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
 from traceml_ci.gate.sets import MAX_KEYS_LISTED, compare_sets, set_comparison
+from traceml_ci.gate.settings import setting_rows
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 from traceml_ci.summary.view import SummaryLike, as_view
 
@@ -53,7 +59,8 @@ __all__ = [
     "CONTENDED_RUNQUEUE_WAIT_PCT",
     "CONTENTION_MAX_SHIFT_PP",
     "FLOPS_CHANGED",
-    "HOST_CLOCK_TIMES_WARN",
+    "HOST_BAND_SHARE_PP",
+    "HOST_BAND_STEP_PCT",
     "LOAD_GUARD_METRIC",
     "LOAD_GUARD_QUANTILE",
     "MAX_KEYS_LISTED",
@@ -107,7 +114,7 @@ def compare(
     reasons += measurement_notes(bv, hv, rules) + headline_rank_notes(bv, hv)
     rows, skipped = judge_metrics(bv, hv, rules, skip_env=skip_env)
     rows, module_context = apply_guards(rows, bv, hv, rules, skip_env=skip_env)
-    rows += counter_rows(bv, hv)  # exact, no noise (gate/counters.py)
+    rows += setting_rows(bv, hv) + counter_rows(bv, hv)  # exact, no noise
     reasons += module_context + flops_context(bv, hv)
     run_notes = head_status_notes(hv)
     reasons += run_notes

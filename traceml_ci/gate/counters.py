@@ -17,7 +17,7 @@ from typing import Any
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import Kind
-from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status, Tolerance
+from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
 from traceml_ci.summary.view import SummaryLike, as_view, finite
 
@@ -64,12 +64,14 @@ def _row(
     better: bool,
     cause: str,
     why: str = "",
+    evidence: Evidence = Evidence.COUNT,
 ) -> Row:
     """A counter's row; its note is ``cause`` and then ``why`` (empty when nothing changed)."""
     status = Status.REGRESSED if worse else Status.IMPROVED if better else Status.OK
     tol = Tolerance(rule, kind, unit) if rule is not None else None
     note = cause + why if cause else ""
-    return Row(PREFIX + name, b, h, delta, tol, status, unit, delta_unit, None, note, cause)
+    return Row(PREFIX + name, b, h, delta, tol, status, unit, delta_unit, None, note, cause,
+               evidence)
 
 
 def _int(x: Any) -> int | None:
@@ -188,7 +190,8 @@ def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     elif state:
         note = f"optimizer {hn}: {state}"
     why = "; accepted by updating the baseline"
-    return _row("optimizer", bn, hn, None, _ANY, Kind.LABEL, "", "", bool(note), False, note, why)
+    return _row("optimizer", bn, hn, None, _ANY, Kind.LABEL, "", "", bool(note), False, note, why,
+                Evidence.SETTING)
 
 
 def _flops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

@@ -33,6 +33,8 @@ class Metric:
     rules with ``direction = "worse"``. ``env_dependent``: absolute times and memory, only
     comparable between runs on the same kind of machine. ``noise_path``: where the summary
     records this metric's spread across windows of steps (an IQR, in the metric's unit).
+    ``timed``: a duration, or a figure made of durations (a share, a rate, a label the shares
+    or the ranks' times decide): on a host clock it informs (docs/gate.md, "The rule").
     """
 
     name: str
@@ -42,6 +44,7 @@ class Metric:
     higher_is_worse: bool = True
     env_dependent: bool = False
     noise_path: tuple[str, ...] | None = None
+    timed: bool = False
 
     @property
     def relative(self) -> bool:
@@ -63,7 +66,9 @@ class Metric:
 
 
 def _catalogue() -> tuple[Metric, ...]:
-    out: list[Metric] = [Metric("step_time.diagnosis", Kind.LABEL, ("step_time", "diagnosis"), "")]
+    out: list[Metric] = [
+        Metric("step_time.diagnosis", Kind.LABEL, ("step_time", "diagnosis"), "", timed=True)
+    ]
     # The wait and h2d phases are only in summaries of runs that used a process group / copied
     # to a device: a metric either side has no value for is left out (gate/judging.py), so
     # older baselines still compare.
@@ -71,29 +76,29 @@ def _catalogue() -> tuple[Metric, ...]:
         out.append(
             Metric(
                 f"step_time.{phase}_pct", Kind.PCT, ("step_time", f"{phase}_pct"), "%",
-                noise_path=("step_time", "noise", "pct", phase, "iqr"),
+                noise_path=("step_time", "noise", "pct", phase, "iqr"), timed=True,
             )
         )
     out.append(
         Metric(
             "step_time.step_ms.median", Kind.TIME, ("step_time", "step_ms", "median"), "ms",
-            env_dependent=True, noise_path=("step_time", "noise", "step_ms", "iqr"),
+            env_dependent=True, noise_path=("step_time", "noise", "step_ms", "iqr"), timed=True,
         )
     )
     for q in ("p10", "p90"):
         out.append(
             Metric(f"step_time.step_ms.{q}", Kind.TIME, ("step_time", "step_ms", q), "ms",
-                   env_dependent=True)
+                   env_dependent=True, timed=True)
         )
     for phase in ALL_PHASES:
         out.append(
             Metric(f"step_time.phase_ms.{phase}", Kind.TIME, ("step_time", "phase_ms", phase),
-                   "ms", env_dependent=True)
+                   "ms", env_dependent=True, timed=True)
         )
     out.append(
         Metric("step_time.throughput.samples_per_s", Kind.RATE,
                ("step_time", "throughput", "samples_per_s"), "samples/s",
-               higher_is_worse=False, env_dependent=True)
+               higher_is_worse=False, env_dependent=True, timed=True)
     )
     out.append(Metric("step_memory.diagnosis", Kind.LABEL, ("step_memory", "diagnosis"), ""))
     for key in ("peak_allocated_mb", "peak_reserved_mb", "peak_rss_mb", "peak_job_rss_mb"):
@@ -116,13 +121,13 @@ def _catalogue() -> tuple[Metric, ...]:
                       "FLOP", higher_is_worse=True))
     out.append(Metric("efficiency.achieved_tflops", Kind.RATE,
                       ("efficiency", "achieved_tflops"), "TFLOP/s", higher_is_worse=False,
-                      env_dependent=True))
+                      env_dependent=True, timed=True))
     # Distributed runs (summary/ranks.py): the straggler label, and how far the worst rank's
     # own work is above the others' median.
     out.append(Metric("distributed.straggler.label", Kind.LABEL,
-                      ("distributed", "straggler", "label"), ""))
+                      ("distributed", "straggler", "label"), "", timed=True))
     out.append(Metric("distributed.straggler.score_pct", Kind.PCT,
-                      ("distributed", "straggler", "score_pct"), "%"))
+                      ("distributed", "straggler", "score_pct"), "%", timed=True))
     return tuple(out)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
+from traceml_ci.gate.lead import lead_lines
 from traceml_ci.gate.ranks_text import (
     headline_line,
     rank_headers,
@@ -205,6 +206,7 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
     if heading:
         out += [heading, ""]
     out += markdown_causes(shown_causes(c), passed=c.verdict is Verdict.PASS)
+    out += [md_escape(x) for x in lead_lines(c)] + ([""] if lead_lines(c) else [])
     if c.base_run or c.head_run:
         base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
@@ -218,7 +220,9 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
     if bars:
         out += ["Where the step time goes:", "", "```text", *bars, "```", ""]
     if folded:
-        label = f"{len(folded)} unchanged metric{'s' if len(folded) != 1 else ''}"
+        informing = any(r.note for r in folded)
+        label = (f"{len(folded)} unchanged {'or informing ' if informing else ''}"
+                 f"metric{'s' if len(folded) != 1 else ''}")
         out += [f"<details><summary>{label}</summary>", "", _md_rows(folded), "", "</details>",
                 ""]
     out += _md_ranks(c)
@@ -293,7 +297,8 @@ def _md_key_table(
 
 
 def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
-    out: list[str] = []
+    out: list[str] = [md_escape(x) for x in lead_lines(c)]
+    out += [""] if out else []
     if c.reasons:
         out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
     ranked = sorted(c.items.items(), key=lambda kv: _VERDICT_ORDER[kv[1].verdict])
@@ -373,6 +378,8 @@ def _rich_comparison(c: Comparison, width: int, title: str | None = None) -> lis
         parts.append(Text(title, style=VERDICT_STYLE[c.verdict]))
     for line in text_causes(shown_causes(c), passed=c.verdict is Verdict.PASS):
         parts.append(_Cause(line))
+    for line in lead_lines(c):
+        parts.append(_Reason(fmt.plain(line)))
     if c.base_run or c.head_run:
         base, head = fmt.plain(c.base_run or "?"), fmt.plain(c.head_run or "?")
         parts.append(Text(f"base {base} → head {head}", style="dim"))
@@ -422,6 +429,8 @@ def render_text(c: Comparison | SetComparison, *, width: int = 100, colour: bool
         for part in _rich_comparison(c, width):
             put(part)
     else:
+        for line in lead_lines(c):
+            put(_Reason(fmt.plain(line)))
         for reason in c.reasons:
             put(_Reason(f"• {fmt.plain(reason)}"))
         for key, item in c.items.items():

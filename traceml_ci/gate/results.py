@@ -16,8 +16,8 @@ from traceml_ci.gate.rules import Direction, Rule
 #: The rows of the deterministic counters (gate/counters.py) are named ``counters.*``.
 COUNTERS_PREFIX = "counters."
 
-#: Version of the JSON report (``--format json``).
-REPORT_VERSION = "1.0"
+#: Version of the JSON report (``--format json``). 1.1: each row says its ``evidence``.
+REPORT_VERSION = "1.1"
 
 
 class Status(str, Enum):
@@ -29,6 +29,29 @@ class Status(str, Enum):
     REGRESSED = "regressed"
     NEW = "new"  # only head has a value
     MISSING = "missing"  # only base has a value
+
+
+class Evidence(str, Enum):
+    """What a row's figure is, which decides what it may do to the verdict (docs/gate.md, "The
+    rule"): counts and settings are exact and decide; a time on a device clock decides under
+    the noise rules; a time on a host clock informs, and fails alone only far past what load
+    can do; memory is measured bytes and gates under its tolerance."""
+
+    COUNT = "count"  # an exact counter of one sampled step (gate/counters.py)
+    SETTING = "setting"  # a setting that changes cost: a change fails until accepted
+    DEVICE_CLOCK = "device clock"  # timed with device events (CUDA): decides
+    HOST_CLOCK = "host clock"  # timed on the host: informs (docs/gate.md, "The rule")
+    MEMORY = "memory"  # bytes measured (RSS, the allocator's peaks)
+    DEVICE = "device"  # sampled from the device (utilisation)
+
+    @property
+    def exact(self) -> bool:
+        """Counts and settings: the same on every run of the same code, never re-run."""
+        return self in (Evidence.COUNT, Evidence.SETTING)
+
+    @property
+    def timed(self) -> bool:
+        return self in (Evidence.DEVICE_CLOCK, Evidence.HOST_CLOCK)
 
 
 class Verdict(str, Enum):
@@ -50,9 +73,14 @@ class Tolerance:
     higher_is_worse: bool = True
     #: Whether past the fail tier regresses (the rule's ``fail``, or the host-clock default).
     fails: bool = True
+    #: On a host clock, the rule's own tiers as text when ``rule`` is the band that replaced
+    #: them (they only say that the figure moved): shown beside the band.
+    informs: str = ""
 
     def __str__(self) -> str:
         r = self.rule
+        if self.informs and not self.fails:
+            return "informs (host clock)"
         if self.kind is Kind.LABEL:
             text = "any change" if r.direction is Direction.ANY else "no worse label"
             return text if self.fails else f"{text} (warn only)"
@@ -63,6 +91,8 @@ class Tolerance:
             text = f"{fail} (warn {warn})"
         else:
             text = fail or (f"warn {warn}" if warn else "")
+        if self.informs:  # the band decides; the rule's own tiers are in the row's note
+            return f"{text} host-clock band"
         return text if self.fails or not text else f"{text}, warn only"
 
     def _tier(self, a: float | None, rel: float | None, sign: str) -> str:
@@ -75,7 +105,10 @@ class Tolerance:
         return " and ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.rule.to_dict(), "fails": self.fails, "text": str(self)}
+        out = {**self.rule.to_dict(), "fails": self.fails, "text": str(self)}
+        if self.informs:
+            out["informs"] = self.informs
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,8 @@ class Row:
     in the metric's own unit; None when the summaries report no spread for it.
     ``cause``: what changed, in the few words a headline names it by (gate/causes.py); the
     deterministic counters set it, the start of their ``note``; empty on every other row.
+    ``evidence``: what the figure is (a count, a setting, a time on which clock, memory),
+    which says what it may do to the verdict.
     """
 
     name: str
@@ -102,6 +137,7 @@ class Row:
     noise: float | None = None
     note: str = ""
     cause: str = ""
+    evidence: Evidence = Evidence.COUNT
 
     @property
     def gating(self) -> bool:
@@ -109,7 +145,10 @@ class Row:
 
     @property
     def changed(self) -> bool:
-        """Whether the row is worth showing unfolded: anything but a quiet ok."""
+        """Whether the row is worth showing unfolded: anything but a quiet ok, and a host-clock
+        timing that only moved (the report's timings line says it)."""
+        if self.status is Status.OK and self.evidence is Evidence.HOST_CLOCK:
+            return False
         return self.status is not Status.OK or bool(self.note)
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,6 +163,7 @@ class Row:
             "noise": self.noise,
             "status": self.status.value,
             "note": self.note,
+            "evidence": self.evidence.value,
         }
 
 
@@ -211,6 +251,7 @@ def with_status(row: Row, status: Status, note: str) -> Row:
         row.noise,
         note,
         row.cause,
+        row.evidence,
     )
 
 

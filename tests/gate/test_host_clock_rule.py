@@ -1,0 +1,109 @@
+"""The rule on a host clock (docs/gate.md, "The rule"): timings inform, counts decide.
+
+On a CPU runner a share, the step time, or a label the shares decide moves with the machine's
+other work; alone it fails only past the host-clock band, never as a warning below it. The same
+shifts timed with device events keep their tolerances (tests/gate/test_compare.py).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.gate.summaries import BASE_MS, make, shift
+from tests.gate.test_counters import COUNTERS
+from traceml_ci.gate import DEFAULT_RULES, Status, Verdict, compare, render_json
+from traceml_ci.gate.judging import HOST_BAND_SHARE_PP, HOST_BAND_STEP_PCT
+from traceml_ci.gate.results import Evidence
+
+
+def host(ms=None, **kw):
+    return make(ms, clock="host", **kw)
+
+
+def test_a_share_past_its_tolerance_only_informs_on_a_host_clock():
+    base, head = host(), host(shift(dataloader=4.0))  # +13.3 pp: past 5 pp, short of the band
+    c = compare(base, head)
+    row = c.row("step_time.dataloader_pct")
+    assert row.status is Status.OK
+    assert row.evidence is Evidence.HOST_CLOCK
+    assert row.note == "informs (past +5 pp (warn +3 pp))"
+    assert c.verdict is Verdict.PASS
+    assert not [r for r in c.rows if r.status is Status.WARN]  # nothing to warn about either
+    # the same shift timed with device events regresses
+    device = compare(make(), make(shift(dataloader=4.0)))
+    assert device.row("step_time.dataloader_pct").status is Status.REGRESSED
+    assert device.row("step_time.dataloader_pct").evidence is Evidence.DEVICE_CLOCK
+
+
+def test_between_warn_and_fail_tier_is_no_warning_on_a_host_clock():
+    c = compare(host(), host(shift(dataloader=0.9)))  # +3.6 pp: a warning on a device clock
+    assert c.row("step_time.dataloader_pct").status is Status.OK
+    assert c.verdict is Verdict.PASS
+
+
+def test_a_share_past_the_band_fails_alone():
+    base, head = host(), host(shift(dataloader=9.0))  # 20 % -> 44.8 %: +24.8 pp
+    assert head["step_time"]["dataloader_pct"] - 20.0 > HOST_BAND_SHARE_PP
+    c = compare(base, head)
+    row = c.row("step_time.dataloader_pct")
+    assert row.status is Status.REGRESSED
+    assert c.verdict is Verdict.REGRESSION
+    assert str(row.tolerance) == f"+{HOST_BAND_SHARE_PP:g} pp host-clock band"
+
+
+def test_the_band_still_needs_the_shift_beyond_the_noise():
+    base = host(iqr_pp=20.0)
+    head = host(shift(dataloader=9.0), iqr_pp=20.0)  # +24.8 pp, noise hypot(20, 20) = 28 pp
+    row = compare(base, head).row("step_time.dataloader_pct")
+    assert row.status is Status.WARN and "within noise" in row.note
+
+
+@pytest.mark.parametrize(("factor", "status"), [(1.4, Status.OK), (1.9, Status.OK),
+                                                 (2.3, Status.REGRESSED)])
+def test_step_time_fails_only_past_twice_the_base(factor, status):
+    c = compare(host(), host({p: v * factor for p, v in BASE_MS.items()}))
+    row = c.row("step_time.step_ms.median")
+    assert row.status is status
+    assert (factor - 1) * 100 < HOST_BAND_STEP_PCT or status is Status.REGRESSED
+
+
+def test_a_rule_that_says_fail_keeps_its_tiers_on_a_host_clock():
+    strict = DEFAULT_RULES.with_tolerances({"step_time.step_ms.median": {"fail": True},
+                                            "step_time.*_pct": {"fail": True}})
+    head = host({p: v * 1.4 for p, v in BASE_MS.items()})
+    assert compare(host(), head, strict).row("step_time.step_ms.median").status is Status.REGRESSED
+    shifted = compare(host(), host(shift(dataloader=4.0)), strict)
+    assert shifted.row("step_time.dataloader_pct").status is Status.REGRESSED
+
+
+def test_a_label_the_shares_decide_informs_on_a_host_clock():
+    c = compare(host(), host(shift(dataloader=12.0)))  # COMPUTE_BOUND -> INPUT_BOUND
+    row = c.row("step_time.diagnosis")
+    assert (row.base, row.head) == ("COMPUTE_BOUND", "INPUT_BOUND")
+    assert row.status is Status.OK and row.note == "diagnosis changed (informs)"
+    # ... the share that moved decides: +30 pp is past the band
+    assert c.row("step_time.dataloader_pct").status is Status.REGRESSED
+
+
+def test_counts_decide_whatever_the_timings_say():
+    base, head = host(), host(shift(dataloader=2.0))
+    base["counters"], head["counters"] = copy.deepcopy(COUNTERS), copy.deepcopy(COUNTERS)
+    head["counters"]["syncs"] = {"per_step": 2, "sites": [
+        {"at": "train.py:42", "op": "item", "count": 2}]}
+    c = compare(base, head)
+    assert c.verdict is Verdict.REGRESSION
+    regressed = [r for r in c.rows if r.status is Status.REGRESSED]
+    assert [r.name for r in regressed] == ["counters.syncs_per_step"]
+    assert regressed[0].evidence is Evidence.COUNT
+
+
+def test_each_json_row_says_its_evidence():
+    import json
+
+    doc = json.loads(render_json(compare(host(), host(shift(dataloader=4.0)))))
+    by_name = {r["name"]: r for r in doc["rows"]}
+    assert by_name["step_time.dataloader_pct"]["evidence"] == "host clock"
+    assert by_name["step_memory.peak_rss_mb"]["evidence"] == "memory"
+    assert by_name["step_time.dataloader_pct"]["tolerance"]["informs"] == "+5 pp (warn +3 pp)"
