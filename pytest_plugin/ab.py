@@ -61,7 +61,7 @@ class AbOutcome:
     detail: str
     result: AbResult | None = None
     #: Whether a failing verdict fails the test (False under --traceml-report-only, and for
-    #: an inconclusive one under --traceml-ab-inconclusive=warn).
+    #: an inconclusive one unless --traceml-ab-inconclusive=fail).
     enforced: bool = True
 
     @property
@@ -84,13 +84,14 @@ class AbOutcome:
                    bool(d.get("enforced", True)))
 
 
-def settings_of(options: Options) -> AbSettings:
-    """The A/B settings: the options given, gate/ab.py's defaults for the rest."""
+def settings_of(options: Options, rules: Any = None) -> AbSettings:
+    """The A/B settings: the options given, the session's tolerance rules (each round's pair
+    is compared by them), gate/ab.py's defaults for the rest."""
     from traceml_ci.errors import UsageError
     from traceml_ci.gate.ab import AbSettings
 
     given = {"max_rounds": options.ab_rounds_max, "step_tol_pct": options.ab_step_tolerance,
-             "share_tol_pp": options.ab_share_tolerance}
+             "share_tol_pp": options.ab_share_tolerance, "rules": rules}
     try:
         return AbSettings(**{k: v for k, v in given.items() if v is not None})
     except UsageError as exc:
@@ -102,14 +103,14 @@ class AbSession:
     worktree checked out at the first A/B test and removed at the session's end, whatever the
     end (a failure, Ctrl-C, SIGTERM)."""
 
-    def __init__(self, options: Options, rootpath: Path) -> None:
+    def __init__(self, options: Options, rootpath: Path, rules: Any = None) -> None:
         from traceml_ci.errors import TracemlError
         from traceml_ci.gitwork import resolve_base, toplevel
 
         assert options.ab is not None
         self.options = options
         self.ref = options.ab
-        self.settings = settings_of(options)
+        self.settings = settings_of(options, rules)
         try:
             self.repo = toplevel(rootpath)
             self.base = resolve_base(self.repo, options.ab, flag="--traceml-ab")
@@ -286,9 +287,9 @@ def run_test(
     if rounds.other_keys:
         detail += (f" ({rounds.key} compared; {len(rounds.other_keys)} other summar"
                    f"{'y' if len(rounds.other_keys) == 1 else 'ies'} of this test not)")
-    warn = verdict is AbVerdict.INCONCLUSIVE and ab.options.ab_inconclusive == "warn"
+    lenient = verdict is AbVerdict.INCONCLUSIVE and ab.options.ab_inconclusive != "fail"
     outcome = AbOutcome(nodeid, rounds.key or preferred_key, verdict.value, detail, result,
-                        enforced=not (report_only or warn))
+                        enforced=not (report_only or lenient))
     message = ""
     if outcome.fails:
         table = ab_report.render_text(result, ab.describe()).rstrip()
@@ -299,8 +300,8 @@ def run_test(
         else:
             head = f"traceml: A/B inconclusive for {nodeid} against {ab.describe()}"
             hint = (f"inconclusive: re-run, or allow more rounds (--traceml-ab-rounds-max, now "
-                    f"{ab.settings.max_rounds}), or let it pass with a warning "
-                    "(--traceml-ab-inconclusive=warn). Neither a pass nor a regression.")
+                    f"{ab.settings.max_rounds}), or let it pass (--traceml-ab-inconclusive=pass, "
+                    "the default). Neither a pass nor a regression.")
         message = f"{head}\n\n{table}\n\n{hint}\nRound logs: {work}"
     return outcome, message, rounds.head_summary
 

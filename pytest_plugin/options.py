@@ -11,6 +11,7 @@ from typing import Any
 
 from traceml_ci.fsutil import find_pyproject
 from traceml_ci.summary.keys import (
+    AB_INCONCLUSIVE_POLICIES,
     DEFAULT_BASELINE_RUNS,
     DEFAULT_CONFIRM_RERUNS,
     SMOKE_TEST_MODULE_SAMPLE_S,
@@ -164,8 +165,10 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "--traceml-ab-inconclusive",
         "traceml_ab_inconclusive",
         "text",
-        "with --traceml-ab: what a test whose A/B stays too noisy to decide does: 'fail' "
-        "(default: the test fails, saying inconclusive) or 'warn' (it passes with a warning)",
+        "with --traceml-ab: what a test whose A/B stays too noisy to decide (a device clock's "
+        "timings; a host clock's only inform) does: 'pass' (default: it passes, the report "
+        "saying inconclusive with the estimates), 'warn' (it passes with a pytest warning) or "
+        "'fail' (the test fails, saying inconclusive)",
     ),
     (
         "--traceml-ab-json",
@@ -180,7 +183,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
 _METAVARS = {
     "--traceml-ab": "REF",
     "--traceml-ab-setup": "CMD",
-    "--traceml-ab-inconclusive": "fail|warn",
+    "--traceml-ab-inconclusive": "pass|warn|fail",
     "--traceml-ab-step-tolerance": "PCT",
     "--traceml-ab-share-tolerance": "PP",
 }
@@ -188,7 +191,7 @@ _METAVARS = {
 #: the parent session only (pytest_plugin/ab.py); it turns A/B and gating off in the child.
 AB_CHILD_OPTION = "--traceml-ab-child"
 #: What --traceml-ab-inconclusive accepts; the first is the default.
-AB_INCONCLUSIVE = ("fail", "warn")
+AB_INCONCLUSIVE = AB_INCONCLUSIVE_POLICIES
 
 
 class SetupError(Exception):

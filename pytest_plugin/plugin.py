@@ -140,7 +140,7 @@ def _ab_call(item: pytest.Item, marker: Any, body: Callable[[], Any]) -> None:
     state.record_ab(outcome, head)
     if message:
         pytest.fail(message, pytrace=False)
-    if outcome.verdict == "inconclusive":  # --traceml-ab-inconclusive=warn, or report-only
+    if outcome.verdict == "inconclusive" and state.options.ab_inconclusive == "warn":
         item.warn(pytest.PytestWarning(f"traceml: A/B {outcome.detail}"))
 
 

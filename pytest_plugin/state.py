@@ -59,19 +59,24 @@ class TracemlState:
         opts = self.options
         if self._loaded or not (opts.gating or opts.report or opts.comparison or opts.tolerances):
             return
+        if opts.baseline is not None:
+            self.baseline = load_baseline(opts.baseline)
+        self.rules = self._read_rules()
+        self._loaded = True
+
+    def _read_rules(self) -> Any:
+        """The session's tolerance rules: the file's (or pyproject's), the plugin's on top."""
         from traceml_ci.errors import InputError
         from traceml_ci.gate import load_rules
 
-        if opts.baseline is not None:
-            self.baseline = load_baseline(opts.baseline)
+        opts = self.options
         try:
             rules = load_rules(opts.tolerances, pyproject=opts.pyproject)
         except InputError as exc:
             raise SetupError(f"traceml: unusable tolerance rules: {exc}") from None
         # Tests share one process: its lifetime peak RSS says what the heaviest test before
         # this one used. Each test's own memory (peak_job_rss_mb) is gated instead.
-        self.rules = rules.with_tolerances(PLUGIN_TOLERANCES)
-        self._loaded = True
+        return rules.with_tolerances(PLUGIN_TOLERANCES)
 
     def start_ab(self, rootpath: Path) -> None:
         """--traceml-ab: resolve the base REF now (a bad one is a SetupError before any test);
@@ -79,7 +84,8 @@ class TracemlState:
         if self.options.ab is not None and self.ab is None:
             from pytest_plugin.ab import AbSession
 
-            self.ab = AbSession(self.options, rootpath)
+            # each round's pair is compared by the session's rules, as a stored baseline is
+            self.ab = AbSession(self.options, rootpath, self.rules or self._read_rules())
 
     def close_ab(self) -> None:
         """Remove the base's worktree, if one was made."""

@@ -211,22 +211,22 @@ def test_the_reports_show_rounds_intervals_and_verdict_escaped() -> None:
 
 def test_a_scalar_read_added_per_step_fails_the_ab_naming_its_line(traced) -> None:
     # Real summaries of a loop without and with a loss.item() per step (tests/gate/traced.py),
-    # with equal step times and shares every round: the intervals alone would pass.
+    # timed on the host clock: the first round's counts decide, at once.
     def measure(side: Side, n: int) -> SideFigures:
         return _fig(10.0) if n > 1 else SideFigures(
             10.0, SHARES, summary=traced["item" if side is Side.HEAD else "base"]
         )
 
     result = run_rounds(measure)
-    assert (result.verdict, len(result.rounds)) == (AbVerdict.REGRESSION, 2)
-    assert {iv.status for iv in result.intervals} == {Status.CLEARED}
+    assert (result.verdict, len(result.rounds)) == (AbVerdict.REGRESSION, 1)
+    assert result.host_clock and result.intervals == ()
     said = item_site()
     assert result.causes == (said,)
     assert [r.name for r in result.counters.regressed] == ["counters.syncs_per_step"]
-    assert result.reason() == f"regression after 2 rounds: {said}"
+    assert result.reason() == f"regression after 1 round: {said}"
     text = ab_report.render_text(result, "main").splitlines()
     assert text[1] == f"cause: {said}"
-    assert text[-1] == f"REGRESSION: regression after 2 rounds: {said}"
+    assert text[-1] == f"REGRESSION: regression after 1 round: {said}"
     md = ab_report.render_markdown(result, "main").splitlines()
     assert md[4] == f"**Cause:** {fmt.markdown(said)}"
     doc = json.loads(json.dumps(ab_report.to_json(result, "main", "abc123")))
@@ -240,13 +240,15 @@ def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced)
     fig = SideFigures.from_summary(workers0, "head.json")
     assert fig.summary is workers0
     assert fig == SideFigures(fig.step_ms, fig.shares, cpu_ms=fig.cpu_ms, thread=fig.thread)
-    # A changed DataLoader setting is named, and judged by the timings alone: a pass here.
+    # A DataLoader setting changed the worse way: the setting decides, naming itself.
     same = [(_fig(10.0), _fig(10.0))] * 2
     rounds = _rounds([(SideFigures(10.0, SHARES, summary=base),
                        SideFigures(10.0, SHARES, summary=workers0)), *same[1:]])
     result = decide(rounds)
-    assert result.verdict is AbVerdict.PASS and result.causes == ("DataLoader num_workers 2 → 0",)
-    assert ab_report.render_text(result).splitlines()[1] == "changed: DataLoader num_workers 2 → 0"
+    assert result.verdict is AbVerdict.REGRESSION
+    assert result.causes == ("DataLoader num_workers 2 → 0",)
+    assert ab_report.render_text(result).splitlines()[1] == "cause: DataLoader num_workers 2 → 0"
+    assert [r.name for r in result.counters.regressed] == ["settings.dataloader.num_workers"]
     # Without summaries (the figures alone), nothing is compared and nothing named.
     assert decide(_rounds(same)).counters.rows == () and decide(_rounds(same)).causes == ()
     # The same code on both sides: every counter row ok, no cause.

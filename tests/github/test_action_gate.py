@@ -311,7 +311,8 @@ def _git_repo(path: Path) -> None:
     [
         ([2.0, 2.1, 2.05], 1, "regression", "true", "upsert"),  # a regression takes 3 rounds
         ([1.0, 1.0], 0, "pass", "false", "update"),
-        ([0.7, 1.4], 1, "inconclusive", "true", "upsert"),
+        ([0.7, 1.4], 1, "inconclusive", "true", "upsert"),  # --traceml-ab-inconclusive=fail
+        ([0.7, 1.4], 0, "inconclusive", "false", "upsert"),  # the default: it passes
     ],
 )  # fmt: skip
 def test_ab_base_reaches_pytest_and_its_verdict_is_the_steps(
@@ -320,7 +321,7 @@ def test_ab_base_reaches_pytest_and_its_verdict_is_the_steps(
     _git_repo(tmp_path)
     r = gate("--ab-base", "HEAD", event=pr_event(), fake=FakeAbPytest(ratios, exit_code))
     cmd = r["fake"].cmd
-    assert "--traceml-ab=HEAD" in cmd
+    assert "--traceml-ab=HEAD" in cmd and "--traceml-ab-inconclusive=pass" in cmd
     assert f"--traceml-ab-json={tmp_path / 'out' / 'ab.json'}" in cmd
     assert not any(a.startswith(("--traceml-baseline", "--traceml-report-only")) for a in cmd)
     out = r["outputs"]
@@ -329,9 +330,12 @@ def test_ab_base_reaches_pytest_and_its_verdict_is_the_steps(
     report = Path(out["report-path"]).read_text()
     assert report.startswith("<!-- traceml-ci:report -->\n## traceml-ci A/B against `HEAD = ")
     assert f"**{verdict.upper()}**" in report and "traceml-ci A/B" in r["summary"]
-    if verdict == "inconclusive":
+    if verdict == "inconclusive" and exit_code:
         assert "the A/B verdict is inconclusive" in out["reason"]
         assert "::warning title=traceml-ci::A/B inconclusive" in r["stdout"]
+    elif verdict == "inconclusive":  # no evidence of a regression: a notice, the job passes
+        assert out["reason"] == ""
+        assert "::notice title=traceml-ci::A/B inconclusive" in r["stdout"]
 
 
 def test_ab_base_without_failing_on_regression_reports_only(gate, tmp_path: Path) -> None:

@@ -38,16 +38,28 @@ from traceml_ci.gate.ab import (
     AbVerdict,
 )
 from traceml_ci.gitwork import side_env
+from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES
 
 #: Where the runs' summaries and the report go unless --out says.
 DEFAULT_AB_OUT = os.path.join("traceml-out", "ab")
 
-#: The verdict's exit code: 1 only for a regression; never a pass when undecided.
+#: The verdict's exit code: 1 only for a regression. Inconclusive is no evidence of one: 0 with
+#: a note, unless ``--inconclusive fail`` asks for its own code (docs/gate.md, "The rule").
 EXIT_CODES: Mapping[AbVerdict, ExitCode] = {
     AbVerdict.PASS: ExitCode.OK,
     AbVerdict.REGRESSION: ExitCode.REGRESSION,
     AbVerdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
 }
+#: What ``--inconclusive`` accepts (no warning here: a command has only its exit code); the
+#: first is the default.
+INCONCLUSIVE_CHOICES = tuple(p for p in AB_INCONCLUSIVE_POLICIES if p != "warn")
+
+
+def exit_code(verdict: AbVerdict, inconclusive: str = INCONCLUSIVE_CHOICES[0]) -> int:
+    """The exit code of an A/B's verdict; inconclusive passes unless told to fail."""
+    if verdict is AbVerdict.INCONCLUSIVE and inconclusive != "fail":
+        return int(ExitCode.OK)
+    return int(EXIT_CODES[verdict])
 
 #: What may stand before the script: the interpreter (the runs use traceml-ci's own, as
 #: ``traceml-ci run`` does).
@@ -68,8 +80,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and on the head (this working tree) in interleaved rounds -- base, head; head, base; "
         "... -- each traced, and after each round judge the paired differences: the median "
         "step time's ratio and every phase share's change. Stops as soon as the evidence is "
-        f"clear. Exit {int(ExitCode.OK)} pass, {int(ExitCode.REGRESSION)} regression, "
-        f"{int(ExitCode.INCONCLUSIVE)} inconclusive (too noisy within --rounds-max), "
+        "clear. On a host clock (a CPU run) the first round's counts and settings decide and "
+        "the timings inform. "
+        f"Exit {int(ExitCode.OK)} pass (and inconclusive, unless --inconclusive fail), "
+        f"{int(ExitCode.REGRESSION)} regression, "
+        f"{int(ExitCode.INCONCLUSIVE)} inconclusive under --inconclusive fail, "
         f"{int(ExitCode.BAD_INPUT)} usage, {int(ExitCode.INCOMPARABLE)} a side's run failed.",
     )
     p.add_argument(
@@ -92,6 +107,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag, metavar, kind, default, meaning in settings:
         p.add_argument(flag, metavar=metavar, type=kind, default=default,
                        help=f"{meaning} (default {default:g})")
+    p.add_argument(
+        "--inconclusive",
+        choices=INCONCLUSIVE_CHOICES,
+        default=INCONCLUSIVE_CHOICES[0],
+        help="what a result too noisy to decide exits with: pass (default: 0, the report "
+        f"says inconclusive) or fail ({int(ExitCode.INCONCLUSIVE)})",
+    )
+    p.add_argument(
+        "--tolerances",
+        metavar="FILE",
+        help="TOML rules each round's pair is compared by, as `traceml-ci diff` compares two "
+        "summaries (default: [tool.traceml-ci] in the nearest pyproject.toml, else the "
+        "defaults)",
+    )
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -277,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.fsutil import write_output
     from traceml_ci.gate import ab_report
     from traceml_ci.gate.ab import AbSettings, Side, run_rounds
+    from traceml_ci.gate.rules import resolve_rules
     from traceml_ci.gitwork import resolve_base, toplevel, worktree
     from traceml_ci.tracer.launch import TORCH_MISSING, torch_available
 
@@ -286,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         max_rounds=args.rounds_max,
         step_tol_pct=args.step_tolerance,
         share_tol_pp=args.share_tolerance,
+        rules=resolve_rules(args.tolerances),
     )
     cwd = Path.cwd()
     if not target.module and not (cwd / target.target).is_file():
@@ -323,4 +354,4 @@ def run(args: argparse.Namespace) -> int:
         print(ab_report.render_markdown(result, args.base), end="")
     else:
         print(ab_report.render_text(result, args.base), end="")
-    return int(EXIT_CODES[result.verdict or AbVerdict.INCONCLUSIVE])
+    return exit_code(result.verdict or AbVerdict.INCONCLUSIVE, args.inconclusive)

@@ -29,6 +29,7 @@ from traceml_ci.errors import UsageError
 from traceml_ci.fsutil import write_output
 from traceml_ci.gate.ab import AbVerdict
 from traceml_ci.gate.compare import Verdict
+from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES as AB_INCONCLUSIVE
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.github.context import GitHubContext
@@ -141,6 +142,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--traceml-ab): base and head run interleaved on this runner",
     )
     p.add_argument(
+        "--ab-inconclusive", choices=AB_INCONCLUSIVE, default=AB_INCONCLUSIVE[0],
+        help="with --ab-base: what a test too noisy to decide does (pytest "
+        "--traceml-ab-inconclusive): pass (default), warn or fail",
+    )
+    p.add_argument(
         "--pytest-args", metavar="ARGS", default="", help="pytest arguments (one string)"
     )
     p.add_argument(
@@ -185,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
     pr = ctx.pull_request_number()
     _write_meta(files.meta, pr, job_id, intended.value if pr else "skip", ctx, verdict)
 
-    for line in _annotations(verdict, failure.reason, baseline, args.fail_on_regression, note):
+    for line in _annotations(verdict, failure.reason, baseline, args.fail_on_regression, note,
+                             failed=failure.failed):
         print(annotation(*line), flush=True)
     if ctx.step_summary_path:
         _append_summary(ctx.step_summary_path, files.report, job_id, verdict, pytest_exit,
@@ -230,7 +237,8 @@ def _run_pytest(
     if baseline is not None:
         cmd.append(f"--traceml-baseline={baseline}")
     if args.ab_base:
-        cmd += [f"--traceml-ab={args.ab_base}", f"--traceml-ab-json={files.ab}"]
+        cmd += [f"--traceml-ab={args.ab_base}", f"--traceml-ab-json={files.ab}",
+                f"--traceml-ab-inconclusive={args.ab_inconclusive}"]
     if (baseline is not None or args.ab_base) and not args.fail_on_regression:
         cmd.append("--traceml-report-only")  # compared and reported; no test fails on it
     if args.tolerances:
@@ -354,7 +362,8 @@ def _fallback_report(verdict: Outcome, baseline: Path | None, pytest_exit: int) 
 
 
 def _annotations(
-    verdict: Outcome, reason: str, baseline: Path | None, fail: bool, note: str
+    verdict: Outcome, reason: str, baseline: Path | None, fail: bool, note: str,
+    failed: bool = False,
 ) -> Iterator[tuple[str, str, str]]:
     title = "traceml-ci"
     if verdict is Verdict.REGRESSION:
@@ -362,9 +371,10 @@ def _annotations(
         yield level, "performance regression beyond tolerance: see the job summary", title
     elif verdict is Verdict.INCOMPARABLE:
         yield "warning", "base and head are not comparable (see the job summary)", title
-    elif verdict is NoVerdict.INCONCLUSIVE:
-        yield "warning", ("A/B inconclusive: too noisy to tell base and head apart; re-run "
-                          "(see the job summary)"), title
+    elif verdict is NoVerdict.INCONCLUSIVE:  # no evidence of a regression: a note, unless it fails
+        yield ("warning" if failed else "notice"), (
+            "A/B inconclusive: too noisy to tell base and head apart; the estimates are in the "
+            "job summary"), title
     elif verdict is NoVerdict.NO_BASELINE:
         yield "notice", _no_baseline_note(baseline).replace("`", ""), title
     if reason and verdict is not Verdict.REGRESSION:

@@ -16,11 +16,17 @@ machine's other work: a pass then needs only the metrics the load does not move 
 (``LOAD_PROOF``: step CPU time, step time without CPU waits); the shares can still fail the
 head on stronger evidence (``EXCUSED_ALPHA``), the wall clock cannot.
 
-The deterministic counters (scalar reads per step, bytes kept from each step, optimizer, FLOPs)
-count the same on every run of the same code, so one pair of summaries says all they can: the
-first round's, compared as the stored-baseline gate compares them (gate/counters.py). A counter
-that regresses there makes the verdict a regression once ``min_rounds`` have run, whatever the
-intervals say; what changed is named as the gate names it (gate/causes.py).
+The deterministic counters and settings (scalar reads per step, bytes kept from each step, the
+optimizer, FLOPs, the DataLoader's settings) are the same on every run of the same code, so one
+pair of summaries says all they can: the first round's, compared by the stored-baseline
+pipeline (gate/compare.py). One that regresses there makes the verdict a regression at once,
+whatever the timings say; what changed is named as the gate names it (gate/causes.py).
+
+**On a host clock** (a CPU runner) the timings inform (docs/gate.md, "The rule"): the first
+round's comparison is the verdict. A measured figure that regressed there (memory, or a timing
+past its host-clock band) is confirmed by more rounds, at most ``HOST_CONFIRM_ROUNDS`` in all:
+a regression needs every round's pair to show it. The intervals are then estimates, shown
+against the bands. Only on a device clock does the sequential test below decide.
 
 Pure: no torch, no I/O; the caller supplies how to measure one side of one round.
 """
@@ -51,10 +57,11 @@ from traceml_ci.gate.ab_intervals import (
     unloaded_ratios,
 )
 from traceml_ci.gate.ab_rounds import RoundPair, Side, SideFigures, round_order
-from traceml_ci.gate.causes import known_causes
-from traceml_ci.gate.counters import counter_rows
-from traceml_ci.gate.results import Row
+from traceml_ci.gate.judging import HOST_BAND_SHARE_PP, HOST_BAND_STEP_PCT
+from traceml_ci.gate.lead import timings_said
+from traceml_ci.gate.results import Comparison, Row, describe
 from traceml_ci.gate.results import Status as RowStatus
+from traceml_ci.gate.rules import DEFAULT_RULES, Rules
 
 #: Tolerance of the median step time, % slower (head over base).
 DEFAULT_STEP_TOL_PCT = 5.0
@@ -96,6 +103,9 @@ EXCUSED_ALPHA = 0.01
 #: Rounds before a regression: two rounds that happen to agree give a t interval (one degree
 #: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
 REGRESSION_MIN_ROUNDS = 3
+#: On a host clock: rounds at most, when a measured figure regressed in the first round's pair
+#: (the re-runs that confirm it); a pass or a count's regression takes one round.
+HOST_CONFIRM_ROUNDS = 3
 
 #: Re-exported: callers take the round's types from here (gate/ab_rounds.py defines them).
 __all__ = ["AbResult", "AbSettings", "AbVerdict", "RoundPair", "Side", "SideFigures",
@@ -116,6 +126,9 @@ class AbSettings:
     share_tol_pp: float = DEFAULT_SHARE_TOL_PP
     min_rounds: int = DEFAULT_MIN_ROUNDS
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    #: The rules each round's pair is compared by (gate/compare.py): the counts, the settings
+    #: and, on a host clock, the whole verdict.
+    rules: Rules = field(default=DEFAULT_RULES, compare=False)
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_rounds <= self.max_rounds:
@@ -132,24 +145,40 @@ class AbSettings:
 
 @dataclass(frozen=True)
 class Counters:
-    """The first round's summaries compared by the gate's counter code: the rows, and what
-    changed (DataLoader settings, counters) as a headline names it."""
+    """The first round's summaries compared by the stored-baseline pipeline: the exact rows
+    (counts, settings) and what changed as a headline names it."""
 
     rows: tuple[Row, ...] = ()
     causes: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, first: RoundPair) -> Counters:
-        """Nothing when either side came without its summary."""
-        b, h = first.base.summary, first.head.summary
-        if b is None or h is None:
+    def of(cls, pair: Comparison | None) -> Counters:
+        """Nothing when the round's pair could not be compared (a side without its summary)."""
+        if pair is None:
             return cls()
-        rows = counter_rows(b, h)
-        return cls(tuple(rows), tuple(known_causes(b, h, rows)))
+        return cls(tuple(r for r in pair.rows if r.evidence.exact), tuple(pair.causes))
 
     @property
     def regressed(self) -> list[Row]:
         return [r for r in self.rows if r.status is RowStatus.REGRESSED]
+
+
+def compare_pair(pair: RoundPair, rules: Rules = DEFAULT_RULES) -> Comparison | None:
+    """One round's two runs compared as the stored-baseline gate compares two summaries."""
+    b, h = pair.base.summary, pair.head.summary
+    if b is None or h is None:
+        return None
+    from traceml_ci.gate.compare import compare
+
+    return compare(b, h, rules)
+
+
+def _measured_regressions(pair: Comparison | None) -> set[str]:
+    """The measured rows (timings past their band, memory) that regressed in a pair."""
+    if pair is None:
+        return set()
+    return {r.name for r in pair.rows
+            if r.status is RowStatus.REGRESSED and not r.evidence.exact}
 
 
 @dataclass(frozen=True)
@@ -171,6 +200,13 @@ class AbResult:
     #: How much slower the machine's CPU ran for one side of a round than for the other, the
     #: most over the rounds, in % (the CPU reference's ratio; None: not timed by every run).
     cpu_speed_moved_pct: float | None = None
+    #: Whether a run was timed on a host clock: the rounds' pairs decide, timings inform.
+    host_clock: bool = False
+    #: Each round's two runs compared by the stored-baseline pipeline (host clock; on a device
+    #: clock the first round's alone), None where a side had no summary.
+    pairs: tuple[Comparison | None, ...] = ()
+    #: Host clock: the measured rows that regressed in every round's pair so far.
+    confirmed: tuple[str, ...] = ()
 
     @property
     def contended(self) -> bool:
@@ -204,6 +240,8 @@ class AbResult:
         """The verdict in one line of plain words (metric names are our own phase names)."""
         n = len(self.rounds)
         rounds = f"{n} round{'s' if n != 1 else ''}"
+        if self.host_clock:
+            return self._host_reason(rounds)
         if self.verdict is AbVerdict.REGRESSION:
             moved = "; ".join(
                 [_said(iv) for iv in self.regressed] + [r.note for r in self.counters.regressed]
@@ -227,6 +265,26 @@ class AbResult:
         if self.verdict is AbVerdict.INCONCLUSIVE:
             return f"inconclusive after {rounds}: {noisy} too noisy to decide{contended}; re-run"
         return f"undecided after {rounds}: {noisy}{contended}"
+
+    def _host_reason(self, rounds: str) -> str:
+        """The verdict on a host clock: what the counts said, what the timings showed."""
+        first = self.pairs[0] if self.pairs else None
+        timings = timings_said(first) if first is not None else ""
+        if self.verdict is AbVerdict.REGRESSION:
+            if self.counters.regressed:
+                return f"regression after {rounds}: " + "; ".join(
+                    r.note for r in self.counters.regressed)
+            rows = [r for r in (first.rows if first else ()) if r.name in self.confirmed]
+            return (f"regression after {rounds}, in every round: "
+                    + "; ".join(describe(r) for r in rows))
+        checked = f"{len(self.counters.rows)} counts and settings unchanged"
+        moved = sorted(_measured_regressions(first))
+        if self.verdict is AbVerdict.PASS:
+            tail = (f"; {', '.join(moved)} regressed in round 1, not in every round since: not "
+                    "confirmed" if moved else "")
+            return (f"pass after {rounds}: {checked}; timings (host clock) inform: "
+                    f"{timings or 'not measured'}{tail}")
+        return f"undecided after {rounds}: confirming {', '.join(moved)}"
 
     def why_contended(self) -> str:
         """What made the rounds count as contended, in words ("" when they did not)."""
@@ -265,9 +323,14 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     settings = settings or AbSettings()
     rounds = tuple(rounds)
     n = len(rounds)
-    counters = Counters.of(rounds[0]) if rounds else Counters()
+    first = compare_pair(rounds[0], settings.rules) if rounds else None
+    counters = Counters.of(first)
+    if any(_host_clock(r) for r in rounds):
+        return _decide_host(rounds, settings, counters, first)
+    if counters.regressed:  # a count or a setting: no timing can say otherwise
+        return AbResult(rounds, (), AbVerdict.REGRESSION, settings, counters, pairs=(first,))
     if n < 2:
-        return AbResult(rounds, (), None, settings, counters)
+        return AbResult(rounds, (), None, settings, counters, pairs=(first,))
     deltas = share_deltas(rounds)  # once: it sizes the family and feeds the intervals
     has_cpu = cpu_ratios(rounds) is not None
     has_unloaded = unloaded_ratios(rounds) is not None
@@ -310,16 +373,56 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
         if contended and iv.metric not in LOAD_PROOF
         and (outside or iv.metric != STEP_METRIC)  # the head's own load: the wall must clear
     )
-    result = AbResult(rounds, intervals, None, settings, counters, waited, excused, moved)
+    result = AbResult(rounds, intervals, None, settings, counters, waited, excused, moved,
+                      pairs=(first,))
     verdict: AbVerdict | None = None
     if n >= settings.min_rounds:
-        if counters.regressed or (result.regressed and n >= REGRESSION_MIN_ROUNDS):
+        if result.regressed and n >= REGRESSION_MIN_ROUNDS:
             verdict = AbVerdict.REGRESSION
         elif all(iv.status is Status.CLEARED for iv in intervals if iv.metric not in excused):
             verdict = AbVerdict.PASS
         elif n >= settings.max_rounds:
             verdict = AbVerdict.INCONCLUSIVE
     return dataclasses.replace(result, verdict=verdict)
+
+
+def _host_clock(pair: RoundPair) -> bool:
+    """Whether either run of a round was timed on the host clock."""
+    from traceml_ci.summary.view import SummaryView
+
+    return any(side.summary is not None and SummaryView(side.summary).host_clock
+               for side in (pair.base, pair.head))
+
+
+def _decide_host(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: Counters,
+                 first: Comparison | None) -> AbResult:
+    """The verdict on a host clock: the first round's pair decides; a measured regression in
+    it needs every round to show it, up to HOST_CONFIRM_ROUNDS (never past max_rounds)."""
+    n = len(rounds)
+    pairs = (first, *(compare_pair(r, settings.rules) for r in rounds[1:]))
+    intervals: tuple[Interval, ...] = ()
+    if n >= 2:  # estimates, against the bands a host clock's timings fail past
+        deltas = share_deltas(rounds)
+        q = quantile_for(2 + len(deltas), n)
+        cpu = cpu_interval(rounds, HOST_BAND_STEP_PCT, q)
+        intervals = (step_interval(rounds, HOST_BAND_STEP_PCT, q),
+                     *(() if cpu is None else (cpu,)),
+                     *share_intervals(rounds, HOST_BAND_SHARE_PP, q, deltas))
+    confirmed = _measured_regressions(first)
+    for pair in pairs[1:]:
+        confirmed &= _measured_regressions(pair)
+    verdict: AbVerdict | None
+    if counters.regressed:
+        verdict = AbVerdict.REGRESSION
+    elif not confirmed:
+        verdict = AbVerdict.PASS
+    elif n >= min(HOST_CONFIRM_ROUNDS, settings.max_rounds):
+        verdict = AbVerdict.REGRESSION
+    else:
+        verdict = None
+    return AbResult(rounds, intervals, verdict, settings, counters,
+                    _cpu_wait_pct(rounds), frozenset(), _cpu_speed_moved_pct(rounds),
+                    host_clock=True, pairs=pairs, confirmed=tuple(sorted(confirmed)))
 
 
 def _cpu_wait_pct(rounds: Sequence[RoundPair]) -> float | None:

@@ -13,6 +13,7 @@ from typing import Any
 from traceml_ci.gate import fmt
 from traceml_ci.gate.ab import AbResult, AbVerdict
 from traceml_ci.gate.ab_intervals import Interval, Status
+from traceml_ci.gate.lead import decided_line, timings_line
 from traceml_ci.gate.render import markdown_causes, text_causes
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
@@ -100,15 +101,39 @@ def _verdict_word(result: AbResult) -> str:
     return result.verdict.value.upper() if result.verdict else "UNDECIDED"
 
 
+def _rounds_word(n: int) -> str:
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
+def lead_lines(result: AbResult) -> list[str]:
+    """What decided and what the timings show (plain text: escape it). On a host clock the
+    first round's pair says both; on a device clock its counts and settings decide beside
+    the paired intervals."""
+    first = result.pairs[0] if result.pairs else None
+    if first is None:
+        return []
+    if result.host_clock:
+        return [x for x in (decided_line(first), timings_line(first)) if x]
+    exact = [r for r in first.rows if r.evidence.exact]
+    if not exact:
+        return [f"Decided by device-clock timings: paired intervals over "
+                f"{_rounds_word(len(result.rounds))}"]
+    bad = sum(1 for r in exact if r.status.value == "regressed")
+    said = f"{bad} regressed of {len(exact)}" if bad else f"all {len(exact)} unchanged"
+    return [f"Decided by counts and settings (round 1: {said}) and device-clock timings "
+            f"(paired intervals over {_rounds_word(len(result.rounds))})"]
+
+
 def render_text(result: AbResult, base_ref: str = "") -> str:
     """Plain text for a terminal or CI log: aligned tables, then the verdict line."""
     head, rows, ihead, irows = _rows(result)
     clean: Callable[[Any], str] = fmt.plain
     lines = [
         f"traceml-ci ab: base {clean(base_ref)} vs head (working tree), "
-        f"{len(result.rounds)} rounds, interleaved ABBA"
+        f"{_rounds_word(len(result.rounds))}, interleaved ABBA"
     ]
     lines += text_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
+    lines += [clean(x) for x in lead_lines(result)]
     for table_head, table_rows in ((head, rows), (ihead, irows)):
         if not table_rows:
             continue
@@ -129,11 +154,15 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
     out = [
         f"### traceml-ci A/B: **{_verdict_word(result)}**",
         "",
-        f"Base `{md(base_ref)}` against head (the working tree), {len(result.rounds)} rounds "
-        "run interleaved (ABBA) on one machine.",
+        f"Base `{md(base_ref)}` against head (the working tree), "
+        f"{_rounds_word(len(result.rounds))} run interleaved (ABBA) on one machine.",
         "",
     ]
     out += markdown_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
+    lead = lead_lines(result)
+    out += [md(x) for x in lead] + ([""] if lead else [])
+    out += [f"<details><summary>Rounds ({len(result.rounds)})"
+            f"{' and intervals' if irows else ''}</summary>", ""]
     for table_head, table_rows in ((head, rows), (ihead, irows)):
         if not table_rows:
             continue
@@ -143,6 +172,7 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
         out.append("")
         if table_rows is rows:
             out += [md(note) + "\n" for note in _uncontended_note(result)]
+    out += ["</details>", ""]
     out.append(md(result.reason()))
     return "\n".join(out) + "\n"
 
@@ -188,4 +218,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
             for iv in result.intervals
         ],
         "counters": [r.to_dict() for r in result.counters.rows],
+        "clock": "host" if result.host_clock else "device",
+        "confirmed": list(result.confirmed),
+        "lead": lead_lines(result),
     })  # fmt: skip

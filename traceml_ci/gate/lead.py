@@ -69,6 +69,13 @@ def _host_rows(c: Comparison) -> dict[str, Row]:
 def timings_line(c: Comparison) -> str:
     """``Timings (host clock: they inform, ...): step 20.0 → 26.0 ms (+30%); dataloader
     +2.1 pp, forward −1.0 pp`` -- empty unless the runs were timed on a host clock."""
+    said = timings_said(c)
+    return f"Timings (host clock: they inform, and {BAND_WORDS}): {said}" if said else ""
+
+
+def timings_said(c: Comparison) -> str:
+    """What a host clock's timings show: the step time, the largest share moves, and what
+    went past its band ("" unless the runs were timed on a host clock)."""
     rows = _host_rows(c)
     if not rows:
         return ""
@@ -88,7 +95,7 @@ def timings_line(c: Comparison) -> str:
         said.append(f"every share within ±{SHARE_NAMED_PP:g} pp")
     past = [r.name for r in rows.values() if r.status is Status.REGRESSED]
     tail = f"; past the band: {', '.join(past)}" if past else ""
-    return f"Timings (host clock: they inform, and {BAND_WORDS}): " + "; ".join(said) + tail
+    return "; ".join(said) + tail
 
 
 def set_lines(c: SetComparison) -> list[str]:

@@ -73,6 +73,10 @@ ENV_OUT = "TRACEML_CI_OUT"
 #: Re-runs of a job whose first run regressed or came close, before its verdict is final
 #: (traceml_ci.gate.confirm; the pytest plugin's --traceml-confirm).
 DEFAULT_CONFIRM_RERUNS = 2
+#: What an A/B result too noisy to decide may do (``--traceml-ab-inconclusive``, the Action's
+#: ``ab-inconclusive``, ``traceml-ci ab --inconclusive``); the first is the default: an
+#: inconclusive result is no evidence of a regression (docs/gate.md, "The rule").
+AB_INCONCLUSIVE_POLICIES = ("pass", "warn", "fail")
 #: Runs of a job combined into a baseline entry when one is recorded (the pytest plugin's
 #: --traceml-baseline-runs). A baseline is recorded once and judged against on every PR, so its
 #: own run-to-run spread would shift every later verdict the same way: on the development VM
