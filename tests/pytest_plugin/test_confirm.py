@@ -122,10 +122,12 @@ def test_run_script_confirms_by_running_the_script_again(smoke: SmokeProject) ->
 
 #: Shares warn past 5 pp and fail only past 95 (the labels are not gated): the injected slowdown
 #: (~+70 pp of dataloader share) comes close without regressing, whatever the machine's load.
+#: ``fail = true``: these tiers, not the host clock's band, judge the shares (a user who asks
+#: for timings to decide on a CPU runner gets the confirmation that goes with it).
 CLOSE_ONLY = '''
 [tolerances]
 "step_time.step_ms.median" = {rel = 2000, warn_rel = 1000}
-"step_time.*_pct" = {abs = 95, warn_abs = 5}
+"step_time.*_pct" = {abs = 95, warn_abs = 5, fail = true}
 "step_time.diagnosis" = {skip = true}
 "step_memory.*" = {skip = true}
 '''

@@ -47,7 +47,7 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "traceml: regression for test_smoke.py::test_mlp (3 runs combined) against *",
-        "REGRESSION *test_smoke.py::test_mlp (×3 runs)  step_time.diagnosis: *",
+        "REGRESSION *test_smoke.py::test_mlp (×3 runs)  step_time.dataloader_pct: *",
     ])
 
     # Without repeats (and without confirmation) the same slow first run fails on its own.

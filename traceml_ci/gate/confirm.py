@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from traceml_ci.gate.compare import Comparison, Verdict, contention_bound_pp
 from traceml_ci.gate.metrics import Kind
-from traceml_ci.gate.results import Evidence, Status
+from traceml_ci.gate.results import Status
 from traceml_ci.gate.rules import Direction
 from traceml_ci.summary.keys import DEFAULT_CONFIRM_RERUNS, PHASES
 from traceml_ci.summary.view import SummaryView
@@ -37,10 +37,11 @@ def worth_confirming(comparison: Comparison, base: Doc, head: Doc) -> bool:
     is the same on every run of the same code, so a regression they decide is not re-run for
     (nor is anything else then: the verdict stands), and a clean one costs one run.
 
-    Worth it: a measured row regressed, or (timed with device events) a gated phase share moved
-    the worse way past its warn tier (the noise aside) by more than the contention either side
-    measured can explain. On a host clock a share only fails past its band (gate/judging.py,
-    HOST_BANDS): short of it, no re-run."""
+    Worth it: a measured row regressed, or a phase share judged by its rule's own tiers (timed
+    with device events, or a rule that says ``fail = true``) moved the worse way past its warn
+    tier (the noise aside) by more than the contention either side measured can explain. On a
+    host clock a share otherwise fails only past its band (gate/judging.py, HOST_BANDS): short
+    of it, no re-run."""
     rows = comparison.rows
     if any(r.status is Status.REGRESSED and r.evidence.exact for r in rows):
         return False
@@ -52,7 +53,7 @@ def worth_confirming(comparison: Comparison, base: Doc, head: Doc) -> bool:
         tol = row.tolerance
         phase = row.name.removeprefix("step_time.").removesuffix("_pct")
         if (tol is None or not tol.fails or tol.kind is not Kind.PCT or phase not in PHASES
-                or row.evidence is not Evidence.DEVICE_CLOCK
+                or tol.informs  # judged by the host clock's band: short of it, nothing close
                 or not all(_is_number(v) for v in (row.delta, row.base, row.head))):
             continue
         rule = tol.rule

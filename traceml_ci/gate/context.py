@@ -103,7 +103,10 @@ def measurement_notes(base: SummaryView, head: SummaryView, rules: Rules) -> lis
         )
     for side, v in (("base", base), ("head", head)):
         wait = v.runqueue_wait_pct
-        if wait is not None and wait >= CONTENDED_RUNQUEUE_WAIT_PCT:
+        # on a host clock the shares inform and fail only past their band: nothing to excuse
+        if wait is not None and wait >= CONTENDED_RUNQUEUE_WAIT_PCT and not (
+            base.host_clock or head.host_clock
+        ):
             notes.append(
                 f"{side} ran on a contended CPU (runqueue wait {wait:.0f} %): share "
                 "shifts it can explain only warn"

@@ -124,6 +124,8 @@ def value(x: Any, unit: str = "") -> str:
         return x
     if unit in FLOP_UNITS:
         return flops(float(x) * FLOP_UNITS[unit], per_s=unit.endswith("/s"))
+    if isinstance(x, int) and not isinstance(x, bool) and not unit:
+        return f"{x:,}"  # a count or a setting: exact
     text = number(float(x))
     if not unit:
         return text
