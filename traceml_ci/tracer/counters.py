@@ -411,29 +411,25 @@ def _optimizer(optimizers: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def flops_block(
-    per_step: int | None, counts: dict[str, int] | None, models: tuple[Any, ...]
-) -> dict[str, Any] | None:
-    """The FLOP count's figures (tracer/flops.py) as the ``counters.flops`` block: per step and
-    the leaf modules with the most FLOPs, ``{"module": "block1.0", "type": "Conv2d",
-    "flops": n}`` (names as ``named_modules`` gives them; inclusive of backward)."""
-    if not per_step or not counts:
+def flops_block(count: Any) -> dict[str, Any] | None:
+    """The FLOP count's figures (``tracer/flops.FlopCount``) as the ``counters.flops`` block:
+    per step and the modules whose own code ran the most, ``{"module": "block1.0", "type":
+    "Conv2d", "flops": n}`` (names as ``named_modules`` gives them; forward and backward,
+    recomputation left out); with activation checkpointing, ``recomputed``: the FLOPs of the
+    forwards run again in backward and the modules recomputed (the checkpointed blocks)."""
+    per_step, by_module = count.flops, count.by_module
+    if not per_step or by_module is None:
         return None
-    return {"per_step": int(per_step), "top_modules": _top_modules(counts, models)}
+    out: dict[str, Any] = {"per_step": int(per_step), "top_modules": _top_modules(by_module)}
+    if count.recomputed_flops:
+        out["recomputed"] = {
+            "per_step": int(count.recomputed_flops),
+            "top_modules": _top_modules(count.recomputed),
+        }
+    return out
 
 
-def _top_modules(counts: dict[str, int], models: tuple[Any, ...]) -> list[dict[str, Any]]:
-    types: dict[str, str] = {}
-    for model in models[:1]:
-        for name, mod in model.named_modules():
-            types[name] = type(mod).__name__
-    totals: dict[str, int] = {}
-    for key, n in counts.items():
-        if key == "Global" or "." not in key:
-            continue
-        totals[key.split(".", 1)[1]] = int(n)
-    leaves = [n for n in totals if not any(o.startswith(n + ".") for o in totals)]
-    top = sorted(leaves, key=lambda n: (-totals[n], n))[:TOP_MODULES]
-    return [
-        {"module": n, "type": types.get(n, "?"), "flops": totals[n]} for n in top if totals[n] > 0
-    ]
+def _top_modules(by_module: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``TOP_MODULES`` modules with the most FLOPs (name, then class, breaks a tie)."""
+    top = sorted(by_module.items(), key=lambda kv: (-kv[1].flops, kv[0]))[:TOP_MODULES]
+    return [{"module": name, "type": m.type, "flops": int(m.flops)} for name, m in top if m.flops]
