@@ -128,7 +128,7 @@ class Tracer:
         # failed compiled step is not); module sampling looks at this run's frames only.
         self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
-        self.counters = CounterProbe(warn)
+        self.counters = CounterProbe(warn, root=config.root_dir)
         if zero_change and config.mode == "auto":  # steps close themselves: so do the counts
             self.counters.sampled_step += 1
             self.rec.on_close = self._implicit_boundary
