@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +385,7 @@ def test_gpt2s_checkpointed_layers_are_said_as_recomputed(gpt2, run: str) -> Non
                         {"module": "transformer.h.1", "type": "GPT2Block", "flops": per_layer}],
     }
     assert flops["per_step"] == plain["per_step"] + 2 * per_layer
+    assert len(json.dumps(gpt2[run]["counters"])) < 2048  # still a small block
 
 
 def test_a_wider_gpt2_names_its_projections_as_the_cause(gpt2) -> None:
@@ -403,15 +405,20 @@ def test_a_wider_gpt2_names_its_projections_as_the_cause(gpt2) -> None:
     assert "Dropout" not in " ".join(c.causes)
 
 
-def test_gpt2_with_checkpointing_turned_on_names_the_recomputed_layers(gpt2) -> None:
-    """Issue 31: with gradient checkpointing on the cause read ``mlp.dropout Dropout +67 MFLOP,
-    mlp.c_fc Conv1D −50 MFLOP``; it is the layers' forward, recomputed."""
+@pytest.mark.parametrize(("run", "per_token"), [("reentrant", 12), ("non-reentrant", 8)])
+def test_gpt2_with_checkpointing_turned_on_names_the_recomputed_layers(
+    gpt2, run: str, per_token: int
+) -> None:
+    """Issue 31: with gradient checkpointing on the cause named Dropouts and projections that
+    had moved the wrong way (``transformer.h.1.mlp.c_proj Conv1D +21 MFLOP,
+    transformer.h.1.mlp.dropout Dropout +16.8 MFLOP, transformer.h.0.mlp.c_fc Conv1D −12.6
+    MFLOP``); it is the layers' forward, recomputed."""
     from traceml_ci.gate import fmt
     from traceml_ci.gate.compare import compare
 
-    c = compare(gpt2["plain"], gpt2["reentrant"])
-    base, head = (gpt2[run]["counters"]["flops"]["per_step"] for run in ("plain", "reentrant"))
-    layer = fmt.flops(12 * _matmul(64, 64, times=1))
+    c = compare(gpt2["plain"], gpt2[run])
+    base, head = (gpt2[r]["counters"]["flops"]["per_step"] for r in ("plain", run))
+    layer = fmt.flops(per_token * _matmul(64, 64, times=1))
     assert c.row("counters.flops_per_step").cause == (
         f"FLOPs per step {100 * (head / base - 1):+.0f} % (recomputed forward under activation "
         f"checkpointing +{fmt.flops(head - base)}: transformer.h.0 GPT2Block +{layer}, "

@@ -255,7 +255,7 @@ class ModuleAttribution:
 
     def __init__(self, models: tuple[Any, ...], entering: Any = None) -> None:
         self._token = next(_TOKENS)
-        #: id(module) -> index in ``_modules``; each module's name, class, own and recomputed.
+        #: id(module) -> index in ``_modules``, ``_names``, ``_own`` (its own FLOPs).
         self._index: dict[int, int] = {}
         self._modules: list[Any] = []
         self._names: list[str] = []

@@ -75,6 +75,7 @@ class Sites:
         self._libraries = self._folders(_package_dirs())
         self._stdlib = self._folders(_stdlib_dirs())
         self._cache: dict[str, tuple[str, str]] = {}
+        self._torch_files: dict[str, bool] = {}
 
     @staticmethod
     def _folders(paths: Sequence[str]) -> list[str]:
@@ -127,11 +128,15 @@ class Sites:
 
     def is_torch(self, filename: str) -> bool:
         """Whether ``filename`` is torch's own Python."""
-        return _inside(_forms(filename), self._torch) if not filename.startswith("<") else False
+        hit = self._torch_files.get(filename)
+        if hit is None:
+            hit = self._torch_files[filename] = not filename.startswith("<") and _inside(
+                _forms(filename), self._torch)
+        return hit
 
     def is_own(self, filename: str) -> bool:
         """Whether ``filename`` is traceml-ci's (or its pytest plugin's)."""
-        return not filename.startswith("<") and _inside(_forms(filename), self._own)
+        return self.where(filename)[0] == OWN
 
 
 def _inside(forms: set[str], folders: Sequence[str]) -> bool:
