@@ -105,6 +105,7 @@ class TraceML:
                     run_name=key, warmup_steps=warmup_steps, timeout_s=timeout_s, env=env,
                     cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
                     module_sample_s=state.options.module_sample_s,
+                    root_dir=item.config.rootpath,
                 ))
             except ScriptFailed as exc:
                 failure = str(exc)
@@ -121,7 +122,7 @@ class TraceML:
                 warmup_steps=warmup_steps, timeout_s=timeout_s,
                 env={**(env or {}), ENV_PROFILE_STEPS: str(steps)},
                 cwd=Path(cwd) if cwd is not None else None, nproc_per_node=nproc_per_node,
-                module_sample_s=state.options.module_sample_s,
+                module_sample_s=state.options.module_sample_s, root_dir=item.config.rootpath,
             )
 
         for _ in range(state.options.runs_per_test):

@@ -99,6 +99,8 @@ class MarkedRun:
             profile_steps=0,  # only the profiled re-run profiles (``profiled``)
             # A default: a test body's own init(module_sample_s=...) still wins.
             module_sample_s=self.state.options.module_sample_s,
+            # The counters' file:line sites, relative to pytest's rootdir, as its node ids are.
+            root_dir=self.item.config.rootpath,
         )
         if a.warmup_steps is not None:
             options["warmup_steps"] = a.warmup_steps

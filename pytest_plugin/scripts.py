@@ -30,11 +30,13 @@ def traced_script(
     cwd: Path | None = None,
     nproc_per_node: int | None = None,
     module_sample_s: float | None = None,
+    root_dir: Path | None = None,
 ) -> dict[str, Any]:
     """``script args`` traced in a child interpreter, as ``traceml-ci run --out out_dir`` runs
     it; returns the summary document it wrote (not yet validated). ``nproc_per_node``: launch
     that many ranks through torchrun on a free local port; the summary is rank 0's merged one.
-    ``module_sample_s``: the child's module sample period unless its environment sets one."""
+    ``module_sample_s``: the child's module sample period unless its environment sets one.
+    ``root_dir``: what the summary's ``file:line`` sites are relative to (pytest's rootdir)."""
     from traceml_ci.childenv import child_env
     from traceml_ci.errors import MissingDependencyError
     from traceml_ci.tracer.launch import LaunchSpec, launch
@@ -45,6 +47,7 @@ def traced_script(
         out_dir=str(out_dir),
         run_name=run_name,
         warmup_steps=warmup_steps,
+        root_dir=str(root_dir) if root_dir is not None else None,
         torchrun=(() if nproc_per_node is None else
                   ("--nproc-per-node", str(nproc_per_node), "--master-port", str(free_port()))),
     )

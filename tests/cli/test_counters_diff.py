@@ -158,3 +158,108 @@ def test_a_flop_change_names_the_module(runs, diff) -> None:
     assert _rows(diff, runs["base"], runs["wide"])["counters.parameters"]["note"] == (
         "parameters 676 → 1,348"
     )
+
+
+# -- sites in the user's code, never the runner's paths (issue 31) --------------------------------
+
+LIB_SCRIPT = """\
+import sys
+import torch
+import fakelib
+import traceml_ci as traceml
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+kept = []
+traceml.init(out_dir=sys.argv[1], warmup_steps=5, run_name="counters")
+x = torch.randn(8, 16)
+for step in range(25):
+    with traceml.trace_step(model):
+        out = model(x)
+        loss = out.square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if "lib" in sys.argv:
+            fakelib.read(loss)
+            kept.append(fakelib.scaled(out.detach()))
+traceml.finish()
+"""
+LIB_READ_LINE = LIB_SCRIPT.splitlines().index("            fakelib.read(loss)") + 1
+LIB_KEEP_LINE = LIB_SCRIPT.splitlines().index(
+    "            kept.append(fakelib.scaled(out.detach()))") + 1
+
+
+@pytest.fixture(scope="module")
+def lib_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """(the checkout, name -> summary) of ``mlrepo/train.py`` run from its checkout (a
+    pyproject.toml at its top), calling a library installed in a virtualenv outside it: base
+    without the library's calls, head with a read and a kept tensor made inside the library."""
+    from tests.tracer import fakelib
+
+    tmp = tmp_path_factory.mktemp("sites")
+    site = tmp / "venv" / "lib" / "python3" / "site-packages"
+    (site / "fakelib").mkdir(parents=True)
+    (site / "fakelib" / "__init__.py").write_text(fakelib.SOURCE)
+    checkout = tmp / "checkout"
+    (checkout / "mlrepo").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'mlrepo'\n")
+    (checkout / "mlrepo" / "train.py").write_text(LIB_SCRIPT)
+    env = _env()
+    env["PYTHONPATH"] = str(site) + os.pathsep + env["PYTHONPATH"]
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, flags in {"base": [], "head": ["lib"]}.items():
+            procs[name] = subprocess.Popen(
+                [sys.executable, "mlrepo/train.py", f"out-{name}", *flags], cwd=checkout,
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 300
+        for name, proc in procs.items():
+            _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            assert proc.returncode == 0, f"{name}: {err}"
+    finally:
+        for proc in procs.values():
+            kill_group(proc)
+    return checkout, {n: checkout / f"out-{n}" / "final_summary.json" for n in procs}
+
+
+def test_a_read_and_a_leak_inside_a_library_name_the_users_lines(lib_runs, diff) -> None:
+    """Issue 31: the leak named a line inside transformers, with the runner's absolute
+    virtualenv path, not the user's own line in mlrepo/train.py."""
+    _, runs = lib_runs
+    rows = _rows(diff, runs["base"], runs["head"])
+    assert rows["counters.syncs_per_step"]["note"] == (
+        f"adds 1 scalar read per step at mlrepo/train.py:{LIB_READ_LINE} (item)")
+    assert rows["counters.retained_bytes_per_step"]["note"].startswith(
+        f"retains 128 B more per step (mul at mlrepo/train.py:{LIB_KEEP_LINE})")
+
+
+def test_no_report_form_holds_an_absolute_path_of_the_runner(lib_runs, diff) -> None:
+    """Every form of the comparison -- text, markdown (the PR comment's body), JSON, the causes,
+    a report file, the HTML report -- and the summaries themselves: none holds the checkout's
+    or the virtualenv's absolute path."""
+    checkout, runs = lib_runs
+    base, head = (os.path.relpath(runs[n], runs["base"].parent) for n in ("base", "head"))
+    forms = []
+    for fmt_args in ([], ["--format", "markdown"], ["--format", "json"]):
+        code, out, err = diff(runs["base"], runs["head"], *fmt_args)
+        assert code == 1, out + err
+        forms.append(out + err)
+    causes = json.loads(forms[-1])["causes"]
+    code, out, err = diff(runs["base"], runs["head"], "--format", "markdown", "-o", "report.md")
+    forms += [out + err, (runs["base"].parent / "report.md").read_text()]
+    assert main(["report", base, head, "-o", "report.html"]) == 0
+    forms.append((runs["base"].parent / "report.html").read_text())
+    forms += [runs[n].read_text() for n in runs]
+    runner_paths = {str(checkout.parent), os.path.realpath(checkout.parent), sys.prefix,
+                    os.path.realpath(sys.prefix), str(REPO)}
+    for i, text in enumerate(forms):
+        for path in runner_paths:
+            assert path not in text, (i, path)
+    assert [c for c in causes if "train.py" in c] == [
+        f"adds 1 scalar read per step at mlrepo/train.py:{LIB_READ_LINE} (item)",
+        f"retains 128 B more per step (mul at mlrepo/train.py:{LIB_KEEP_LINE})",
+    ]

@@ -101,3 +101,61 @@ def test_a_leak_regresses_and_less_retained_improves() -> None:
     assert _counter_rows(head, _doc())["counters.retained_bytes_per_step"].status is (
         Status.IMPROVED
     )
+
+
+def _checkpointed(per_layer: int, layers: int = 2) -> dict:
+    """The counters' FLOPs block of COUNTERS' model with its layers recomputed in backward."""
+    flops = copy.deepcopy(COUNTERS["flops"])
+    flops["per_step"] += layers * per_layer
+    flops["recomputed"] = {
+        "per_step": layers * per_layer,
+        "top_modules": [{"module": f"h.{i}", "type": "Block", "flops": per_layer}
+                        for i in range(layers)],
+    }
+    return flops
+
+
+def test_checkpointing_turned_on_is_said_as_recomputation_not_as_modules() -> None:
+    """Issue 31: with activation checkpointing the FLOPs of the forwards run again in backward
+    are the recomputed blocks', said as such -- no module's own figure moved."""
+    head = _doc()
+    head["counters"]["flops"] = _checkpointed(150)
+    row = _counter_rows(_doc(), head)["counters.flops_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.note == row.cause == (
+        "FLOPs per step +30 % (recomputed forward under activation checkpointing +300 FLOP: "
+        "h.0 Block +150 FLOP, h.1 Block +150 FLOP)"
+    )
+    back = _counter_rows(head, _doc())["counters.flops_per_step"]
+    assert back.note == (
+        "FLOPs per step -23 % (recomputed forward under activation checkpointing −300 FLOP: "
+        "h.0 Block −150 FLOP, h.1 Block −150 FLOP)"
+    )
+
+
+def test_recomputation_and_a_module_that_moved_are_both_named_the_larger_first() -> None:
+    head = _doc()
+    head["counters"]["flops"] = _checkpointed(100, layers=1)
+    head["counters"]["flops"]["top_modules"][0]["flops"] = 1200  # block1.0: +600
+    head["counters"]["flops"]["per_step"] += 600
+    row = _counter_rows(_doc(), head)["counters.flops_per_step"]
+    assert row.note == (
+        "FLOPs per step +70 % (block1.0 Conv2d +600 FLOP; "
+        "recomputed forward under activation checkpointing +100 FLOP: h.0 Block +100 FLOP)"
+    )
+    # a recomputation under a tenth of the module's move is not news
+    head["counters"]["flops"] = _checkpointed(50, layers=1)
+    head["counters"]["flops"]["top_modules"][0]["flops"] = 1200
+    head["counters"]["flops"]["per_step"] += 600
+    row = _counter_rows(_doc(), head)["counters.flops_per_step"]
+    assert row.note == "FLOPs per step +65 % (block1.0 Conv2d +600 FLOP)"
+
+
+def test_the_model_itself_is_named_by_its_class() -> None:
+    """The traced model's own ops (named "" as ``named_modules`` names it) are its class's."""
+    head = _doc()
+    head["counters"]["flops"]["top_modules"].append({"module": "", "type": "Net", "flops": 500})
+    head["counters"]["flops"]["per_step"] += 500
+    assert _counter_rows(_doc(), head)["counters.flops_per_step"].note == (
+        "FLOPs per step +50 % (Net +500 FLOP)"
+    )

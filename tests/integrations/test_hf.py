@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -285,3 +286,141 @@ def test_periodic_evaluation_is_its_own_figure_not_training_time(tmp_path: Path)
     with_evals = BATCH * (len(ends) - 4) / wall
     without = with_evals * wall / (wall - 0.8 * sum(evals))
     assert tput["samples_per_s"] > without, (tput, with_evals, without, b)
+
+
+# -- FLOPs by module on a tiny GPT-2 (issue 31) ----------------------------------------------------
+
+GPT2_BATCH, GPT2_SEQ = 4, 32
+GPT2_RUNS = {  # name -> (width, activation checkpointing: None, reentrant or not)
+    "plain": (64, None), "wide": (128, None), "reentrant": (64, True), "non-reentrant": (64, False),
+}
+
+
+def _traced_gpt2(out: Path, width: int, reentrant: bool | None) -> dict[str, Any]:
+    """A few traced SGD steps of a 2-layer GPT-2 built from its config (dropout p = 0, as a
+    fine-tuning recipe sets it), with HF's gradient checkpointing when ``reentrant`` is given."""
+    import warnings
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    import traceml_ci as traceml
+    from tests.tracer.conftest import finish_and_load
+    from traceml_ci.tracer import api
+    from traceml_ci.tracer.config import TracerConfig
+
+    hf_logging.set_verbosity_error()  # the tiny vocabulary's token-id warnings
+    config = GPT2Config(n_layer=2, n_embd=width, n_head=2, vocab_size=100,
+                        n_positions=GPT2_SEQ, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.train()
+    if reentrant is not None:
+        with warnings.catch_warnings():  # renamed activation_checkpointing_enable in 5.x
+            warnings.simplefilter("ignore", FutureWarning)
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ids = torch.randint(0, 100, (GPT2_BATCH, GPT2_SEQ), generator=torch.Generator().manual_seed(0))
+    tracer = api.start(TracerConfig(out_dir=out, warmup_steps=3, run_name="gpt2"), at_exit=False)
+    try:
+        for _ in range(5):
+            with traceml.trace_step(model):
+                loss = model(input_ids=ids, labels=ids).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+        return finish_and_load(tracer)
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """name -> the summary of each GPT2_RUNS variant's traced steps."""
+    from traceml_ci.tracer import flops
+
+    root = tmp_path_factory.mktemp("gpt2")
+    with one_thread_no_tracer(), pytest.MonkeyPatch.context() as mp:
+        # Another test in this process may have compiled: count as a fresh process would.
+        mp.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: False)
+        return {name: _traced_gpt2(root / name, width, reentrant)
+                for name, (width, reentrant) in GPT2_RUNS.items()}
+
+
+def _matmul(n_in: int, n_out: int, times: int = 3, width: int = 64) -> int:
+    """A projection's FLOPs on the batch's tokens: forward 2·tokens·in·out, and its weight's
+    and its input's gradients as much again each (``times`` 3)."""
+    return times * 2 * GPT2_BATCH * GPT2_SEQ * n_in * n_out
+
+
+def test_gpt2s_flops_are_its_projections_not_its_dropouts(gpt2) -> None:
+    """Issue 31: with dropout p = 0 torch's module tracker gave mlp.dropout and
+    attn.resid_dropout the FLOPs of the projections whose backward ran while they stayed
+    "entered". Each projection's are its own: the MLP's two, then the attention's c_attn."""
+    e = 64
+    flops = gpt2["plain"]["counters"]["flops"]
+    assert flops["top_modules"] == [
+        {"module": "transformer.h.0.mlp.c_fc", "type": "Conv1D", "flops": _matmul(e, 4 * e)},
+        {"module": "transformer.h.0.mlp.c_proj", "type": "Conv1D", "flops": _matmul(4 * e, e)},
+        {"module": "transformer.h.1.mlp.c_fc", "type": "Conv1D", "flops": _matmul(e, 4 * e)},
+        {"module": "transformer.h.1.mlp.c_proj", "type": "Conv1D", "flops": _matmul(4 * e, e)},
+        {"module": "transformer.h.0.attn.c_attn", "type": "Conv1D", "flops": _matmul(e, 3 * e)},
+    ]
+    assert "recomputed" not in flops
+
+
+@pytest.mark.parametrize("run", ["reentrant", "non-reentrant"])
+def test_gpt2s_checkpointed_layers_are_said_as_recomputed(gpt2, run: str) -> None:
+    """HF's gradient checkpointing runs each layer's forward again in backward: said as the
+    layers' recomputation, each module's own FLOPs as without it. Reentrant runs the whole
+    layer again (12·e² per token: c_attn 3, c_proj 1, c_fc 4, mlp.c_proj 4); non-reentrant
+    stops once backward has what it needs -- the MLP's c_proj output is saved by nothing."""
+    e, plain, flops = 64, gpt2["plain"]["counters"]["flops"], gpt2[run]["counters"]["flops"]
+    assert flops["top_modules"] == plain["top_modules"]
+    per_layer = _matmul(e, e, times=1) * (12 if run == "reentrant" else 8)
+    assert flops["recomputed"] == {
+        "per_step": 2 * per_layer,
+        "top_modules": [{"module": "transformer.h.0", "type": "GPT2Block", "flops": per_layer},
+                        {"module": "transformer.h.1", "type": "GPT2Block", "flops": per_layer}],
+    }
+    assert flops["per_step"] == plain["per_step"] + 2 * per_layer
+    assert len(json.dumps(gpt2[run]["counters"])) < 2048  # still a small block
+
+
+def test_a_wider_gpt2_names_its_projections_as_the_cause(gpt2) -> None:
+    """Issue 31's wider GPT-2: the cause named the Dropouts (``transformer.h.1.mlp.dropout
+    Dropout +151 MFLOP``); it is the projections, each 4× wider (64 → 128)."""
+    from traceml_ci.gate import fmt
+    from traceml_ci.gate.compare import compare
+
+    c = compare(gpt2["plain"], gpt2["wide"])
+    base, head = (gpt2[run]["counters"]["flops"]["per_step"] for run in ("plain", "wide"))
+    grown = fmt.flops(_matmul(128, 512) - _matmul(64, 256))  # c_fc; the MLP's c_proj alike
+    assert c.row("counters.flops_per_step").cause == (
+        f"FLOPs per step {100 * (head / base - 1):+.0f} % ("
+        f"transformer.h.0.mlp.c_fc Conv1D +{grown}, transformer.h.0.mlp.c_proj Conv1D +{grown}, "
+        f"transformer.h.1.mlp.c_fc Conv1D +{grown})"
+    )
+    assert "Dropout" not in " ".join(c.causes)
+
+
+@pytest.mark.parametrize(("run", "per_token"), [("reentrant", 12), ("non-reentrant", 8)])
+def test_gpt2_with_checkpointing_turned_on_names_the_recomputed_layers(
+    gpt2, run: str, per_token: int
+) -> None:
+    """Issue 31: with gradient checkpointing on the cause named Dropouts and projections that
+    had moved the wrong way (``transformer.h.1.mlp.c_proj Conv1D +21 MFLOP,
+    transformer.h.1.mlp.dropout Dropout +16.8 MFLOP, transformer.h.0.mlp.c_fc Conv1D −12.6
+    MFLOP``); it is the layers' forward, recomputed."""
+    from traceml_ci.gate import fmt
+    from traceml_ci.gate.compare import compare
+
+    c = compare(gpt2["plain"], gpt2[run])
+    base, head = (gpt2[r]["counters"]["flops"]["per_step"] for r in ("plain", run))
+    layer = fmt.flops(per_token * _matmul(64, 64, times=1))
+    assert c.row("counters.flops_per_step").cause == (
+        f"FLOPs per step {100 * (head / base - 1):+.0f} % (recomputed forward under activation "
+        f"checkpointing +{fmt.flops(head - base)}: transformer.h.0 GPT2Block +{layer}, "
+        f"transformer.h.1 GPT2Block +{layer})"
+    )

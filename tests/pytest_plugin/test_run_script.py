@@ -52,6 +52,40 @@ def test_run_script_is_traced_gated_and_stored(smoke: SmokeProject) -> None:
     assert list(smoke.baseline_summaries()) == ["test_smoke.py::test_script"]
 
 
+READ_LINE = 'print(float(((model(x) - y) ** 2).mean()))'
+#: SCRIPT, reading the loss each step: the counters name that line.
+READING_SCRIPT = SCRIPT.replace("print(\"trained\")", " " * 8 + READ_LINE + "\nprint(\"trained\")")
+SITE_TEST = """
+def test_script(traceml):
+    summary = traceml.run_script("scripts/train_script.py", 12, warmup_steps=3, cwd="scripts")
+    assert summary["counters"]["syncs"]["sites"][0]["at"] == "scripts/train_script.py:{line}"
+"""
+
+
+def _read_line() -> int:
+    return READING_SCRIPT.splitlines().index(" " * 8 + READ_LINE) + 1
+
+
+def test_a_scripts_sites_are_relative_to_the_root_it_is_given(tmp_path) -> None:
+    """Issue 31: run from a folder below the root, a script's line is the root's path to it,
+    never the working directory's nor an absolute one."""
+    script = tmp_path / "repo" / "mlrepo" / "train.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(READING_SCRIPT)
+    doc = scripts.traced_script(script, ["12"], out_dir=tmp_path / "out", run_name="k",
+                                warmup_steps=3, cwd=script.parent, root_dir=tmp_path / "repo")
+    assert doc["counters"]["syncs"]["sites"] == [
+        {"at": f"mlrepo/train.py:{_read_line()}", "op": "float", "count": 1}]
+
+
+def test_run_script_names_lines_relative_to_pytests_rootdir(smoke: SmokeProject) -> None:
+    (smoke.path / "scripts").mkdir()
+    (smoke.path / "scripts" / "train_script.py").write_text(READING_SCRIPT)
+    smoke.tests(SITE_TEST.format(line=_read_line()))
+    result = smoke.run("--traceml-update-baseline")
+    result.assert_outcomes(passed=1)
+
+
 def test_a_failing_script_fails_the_test_with_its_output(tmp_path) -> None:
     # Real child processes; scripts that never import torch start in a fraction of a second.
     script = tmp_path / "s.py"

@@ -162,3 +162,158 @@ def test_a_compiled_model_is_seen_as_compiled() -> None:
     torch.compile(lambda t: t * 2, backend="eager")(torch.ones(2))
     assert compile_in_use((plain,), before)
     assert not compile_in_use((plain,), compiled_frames())
+
+
+# -- FLOPs by module: each op to the module whose own code ran it ---------------------------------
+
+
+class _Mixer(nn.Module):
+    """A module with an op of its own (``x @ mix``) before its child's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Parameter(torch.randn(HID, HID) / HID)
+        self.proj = nn.Linear(HID, HID)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x @ self.mix)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(HID, HID), nn.ReLU(), nn.Linear(HID, HID)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _Net(nn.Module):
+    """Linear, a block (checkpointed or not), Linear."""
+
+    def __init__(self, checkpoint: str | None) -> None:
+        super().__init__()
+        self.inp, self.block, self.out = nn.Linear(IN, HID), _Block(), nn.Linear(HID, OUT)
+        self.checkpoint = checkpoint
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        h = self.inp(x)
+        if self.checkpoint is None:
+            h = self.block(h)
+        else:
+            h = checkpoint(self.block, h, use_reentrant=self.checkpoint == "reentrant")
+        return self.out(h)
+
+
+def _counted(fresh_tracer, model: nn.Module) -> dict:
+    """The summary's ``counters.flops`` of a few traced SGD steps of ``model``."""
+    tracer = fresh_tracer(warmup_steps=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.manual_seed(1)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    for _ in range(5):
+        with traceml.trace_step(model):
+            opt.zero_grad(set_to_none=True)
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+    return finish_and_load(tracer)["counters"]["flops"]
+
+
+def _linear(n_in: int, n_out: int, times: int) -> int:
+    """A linear layer's FLOPs: forward 2·B·in·out, then ``times`` - 1 gradients as large."""
+    return times * 2 * B * n_in * n_out
+
+
+def test_a_dropout_that_passes_its_input_on_gets_no_flops(fresh_tracer) -> None:
+    """Issue 31: Dropout(p=0) returns its input; torch's module tracker kept it "entered" in
+    backward while the first Linear's gradients ran, and gave it their FLOPs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HID), nn.Dropout(p=0.0), nn.Linear(HID, OUT))
+    flops = _counted(fresh_tracer, model)
+    first, last = _linear(IN, HID, 2), _linear(HID, OUT, 3)  # the input needs no gradient
+    assert flops == {
+        "per_step": first + last,
+        "top_modules": [
+            {"module": "0", "type": "Linear", "flops": first},
+            {"module": "2", "type": "Linear", "flops": last},
+        ],
+    }
+
+
+def test_a_modules_own_op_is_its_own_beside_its_childs(fresh_tracer) -> None:
+    """A module that multiplies before calling its child: that matmul (forward, both gradients)
+    is the module's, its child's are the child's -- not all of it the child's, nor dropped for
+    not being a leaf."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HID), _Mixer(), nn.Linear(HID, OUT))
+    flops = _counted(fresh_tracer, model)
+    first, mix, proj, last = (_linear(IN, HID, 2), _linear(HID, HID, 3), _linear(HID, HID, 3),
+                              _linear(HID, OUT, 3))
+    assert flops["per_step"] == first + mix + proj + last
+    assert sorted((m["module"], m["type"], m["flops"]) for m in flops["top_modules"]) == [
+        ("0", "Linear", first),
+        ("1", "_Mixer", mix),
+        ("1.proj", "Linear", proj),
+        ("2", "Linear", last),
+    ]
+
+
+@pytest.mark.parametrize(("checkpoint", "again"), [("reentrant", 2), ("non-reentrant", 1)])
+def test_a_checkpointed_blocks_recomputed_forward_is_counted_apart(
+    fresh_tracer, checkpoint: str, again: int
+) -> None:
+    """Activation checkpointing runs the block's forward again in backward: those FLOPs are the
+    step's, said as recomputation of the block, and each module's own figure is what it is
+    without checkpointing (not a Dropout's or a neighbour's). Reentrant checkpointing runs the
+    whole block again; non-reentrant stops once the tensors backward needs are back (torch's
+    early stop): fc1 and the ReLU, whose output fc2 saved, not fc2."""
+    torch.manual_seed(0)
+    plain = _counted(fresh_tracer, _Net(None))
+    torch.manual_seed(0)
+    flops = _counted(fresh_tracer, _Net(checkpoint))
+    recomputed = again * _linear(HID, HID, 1)  # the block's Linears, forward once more
+    assert flops["top_modules"] == plain["top_modules"]
+    assert {m["module"] for m in plain["top_modules"]} == {"inp", "block.fc1", "block.fc2", "out"}
+    assert flops["per_step"] == plain["per_step"] + recomputed
+    assert "recomputed" not in plain
+    assert flops["recomputed"] == {
+        "per_step": recomputed,
+        "top_modules": [{"module": "block", "type": "_Block", "flops": recomputed}],
+    }
+
+
+def test_counting_by_module_leaves_no_hook_behind(fresh_tracer) -> None:
+    from torch.nn.modules import module as torch_module
+
+    before = (dict(torch_module._global_forward_pre_hooks),
+              dict(torch_module._global_forward_hooks))
+    torch.manual_seed(0)
+    _counted(fresh_tracer, _Net("non-reentrant"))
+    assert (torch_module._global_forward_pre_hooks, torch_module._global_forward_hooks) == before
+    assert not torch_module._global_forward_hooks_always_called
+
+
+def test_attribution_that_fails_never_reaches_the_step(fresh_tracer, monkeypatch) -> None:
+    """A module hook of the count that raises leaves that module unattributed; the step runs,
+    the total is whole, and the hooks still go."""
+    from torch.nn.modules import module as torch_module
+
+    from traceml_ci.tracer.flops import ModuleAttribution
+
+    def broken(self, *args):  # noqa: ANN001
+        raise RuntimeError("no tagging today")
+
+    monkeypatch.setattr(ModuleAttribution, "_tag", broken)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(IN, HID), nn.ReLU(), nn.Linear(HID, OUT))
+    flops = _counted(fresh_tracer, model)
+    first, last = _linear(IN, HID, 2), _linear(HID, OUT, 3)
+    assert flops["per_step"] == first + last
+    # forwards still the modules' own; the backward ops, their nodes untagged, are nobody's
+    assert flops["top_modules"] == [
+        {"module": "0", "type": "Linear", "flops": _linear(IN, HID, 1)},
+        {"module": "2", "type": "Linear", "flops": _linear(HID, OUT, 1)},
+    ]
+    assert not torch_module._global_forward_pre_hooks and not torch_module._global_forward_hooks

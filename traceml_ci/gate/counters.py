@@ -209,14 +209,38 @@ def _flops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     return _row("flops_per_step", bn, hn, rel, _FLOPS, Kind.RATE, "FLOP", "%", moved, False, note)
 
 
-def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
-    """The listed modules whose FLOPs moved most, with their change (one listed on one side
-    counts as 0 on the other): at most SITES_NAMED, each at least MODULE_MOVE_SHARE of the
-    largest move."""
+#: How a note names the FLOPs of forwards run again in backward (the tracer's ``recomputed``).
+RECOMPUTED = "recomputed forward under activation checkpointing"
 
-    def table(block: Mapping[str, Any]) -> dict[str, tuple[float, str]]:
+
+def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
+    """What moved the FLOPs: the listed modules whose own FLOPs moved most, with their change
+    (one listed on one side counts as 0 on the other), and the forwards recomputed under
+    activation checkpointing, with the modules recomputed; the larger move first. At most
+    SITES_NAMED modules each, each at least MODULE_MOVE_SHARE of the largest move."""
+    moves = _module_moves(b.get("top_modules"), h.get("top_modules"))
+    again_b, again_h = (x if isinstance(x, Mapping) else {} for x in
+                        (b.get("recomputed"), h.get("recomputed")))
+    again = (finite(again_h.get("per_step")) or 0.0) - (finite(again_b.get("per_step")) or 0.0)
+    largest = max([abs(again)] + [abs(d) for d, _, _ in moves[:1]])
+    if not largest:
+        return ""
+    modules = _named(moves, largest)
+    parts = [modules] if modules else []
+    if again and abs(again) >= MODULE_MOVE_SHARE * largest:
+        regions = _module_moves(again_b.get("top_modules"), again_h.get("top_modules"))
+        named = _named(regions, abs(regions[0][0]) if regions else 0.0)
+        said = f"{RECOMPUTED} {_signed(again)}" + (f": {named}" if named else "")
+        first = not moves or abs(again) >= abs(moves[0][0])
+        parts.insert(0 if first else len(parts), said)
+    return "; ".join(parts)
+
+
+def _module_moves(base: Any, head: Any) -> list[tuple[float, str, str]]:
+    """(change, module, class) of each module listed on either side, the largest first."""
+
+    def table(mods: Any) -> dict[str, tuple[float, str]]:
         out: dict[str, tuple[float, str]] = {}
-        mods = block.get("top_modules")
         for m in mods if isinstance(mods, list) else ():
             if isinstance(m, Mapping) and isinstance(m.get("module"), str):
                 n = finite(m.get("flops"))
@@ -224,20 +248,27 @@ def _flops_mover(b: Mapping[str, Any], h: Mapping[str, Any]) -> str:
                     out[m["module"]] = (n, str(m.get("type") or ""))
         return out
 
-    bt, ht = table(b), table(h)
-    moves = [(ht.get(k, (0.0, ""))[0] - bt.get(k, (0.0, ""))[0], k) for k in set(bt) | set(ht)]
-    moves = sorted((m for m in moves if m[0] != 0), key=lambda m: (-abs(m[0]), m[1]))
-    if not moves:
-        return ""
-    largest = abs(moves[0][0])
+    bt, ht = table(base), table(head)
+    moves = [
+        (ht.get(k, (0.0, ""))[0] - bt.get(k, (0.0, ""))[0], k, (ht.get(k) or bt[k])[1])
+        for k in set(bt) | set(ht)
+    ]
+    return sorted((m for m in moves if m[0] != 0), key=lambda m: (-abs(m[0]), m[1]))
+
+
+def _named(moves: list[tuple[float, str, str]], largest: float) -> str:
+    """The first SITES_NAMED moves at least MODULE_MOVE_SHARE of ``largest``: ``name Class
+    +N FLOP`` (the traced model itself, named "", by its class alone)."""
     named = []
-    for d, name in moves[:SITES_NAMED]:
+    for d, name, kind in moves[:SITES_NAMED]:
         if abs(d) < MODULE_MOVE_SHARE * largest:
             break
-        kind = (ht.get(name) or bt.get(name) or (0.0, ""))[1]
-        sign = "+" if d > 0 else "−"
-        named.append(f"{name} {kind}".strip() + f" {sign}{fmt.flops(abs(d))}")
+        named.append(f"{name} {kind}".strip() + f" {_signed(d)}")
     return ", ".join(named)
+
+
+def _signed(d: float) -> str:
+    return ("+" if d > 0 else "−") + fmt.flops(abs(d))
 
 
 def _params(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

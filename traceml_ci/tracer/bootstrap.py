@@ -79,7 +79,7 @@ def _exit_code(code: object) -> int:
 
 def _config(spec: LaunchSpec) -> TracerConfig:
     options: dict[str, Any] = {"out_dir": spec.out, "run_name": spec.name, "locked": spec.locked}
-    for name in ("warmup_steps", "max_steps", "batch_size", "module_sample_s"):
+    for name in ("warmup_steps", "max_steps", "batch_size", "module_sample_s", "root_dir"):
         if getattr(spec, name) is not None:  # None: left to init() and the defaults
             options[name] = getattr(spec, name)
     return TracerConfig(**options)

@@ -137,6 +137,10 @@ class TracerConfig:
         default_factory=lambda: os.environ.get(ENV_CPU_REFERENCE, "").strip() == "1")
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
+    #: The run's root, that the counters' ``file:line`` sites are relative to (the pytest
+    #: rootdir under the plugin); None: the git top level or pyproject.toml folder above the
+    #: working directory, else that directory (tracer/sites.py).
+    root_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -151,5 +155,7 @@ class TracerConfig:
         if int(self.profile_steps) < 0:
             raise ValueError("profile_steps must be >= 0")
         self.out_dir = Path(self.out_dir)
+        if self.root_dir is not None:
+            self.root_dir = Path(self.root_dir)
         self.profile_steps = int(self.profile_steps)
         self.warmup_steps = int(self.warmup_steps)

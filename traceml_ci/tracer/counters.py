@@ -7,16 +7,17 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
 * **Scalar reads** (host↔device syncs on an accelerator; on a CPU run, the reads that *would*
   sync there): ``.item()``, ``bool()``/``float()``/``int()`` of a tensor, ``.tolist()``,
   ``.numpy()``, ``.cpu()``, ``nonzero`` and boolean-mask indexing, a copy from a device to the
-  host. Each is attributed to the nearest frame outside torch and traceml-ci (``file:line``,
-  relative to the working directory when under it). A read of a *host* tensor made by torch's
-  own Python code (Adam's step counter) is no sync anywhere and is not counted; one made by
-  user code is.
+  host. Each is attributed to the nearest frame of the user's code (``file:line`` relative to
+  the run's root; past torch, traceml-ci, installed libraries and the standard library:
+  tracer/sites.py). A read of a *host* tensor made by torch's own Python code (Adam's step
+  counter) is no sync anywhere and is not counted; one made by the user's code or a library's
+  is.
 * **Optimizer**: the classes that stepped in the sampled step, their parameter groups, state
   tensors per parameter (0-dim ones, such as Adam's step counter, left out) and their bytes;
   and the traced models' parameters.
 * **Leak**: storages first allocated by an op of the sampled step that are still alive
   ``LEAK_AFTER_STEPS`` steps later (weak references: nothing is kept alive by looking), with the
-  op and line that allocated the largest.
+  op and the user's line that allocated the largest (tracer/sites.py, as for the reads).
 
 FLOPs per module come from the FLOP count (tracer/flops.py) and are added here. All of it is
 plain data in the summary's ``counters`` shape (docs/summary.md).
@@ -24,13 +25,14 @@ plain data in the summary's ``counters`` shape (docs/summary.md).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from traceml_ci.tracer.sites import Sites
 
 #: The sampled step: the second ``trace_step`` (the first is the FLOP count's, and builds the
 #: optimizer's state). Needs at least this many + 1 warmup steps.
@@ -53,57 +55,33 @@ def not_measured_warmup(sampled_step: int = SAMPLED_STEP) -> str:
 NOT_MEASURED_WARMUP = not_measured_warmup()
 NOT_MEASURED_COMPILED = "torch.compile in use"
 
-_TORCH_DIR = ""
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: torch files seen through when asking who made a call: Tensor's Python methods (the user's
 #: ``f"{loss:.3f}"``) and the wrappers a dispatch mode is called through.
 _TRANSPARENT = ("_tensor.py", "_compile.py", "eval_frame.py", "_python_dispatch.py", "_ops.py")
 
 
-def _torch_dir() -> str:
-    global _TORCH_DIR
-    if not _TORCH_DIR:
-        import torch
-
-        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    return _TORCH_DIR
-
-
-def _site(frame: Any) -> tuple[str, bool]:
-    """(``file:line`` of the nearest frame outside torch and traceml-ci, whether the nearest
-    frame outside traceml-ci -- the one that made the call -- is such a frame)."""
-    torch_dir = _torch_dir()
-    direct: bool | None = None
+def _made_by_torch(frame: Any, finder: Sites) -> bool:
+    """Whether the nearest frame outside traceml-ci (and torch's wrappers in ``_TRANSPARENT``)
+    -- the one that made the call -- is torch's own Python."""
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(_OWN_DIR):
-            frame = frame.f_back
-            continue
-        internal = path.startswith(torch_dir)
-        if direct is None and not (internal and path.endswith(_TRANSPARENT)):
-            direct = not internal
-        if not internal:
-            return f"{_display(path)}:{frame.f_lineno}", bool(direct)
+        if not finder.is_own(path):
+            internal = finder.is_torch(path)
+            if not (internal and path.endswith(_TRANSPARENT)):
+                return internal
         frame = frame.f_back
-    return "?", bool(direct)
-
-
-def _display(path: str) -> str:
-    """A source path as the summary shows it: relative to the working directory when under it
-    (so runs from one checkout agree), else as it is."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+    return True  # none but ours: not the user's read
 
 
 class CounterProbe:
     """Arms on the sampled step (``begin``/``end``, never raising), checks the leak
     ``LEAK_AFTER_STEPS`` steps later (``after_step``); ``record()`` is the summary block."""
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+    def __init__(self, warn: Callable[[str], None], root: Any = None) -> None:
         self._warn = warn
+        #: The run's root, that sites are shown relative to (None: found from the cwd).
+        self._root = root
+        self._sites: Sites | None = None
         #: The step sampled (0-based): trace_step's second; zero-change mode's third (its
         #: first boundary is the first step's end, where the FLOP count's step begins).
         self.sampled_step = SAMPLED_STEP
@@ -158,6 +136,7 @@ class CounterProbe:
 
             self._models = models
             self._thread = threading.get_ident()
+            self._sites = Sites(self._root)  # the folders as they are now, read once
             self._patch(torch)
             self._hook = register_optimizer_step_post_hook(self._stepped)
             self._mode = _mode_class()(self)
@@ -216,16 +195,17 @@ class CounterProbe:
 
     # -- what the mode and the wrapped methods call ------------------------------------------
     def note_read(self, op: str, tensor: Any, frame: Any) -> None:
-        if threading.get_ident() != self._thread:
+        finder = self._sites
+        if threading.get_ident() != self._thread or finder is None:
             return
-        at, direct = _site(frame)
         on_device = getattr(getattr(tensor, "device", None), "type", "cpu") != "cpu"
-        if direct or on_device:
-            key = (at, op)
+        if on_device or not _made_by_torch(frame, finder):
+            key = (finder.site(frame), op)
             self.reads[key] = self.reads.get(key, 0) + 1
 
     def note_new(self, storage: Any, nbytes: int, op: str, frame: Any) -> None:
-        at, _ = _site(frame)
+        finder = self._sites
+        at = finder.site(frame) if finder is not None else "?"
         self._new.append((weakref.ref(storage), nbytes, op, at))
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -411,29 +391,25 @@ def _optimizer(optimizers: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def flops_block(
-    per_step: int | None, counts: dict[str, int] | None, models: tuple[Any, ...]
-) -> dict[str, Any] | None:
-    """The FLOP count's figures (tracer/flops.py) as the ``counters.flops`` block: per step and
-    the leaf modules with the most FLOPs, ``{"module": "block1.0", "type": "Conv2d",
-    "flops": n}`` (names as ``named_modules`` gives them; inclusive of backward)."""
-    if not per_step or not counts:
+def flops_block(count: Any) -> dict[str, Any] | None:
+    """The FLOP count's figures (``tracer/flops.FlopCount``) as the ``counters.flops`` block:
+    per step and the modules whose own code ran the most, ``{"module": "block1.0", "type":
+    "Conv2d", "flops": n}`` (names as ``named_modules`` gives them; forward and backward,
+    recomputation left out); with activation checkpointing, ``recomputed``: the FLOPs of the
+    forwards run again in backward and the modules recomputed (the checkpointed blocks)."""
+    per_step, by_module = count.flops, count.by_module
+    if not per_step or by_module is None:
         return None
-    return {"per_step": int(per_step), "top_modules": _top_modules(counts, models)}
+    out: dict[str, Any] = {"per_step": int(per_step), "top_modules": _top_modules(by_module)}
+    if count.recomputed_flops:
+        out["recomputed"] = {
+            "per_step": int(count.recomputed_flops),
+            "top_modules": _top_modules(count.recomputed),
+        }
+    return out
 
 
-def _top_modules(counts: dict[str, int], models: tuple[Any, ...]) -> list[dict[str, Any]]:
-    types: dict[str, str] = {}
-    for model in models[:1]:
-        for name, mod in model.named_modules():
-            types[name] = type(mod).__name__
-    totals: dict[str, int] = {}
-    for key, n in counts.items():
-        if key == "Global" or "." not in key:
-            continue
-        totals[key.split(".", 1)[1]] = int(n)
-    leaves = [n for n in totals if not any(o.startswith(n + ".") for o in totals)]
-    top = sorted(leaves, key=lambda n: (-totals[n], n))[:TOP_MODULES]
-    return [
-        {"module": n, "type": types.get(n, "?"), "flops": totals[n]} for n in top if totals[n] > 0
-    ]
+def _top_modules(by_module: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``TOP_MODULES`` modules with the most FLOPs (name, then class, breaks a tie)."""
+    top = sorted(by_module.items(), key=lambda kv: (-kv[1].flops, kv[0]))[:TOP_MODULES]
+    return [{"module": name, "type": m.type, "flops": int(m.flops)} for name, m in top if m.flops]

@@ -54,6 +54,9 @@ class LaunchSpec:
     #: Distributed: torchrun's own options (``--nproc-per-node 2``, ``--nnodes``, ...); the job
     #: then starts through ``torch.distributed.run``, every rank under the bootstrap.
     torchrun: tuple[str, ...] = ()
+    #: The run's root, that the summary's ``file:line`` sites are relative to (the pytest
+    #: plugin's rootdir); None: found from the child's working directory (tracer/sites.py).
+    root_dir: str | None = None
     #: Resolved by the launcher: where the summary goes when ``out_dir`` is not given.
     default_out_dir: str = field(default=DEFAULT_OUT_DIR)
 

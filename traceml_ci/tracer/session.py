@@ -128,7 +128,7 @@ class Tracer:
         # failed compiled step is not); module sampling looks at this run's frames only.
         self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
-        self.counters = CounterProbe(warn)
+        self.counters = CounterProbe(warn, root=config.root_dir)
         if zero_change and config.mode == "auto":  # steps close themselves: so do the counts
             self.counters.sampled_step += 1
             self.rec.on_close = self._implicit_boundary
@@ -671,13 +671,9 @@ class Tracer:
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""
-        last = self._last_scope
         probe = self.counters
         try:
-            models = last.models if last is not None else ()
-            if not models and self.roots is not None:  # zero-change: the roots it timed
-                models = tuple(self.roots.timed)
-            probe.flops = flops_block(self.flop_count.flops, self.flop_count.by_module, models)
+            probe.flops = flops_block(self.flop_count)
             return probe.record()
         except Exception as exc:
             warn(f"counters left out ({exc!r})")
