@@ -55,13 +55,28 @@ for i, x in enumerate(DataLoader(Stuck(), batch_size=2, num_workers=1)):
 '''
 
 SESSION_TEST = '''
+import runpy
+import sys
 from pathlib import Path
+
+import pytest
 
 
 def test_hangs(traceml):
     here = Path(__file__).parent
     traceml.run_script(here / "hanging.py", str(here / "looping"))
+
+
+@pytest.mark.traceml(warmup_steps=1)
+def test_hangs_here():
+    here = Path(__file__).parent
+    sys.argv = ["hanging.py", str(here / "looping")]
+    runpy.run_path(str(here / "hanging.py"))
 '''
+
+#: Where the step hangs: in a script the test runs traced in a child (run_script), or in the
+#: test's own body, traced in the session's process (a marked test).
+WHERE = {"child": "test_hangs", "in process": "test_hangs_here"}
 
 #: How long an interrupted session may take to end: the child's grace to write its summary and
 #: the kill, with room for a loaded machine. It never ended before.
@@ -89,16 +104,19 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("whom", ["session", "process group"])
-def test_sigint_while_a_traced_step_hangs_ends_the_session_as_pytest_does(tmp_path, whom):
-    """``kill -INT`` of the session alone (its child never hears it), or of its whole process
+@pytest.mark.parametrize(("where", "whom"), [("child", "session"), ("child", "process group"),
+                                            ("in process", "session")])
+def test_sigint_while_a_traced_step_hangs_ends_the_session_as_pytest_does(tmp_path, where, whom):
+    """``kill -INT`` of the session alone (a child never hears it), or of its whole process
     group as a terminal's Ctrl-C: KeyboardInterrupt, exit 2, pytest's summary line, the session
-    gone within seconds, no worker left -- and the child's own summary, written in its grace."""
+    gone within seconds, no worker left -- and the run's summary, written in its grace, saying
+    interrupted (an in-process one said crashed)."""
     (tmp_path / "hanging.py").write_text(HANGING_SCRIPT)
     (tmp_path / "test_hang.py").write_text(textwrap.dedent(SESSION_TEST))
     basetemp = tmp_path / "bt"
+    test = WHERE[where]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "test_hang.py", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", f"test_hang.py::{test}", "-p", "no:cacheprovider",
          f"--basetemp={basetemp}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, preexec_fn=sigint_default,
@@ -117,7 +135,7 @@ def test_sigint_while_a_traced_step_hangs_ends_the_session_as_pytest_does(tmp_pa
         assert "KeyboardInterrupt" in out and " in " in out.splitlines()[-1], out
         assert took < ENDS_WITHIN_S
         assert _group_is_gone(proc.pid)  # nothing of the session's is left, no worker
-        [summary] = basetemp.glob("traceml-test_hangs[0-9]*/**/final_summary.json")
+        [summary] = basetemp.glob(f"traceml-{test}[0-9]*/**/final_summary.json")
         assert json.loads(summary.read_text())["run"]["status"] == "interrupted"
     finally:
         kill_group(proc)
