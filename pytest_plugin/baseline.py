@@ -24,11 +24,14 @@ class BaselineError(SetupError):
 
 
 def load_baseline(path: Path) -> Summaries:
-    """The baseline's summaries by key; ``{}`` when the file does not exist yet."""
+    """The baseline's summaries by key; ``{}`` when the file does not exist yet. A path that
+    cannot be looked at (a link loop, a folder that may not be traversed) is no missing file:
+    reading it says why (pathlib's exists() answers False for a loop)."""
     from traceml_ci.errors import InputError
+    from traceml_ci.fsutil import missing
     from traceml_ci.gate import read_baseline_set
 
-    if not path.exists():
+    if missing(path):
         return {}
     try:
         return read_baseline_set(path)

@@ -111,16 +111,20 @@ class MarkedRun:
         """A fresh tracer around one run of the test body; its summary is kept if it passes."""
         __tracebackhide__ = True
         from traceml_ci.tracer import api
+        from traceml_ci.tracer.lifecycle import status_for_exception
 
         tracer = api.start(self._config(len(self.docs)), at_exit=False)
         self.tracer = tracer
-        passed = False
+        ended_by: type[BaseException] | None = None
         try:
             yield tracer
-            passed = True
+        except BaseException as exc:  # Ctrl-C: interrupted, not crashed
+            ended_by = type(exc)
+            raise
         finally:
             try:
-                path = tracer.finish(None if passed else "crashed")
+                path = tracer.finish(None if ended_by is None
+                                     else status_for_exception(ended_by))
             finally:
                 api.stop()
                 self.tracer = None

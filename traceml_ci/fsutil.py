@@ -202,6 +202,31 @@ def read_stream_text(stream: BinaryIO, name: str, max_bytes: int) -> str:
         raise InputError(name, "not UTF-8 text") from None
 
 
+def is_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder (through links). Never raises: a path that cannot be looked
+    at (under a folder the user may not traverse, a link loop) is no folder here, and the reader
+    that opens it next says why in one line (pathlib's ``is_dir`` raises PermissionError)."""
+    return os.path.isdir(path)
+
+
+def is_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a regular file (through links); never raises, as :func:`is_dir`."""
+    return os.path.isfile(path)
+
+
+def missing(path: str | os.PathLike[str]) -> bool:
+    """Whether nothing is at ``path`` (a dangling link counts as nothing). False where it cannot
+    be looked at (permission denied, a link loop): something may be there, and reading it says
+    what is wrong, never "no such file"."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
 def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
     """The nearest pyproject.toml at or above ``start`` (default: the working directory): its
     ``[tool.traceml-ci]`` table holds the gate's tolerance rules."""

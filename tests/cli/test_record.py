@@ -230,3 +230,90 @@ def test_a_damaged_history_is_refused_and_left_as_it_was(tmp_path, capsys):
     _one_error_line(capsys, str(db), "damaged")
     # The database itself as it was (a WAL database read read-only keeps SQLite's -shm beside).
     assert _files_state(db_dir)["h.sqlite"] == before
+
+
+def test_a_db_path_under_a_regular_file_is_one_line_exit_2(tmp_path, capsys):
+    """``--db notes.txt/h.sqlite``: the folder cannot be made, one line naming the file in
+    the way (was FileExistsError, exit 4)."""
+    summary = _runs(tmp_path / "runs", 1, 0)[0]
+    (tmp_path / "notes.txt").write_text("a file\n")
+    for db in (tmp_path / "notes.txt" / "h.sqlite", tmp_path / "notes.txt" / "sub" / "h.sqlite"):
+        assert main(["record", str(summary), "--db", str(db)]) == 2
+        _one_error_line(capsys, str(db), f"{tmp_path / 'notes.txt'} is a file, not a folder")
+    assert (tmp_path / "notes.txt").read_text() == "a file\n"
+
+
+def _garble_a_row_in_place(db: Path, old: bytes, new: bytes) -> None:
+    """Overwrite the bytes of one stored field on the table's page itself (a bit flip, a bad
+    sector): the b-tree is intact, which is all ``PRAGMA quick_check`` looks at."""
+    raw = db.read_bytes()
+    at = raw.find(old)
+    assert at > 0 and len(old) == len(new)
+    db.write_bytes(raw[:at] + new + raw[at + len(old):])
+
+
+def test_a_garbled_second_page_is_refused_before_anything_is_written(tmp_path, capsys):
+    """One run in a history: its row on page 2, the runs table. A garbled run name there leaves
+    a b-tree that quick_check passes, but the name index no longer agrees with the table: it was
+    recorded into and read back, exit 0. integrity_check finds it: exit 2, nothing written."""
+    import sqlite3
+
+    files = _runs(tmp_path / "runs", 2, 0, name="trainrun")
+    db_dir = tmp_path / "db"
+    db = db_dir / "h.sqlite"
+    assert main(["record", str(files[0]), "--db", str(db)]) == 0
+    capsys.readouterr()
+    page = 4096
+    name_at = db.read_bytes().find(b"trainrun", page)
+    assert page <= name_at < 2 * page  # the row lies on page 2
+    _garble_a_row_in_place(db, b"trainrun", b"trXinrun")
+    quick = sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute("PRAGMA quick_check")
+    assert quick.fetchall() == [("ok",)]  # what the check before writing used to ask
+    before = _files_state(db_dir)["h.sqlite"]
+    time.sleep(0.05)
+    assert main(["record", str(files[1]), "--db", str(db)]) == 2
+    _one_error_line(capsys, str(db), "the history database is damaged", "nothing was written")
+    assert main(["history", "--db", str(db)]) == 2
+    _one_error_line(capsys, str(db), "damaged")
+    assert _files_state(db_dir)["h.sqlite"] == before
+
+
+@pytest.mark.parametrize(("old", "new"), [(b'"next_step": "', b'"next_step":\xff\xfe'),
+                                          (b'"diagnoses": [', b'"diagnoses": }')],
+                         ids=["not UTF-8", "not JSON"])
+def test_a_summary_garbled_in_the_history_is_called_damaged(tmp_path, capsys, old, new):
+    """A stored summary whose bytes are no longer UTF-8 text, or no longer JSON: the history
+    reader names the run and says the database is damaged, one line, exit 2 (the text that
+    would not decode was quoted whole, in SQLite's words)."""
+    files = _runs(tmp_path / "runs", 1, 0)
+    db = tmp_path / "h.sqlite"
+    assert main(["record", str(files[0]), "--db", str(db)]) == 0
+    capsys.readouterr()
+    _garble_a_row_in_place(db, old, new)
+    assert main(["history", "--db", str(db)]) == 2
+    _one_error_line(capsys, str(db), "the history database is damaged", "run 1")
+
+
+def test_a_history_in_a_read_only_folder_is_called_read_only_not_damaged(tmp_path):
+    from tests.cli.denied import cli_denied
+
+    files = _runs(tmp_path / "runs", 2, 0)
+    folder = tmp_path / "ro"
+    db = folder / "h.sqlite"
+    assert main(["record", str(files[0]), "--db", str(db)]) == 0
+    before = _files_state(folder)
+    for path in (tmp_path, tmp_path / "runs", *files):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    db.chmod(0o644)
+    folder.chmod(0o555)
+    try:
+        for argv in (("record", str(files[1]), "--db", str(db)),
+                     ("history", "--db", str(db)),
+                     ("record", str(files[1]), "--db", str(folder / "new.sqlite"))):
+            done = cli_denied(*argv, cwd=tmp_path)
+            lines = done.stderr.splitlines()
+            assert (done.returncode, len(lines)) == (2, 1), done.stderr
+            assert "read-only" in lines[0] and "damaged" not in lines[0], lines
+    finally:
+        folder.chmod(0o755)
+    assert _files_state(folder) == before

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import FIXTURES
 from tests.summary.builders import summary_doc
 from traceml_ci._version import __version__
 from traceml_ci.cli.main import build_parser, main
@@ -203,3 +204,48 @@ def test_summary_and_cli_layers_do_not_import_torch() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _with_a_duplicate(doc: dict, where: tuple[str, ...], key: str, value: object,
+                      last: bool) -> str:
+    """``doc`` as JSON whose object at ``where`` holds ``key`` twice: ``value`` as the last copy
+    (the one Python's parser keeps) or the first."""
+    import copy
+
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for part in where[:-1]:
+        parent = parent[part]
+    text = json.dumps(parent[where[-1]])
+    extra = f"{json.dumps(key)}: {json.dumps(value)}"
+    twice = text[:-1] + f", {extra}}}" if last else "{" + f"{extra}, " + text[1:]
+    parent[where[-1]] = "@@twice@@"
+    return json.dumps(doc).replace('"@@twice@@"', twice)
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["bad copy last", "bad copy first"])
+def test_validate_says_duplicate_key_in_one_line(tmp_path, capsys, last) -> None:
+    """A summary whose step_time holds step_ms twice, one copy ``{"mean": -1}``: last, 4 lines of
+    schema problems of that copy (3 to 7 as the probe varied it); first, "valid" -- the other
+    copy silently won. One line now, saying duplicate key, for our summaries and traceml-ai's."""
+    doc = summary_doc({"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4})
+    ours = tmp_path / "ours.json"
+    ours.write_text(_with_a_duplicate(doc, ("step_time",), "step_ms", {"mean": -1}, last))
+    theirs = tmp_path / "theirs.json"
+    ai = json.loads((FIXTURES / "traceml-ai-0.5.0" / "input_bound.json").read_text())
+    theirs.write_text(_with_a_duplicate(ai, ("step_time", "diagnosis"), "kind", "BALANCED", last))
+    for path in (ours, theirs):
+        assert main(["validate", str(path)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and "duplicate key" in err[0] and str(path) in err[0], err
+
+
+def test_validate_a_negative_mean_is_one_line(tmp_path, capsys) -> None:
+    doc = summary_doc({"dataloader": 4.7, "forward": 3.1, "backward": 1.8, "optimizer": 0.4})
+    doc["step_time"]["step_ms"]["mean"] = -1.0
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{path}: $.step_time.step_ms.mean: -1.0 is less than the minimum of 0"]
+

@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -38,7 +39,9 @@ class Failure:
     status: int
     message: str
     headers: dict[str, str] = field(default_factory=dict)
-    echo: bool = False  # answer with a text body that echoes the request's headers back
+    #: True: answer with a text body that echoes the request's headers back; a function: a JSON
+    #: error whose message is what it makes of the request's Authorization header.
+    echo: bool | Callable[[str], str] = False
 
 
 class FakeGitHub:
@@ -93,12 +96,14 @@ class FakeGitHub:
         message: str = "boom",
         headers: dict[str, str] | None = None,
         *,
-        echo: bool = False,
+        echo: bool | Callable[[str], str] = False,
     ) -> None:
         """The next request with ``method`` gets this answer instead (queued, one each).
 
         ``echo``: the body is one line of plain text echoing the request line and the
-        Authorization header (raw and percent-encoded), as some proxies and debug servers do."""
+        Authorization header (raw and percent-encoded), as some proxies and debug servers do; a
+        function of the header: a JSON error whose message is what it returns (a hostile server
+        echoing the token in an encoding of its choice)."""
         self.failures.append(Failure(method, status, message, dict(headers or {}), echo))
 
     def bodies(self, repo: str, number: int) -> list[str]:
@@ -154,6 +159,9 @@ class FakeGitHub:
                 self.failures.remove(failure)
         if self.drip is not None:
             return self._drip(h, *self.drip)
+        if failure and callable(failure.echo):
+            said = failure.echo(h.headers.get("Authorization") or "")
+            return self._send(h, failure.status, {"message": said}, failure.headers)
         if failure and failure.echo:
             auth = h.headers.get("Authorization") or ""
             text = f"{failure.message}: {h.requestline} Authorization: {auth} "

@@ -301,3 +301,83 @@ def test_the_whole_commands_api_work_has_one_deadline(github, slept) -> None:
     time.sleep(max(0.0, 2.1 - (time.monotonic() - start)))
     with pytest.raises(ApiError, match=r"the 2 s deadline for this command's GitHub API work "):
         client.update_issue_comment(REPO, 1, "y")
+
+
+def _every_byte_percent(text: str) -> str:
+    return "".join(f"%{b:02X}" for b in text.encode())
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def _json_u_escapes(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+#: How a hostile or careless server may echo the Authorization header (``Bearer <token>``) back:
+#: name -> (the echo, what the message must not hold afterwards).
+ECHOES = {
+    "raw": lambda auth: f"bad header {auth}",
+    "percent-encoded, unreserved _ too": lambda auth: "auth=" + auth.replace("_", "%5F"),
+    "percent-encoded, lower-case hex": lambda auth: "auth=" + auth.replace("_", "%5f"),
+    "percent-encoded, every byte": lambda auth: "auth=" + _every_byte_percent(auth),
+    "percent-encoded twice": lambda auth: "auth=" + _every_byte_percent(auth).replace("%", "%25"),
+    "JSON \\u escapes": lambda auth: "auth=" + _json_u_escapes(auth),
+    "base64 of the header": lambda auth: "auth=" + _b64(auth),
+    "base64 of the token": lambda auth: "token=" + _b64(auth.removeprefix("Bearer ")),
+    "base64 of a basic credential": lambda auth: "basic=" + _b64(
+        "x-access-token:" + auth.removeprefix("Bearer ")),
+    "url-safe base64": lambda auth: "t=" + _b64(auth).replace("+", "-").replace("/", "_"),
+}
+
+
+@pytest.mark.parametrize("form", list(ECHOES))
+def test_a_token_echoed_in_any_encoding_is_masked(github, client, form) -> None:
+    """A server echoing the token back in an error body, in whichever encoding it likes: the
+    error we print has no form of it (percent-encoding `_` printed ``ghs%5F...`` before)."""
+    echo = ECHOES[form]
+    github.fail_next("POST", 400, echo=echo)
+    with pytest.raises(ApiError) as exc:
+        client.create_issue_comment(REPO, PR, "x")
+    message = str(exc.value)
+    echoed = echo(f"Bearer {TOKEN}").split("=", 1)[-1].removeprefix("bad header ")
+    assert "***" in message, message
+    assert echoed not in message and TOKEN not in message, message
+    # nothing long enough to be a piece of it is left: at most a few characters at the edges
+    inner = echoed[len(echoed) // 4: -len(echoed) // 4]
+    assert inner not in message, message
+
+
+@pytest.mark.parametrize("value", ["NaN", "nan", "inf", "-5", "1e400", "soon", "3.5e9999"])
+def test_a_nonsense_retry_after_is_an_api_error_never_a_sleep(github, client, slept, value):
+    """``Retry-After: NaN`` reached time.sleep(nan), a ValueError: exit 4. A Retry-After that
+    is neither whole seconds nor an HTTP date is an API error (exit 5), with no wait."""
+    github.fail_next("GET", 403, "You have exceeded a secondary rate limit.",
+                     {"Retry-After": value})
+    with pytest.raises(ApiError, match="Retry-After") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert exc.value.exit_code == 5 and slept == []
+    assert len(github.requests) == 1
+
+
+def test_a_retry_after_as_an_http_date_waits_until_then(github, client, slept) -> None:
+    from email.utils import formatdate
+
+    github.fail_next("GET", 429, "Too Many Requests",
+                     {"Retry-After": formatdate(__import__("time").time() + 30, usegmt=True)})
+    assert list(client.iter_issue_comments(REPO, PR)) == []
+    assert len(slept) == 1 and 25 <= slept[0] <= 31
+
+
+@pytest.mark.parametrize("reset", ["99999999999999999999", "9" * 400, "253402300800"])
+def test_a_rate_limit_reset_far_in_the_future_is_an_api_error(github, client, slept, reset):
+    """``X-RateLimit-Reset`` past what a clock can show (time.gmtime's OverflowError /
+    ValueError, exit 4): the rate-limit error all the same, the time left out."""
+    github.fail_next("GET", 403, "API rate limit exceeded",
+                     {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset})
+    with pytest.raises(ApiError, match="rate limit exhausted") as exc:
+        list(client.iter_issue_comments(REPO, PR))
+    assert exc.value.exit_code == 5 and slept == []

@@ -122,6 +122,23 @@ def test_secondary_rate_limit_is_retried_once(gh_env, body, capsys, monkeypatch)
     assert len(gh_env.bodies(REPO, PR)) == 1
 
 
+@pytest.mark.parametrize(
+    ("message", "headers"),
+    [("You have exceeded a secondary rate limit", {"Retry-After": "NaN"}),
+     ("API rate limit exceeded",
+      {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999999999999999999"})],
+    ids=["Retry-After NaN", "reset far in the future"],
+)
+def test_a_nonsense_rate_limit_header_is_exit_5_one_line(gh_env, body, capsys, message,
+                                                         headers) -> None:
+    """The real sleep: NaN reached time.sleep (ValueError), a far reset time.gmtime
+    (OverflowError), each exit 4. Now the API error it is: exit 5, one line, no wait."""
+    gh_env.fail_next("GET", 403, message, headers)
+    code, out, err = comment(capsys, "--body", str(body), "--pr", str(PR))
+    assert (code, err.count("\n")) == (5, 1), err
+    assert "internal error" not in err and len(gh_env.requests) == 1
+
+
 def test_persistent_server_error_is_exit_5(gh_env: FakeGitHub, body: Path, capsys) -> None:
     gh_env.fail_next("GET", 500, "Internal Server Error")
     gh_env.fail_next("GET", 503, "Service Unavailable")

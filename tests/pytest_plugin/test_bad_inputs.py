@@ -174,3 +174,19 @@ def test_relative_paths_from_ini_folder_and_from_the_command_line(
         f"traceml: baseline {smoke.path / 'gate' / 'base.json'} (no file yet), rules: defaults",
         f"traceml: summaries saved: {sub / 'out.json'} (0)",
     ])
+
+
+def test_a_baseline_that_is_a_symlink_loop_is_a_usage_error(smoke: SmokeProject) -> None:
+    """``baseline.json -> loop.json -> baseline.json``: pathlib's exists() answers False for a
+    loop, so the session ran as with no baseline yet and exited 0, without a word."""
+    smoke.tests(CHEAP_TESTS)
+    loop = smoke.baseline.with_name("loop.json")
+    smoke.baseline.unlink(missing_ok=True)
+    smoke.baseline.symlink_to(loop.name)
+    loop.symlink_to(smoke.baseline.name)
+    result = smoke.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR")]
+    assert errors == [f"ERROR: traceml: unusable baseline file {smoke.baseline}: cannot read: "
+                      "Too many levels of symbolic links"], result.stderr.lines
+    assert "test_never_runs" not in result.stdout.str()

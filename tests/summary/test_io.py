@@ -222,3 +222,19 @@ def test_a_share_cannot_claim_noise_beyond_its_0_100_range(good, field, value, o
         assert problems[0].startswith(f"$.step_time.noise.pct.dataloader.{field}: ")
     big_step_noise = _mutate(doc, "step_time.noise.step_ms.iqr", 1e6)  # milliseconds: no cap
     assert summary_problems(big_step_noise) == []
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        ('{"a": 1, "a": 2}', "duplicate key 'a' in $"),
+        ('{"x": {"y": [{"k": 1, "j": 0, "k": 2}]}}', "duplicate key 'k' in $.x.y[0]"),
+        ('{"odd key": {"m": 1, "m": 1}}', "duplicate key 'm' in $[\"odd key\"]"),
+    ],
+)
+def test_a_duplicate_key_is_one_clear_error_naming_where(tmp_path, content, where) -> None:
+    """JSON parsers keep either value of a repeated key (Python the last): which one a reader
+    saw would be anyone's guess, so the file is refused, naming the key and its object."""
+    with pytest.raises(InputError) as exc:
+        read_json(_write(tmp_path, content))
+    assert where in exc.value.problem, exc.value.problem

@@ -127,7 +127,7 @@ def test_a_tampered_row_is_one_clear_error(tmp_path):
     conn.execute("UPDATE runs SET summary = '{\"x\": NaN}'")
     conn.commit()
     conn.close()
-    with HistoryStore(db) as store, pytest.raises(InputError, match="run 1: summary is not valid"):
+    with HistoryStore(db) as store, pytest.raises(InputError, match="run 1: its summary is not"):
         store.runs()
 
 

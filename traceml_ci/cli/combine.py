@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from traceml_ci.errors import InputError
-    from traceml_ci.fsutil import write_output
+    from traceml_ci.fsutil import is_dir, missing, write_output
     from traceml_ci.gate.inputs import InputKind, read_input
     from traceml_ci.summary.repeats import combine_repeats, runs_of
 
@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> int:
     count = 0
     for given in args.runs:
         path = Path(given)
-        if path.is_dir():
+        if is_dir(path):
             path = path / SUMMARY_FILENAME
-            if not path.is_file():
+            if missing(path):
                 raise InputError(given, f"folder holds no {SUMMARY_FILENAME}")
         loaded = read_input(path)
         if loaded.kind is InputKind.SET:

@@ -23,15 +23,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
-    from pathlib import Path
 
     from traceml_ci.errors import InputError
+    from traceml_ci.fsutil import is_dir
     from traceml_ci.gate import fmt
     from traceml_ci.gate.history import collect
     from traceml_ci.summary.store import record_runs
 
     for raw in args.summaries:  # files only: a folder's stray JSON would be skipped silently
-        if Path(raw).is_dir():
+        if is_dir(raw):
             raise InputError(raw, "is a folder: name the summary files to record")
     points = collect(args.summaries)  # every file read and validated before anything is written
     ids = record_runs(args.db, points, commit=args.commit, branch=args.branch)

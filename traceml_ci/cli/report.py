@@ -55,12 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _load(given: str) -> tuple[str, dict[str, dict]]:
     from pathlib import Path
 
+    from traceml_ci.fsutil import is_dir, missing
     from traceml_ci.gate.inputs import read_input
 
     path = Path(given)
-    if path.is_dir():
+    if is_dir(path):
         path = path / SUMMARY_FILENAME
-        if not path.is_file():
+        if missing(path):
             raise InputError(given, f"folder holds no {SUMMARY_FILENAME}")
     return str(path), read_input(path).summaries
 

@@ -226,10 +226,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from traceml_ci.cli.output import stdout_console
+    from traceml_ci.fsutil import is_dir
     from traceml_ci.summary.io import load_summary
 
     path = Path(args.file)
-    if path.is_dir():
+    if is_dir(path):
         path = path / SUMMARY_FILENAME
     doc = load_summary(path)
     stdout_console(width=args.width).print(render(doc))

@@ -53,6 +53,11 @@ def check(path: str) -> tuple[str, list[str]]:
                     problems.append(exc.problem)
             return f"baseline set of {len(entries)} summaries", problems
         if kind is InputKind.TRACEML_AI:
+            from traceml_ci.gate.traceml_ai import problems
+
+            found = problems(doc)  # each field, as for ours (diff names the first)
+            if found:
+                return "", found
             mapped, _ = check_summary(doc, path)
             return _traceml_ai_note(doc, mapped), []
         return "", [str(p) for p in summary_problems(doc)]

@@ -66,9 +66,12 @@ def mapping_notes(side: str, summary: SummaryView) -> list[str]:
     tool = mapped.get("tool", "another tool")
     version = mapped.get("schema_version", "?")
     unmapped = mapped.get("unmapped") or []
+    notes = mapped.get("notes") or []
     text = f"{side} was mapped from {tool} (schema {version})"
     if unmapped:
         text += "; not mapped: " + ", ".join(str(u) for u in unmapped)
+    if notes:
+        text += "; " + "; ".join(str(n) for n in notes)
     return [text]
 
 

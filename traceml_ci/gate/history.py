@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_ci.errors import InputError
+from traceml_ci.fsutil import is_dir, is_file, missing
 from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import METRICS, Kind, Metric
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
@@ -59,13 +60,13 @@ def collect(paths: Iterable[str | os.PathLike[str]]) -> list[RunPoint]:
     points: list[RunPoint] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*.json") if p.is_file())
+        if is_dir(path):
+            files = sorted(p for p in path.rglob("*.json") if is_file(p))
             explicit = False
-        elif path.exists():
-            files, explicit = [path], True
-        else:
+        elif missing(path):
             raise InputError(str(path), "no such file or folder")
+        else:  # a file, or what cannot be looked at: reading it says why
+            files, explicit = [path], True
         for file in files:
             try:
                 loaded = read_input(file)

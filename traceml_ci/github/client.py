@@ -7,11 +7,14 @@ command's work), never follows redirects (urllib would carry the token
 to wherever they point) and never puts the token into an error message: the token is stripped of
 surrounding whitespace (a secret pasted with its line break), refused without being quoted if
 anything else in it is not visible ASCII, and every error the client raises passes through
-:func:`redact`.
+:func:`redact`, which masks it in every form a server could echo it in (raw, JSON- or
+percent-encoded, base64). A rate limit's header that is not a time (``Retry-After: NaN``) is an
+API error, never a wait.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.client
 import json
@@ -81,33 +84,72 @@ def normalise_token(token: str) -> str:
     return core
 
 
+def _pieces(secret: str) -> set[str]:
+    """``secret`` as is, stripped, and cut at its line breaks: the parts that could each be
+    echoed on their own."""
+    return {secret, secret.strip(), *_TOKEN_BREAKS.split(secret)}
+
+
 def _secret_forms(secret: str) -> set[str]:
-    """The ways ``secret`` can come back in a message: as is, stripped, cut at its line breaks,
-    escaped as Python or JSON print it, percent-encoded."""
-    pieces = {secret, secret.strip(), *_TOKEN_BREAKS.split(secret)}
+    """The fixed strings ``secret`` can come back as: each piece escaped as Python prints it,
+    and base64-encoded at each of the three offsets it can start at inside a longer encoded
+    text (``Basic base64(user:token)``, ``base64(Bearer token)``), standard and URL-safe: the
+    characters that only the piece's own bytes decide."""
     forms: set[str] = set()
-    for piece in pieces:
-        forms |= {
-            piece,
-            ascii(piece)[1:-1],
-            repr(piece.encode("utf-8", "replace"))[2:-1],
-            json.dumps(piece)[1:-1],
-            urllib.parse.quote(piece, safe=""),
-            urllib.parse.quote_plus(piece, safe=""),
-        }
+    for piece in _pieces(secret):
+        raw = piece.encode("utf-8", "replace")
+        forms |= {piece, ascii(piece)[1:-1], repr(raw)[2:-1], json.dumps(piece)[1:-1]}
+        for offset in range(3):
+            encoded = base64.b64encode(bytes(offset) + raw).decode("ascii")
+            first, end = -(-8 * offset // 6), 8 * (offset + len(raw)) // 6
+            core = encoded[first:end]
+            forms |= {core, core.replace("+", "-").replace("/", "_")}
     return {f for f in forms if len(f) >= _MIN_SECRET}
 
 
+#: JSON's short escapes of a character (and the form-encoding of a space).
+_SHORT_ESCAPES = {'"': [r'\\"'], "\\": [r"\\\\"], "/": [r"\\/"], " ": [r"\+"],
+                  "\n": [r"\\n"], "\r": [r"\\r"], "\t": [r"\\t"]}
+
+
+def _char_pattern(c: str) -> str:
+    """A regex for one character of a secret in any escape a server or proxy may echo it in:
+    as is, percent-encoded (every byte, once or twice), a JSON or JavaScript ``\\u`` escape, a
+    Python ``\\x`` escape, an HTML character reference, JSON's short escapes."""
+    code = ord(c)
+    forms = [re.escape(c), "".join(f"%(?:25)?{b:02x}" for b in c.encode("utf-8", "replace")),
+             f"&#x0*{code:x};", f"&#0*{code};", *_SHORT_ESCAPES.get(c, [])]
+    if code < 0x10000:
+        forms.append(rf"\\u{code:04x}")
+    if code < 0x100:
+        forms.append(rf"\\x{code:02x}")
+    return "(?:" + "|".join(forms) + ")"
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex for every piece of ``secrets``, each character in any of its escapes (mixed as
+    a server likes: ``ghs%5F...``); case-insensitive, for the hex digits. None: nothing to mask."""
+    pieces = {p for s in secrets for p in _pieces(s) if len(p) >= _MIN_SECRET}
+    if not pieces:
+        return None
+    alternatives = ("".join(map(_char_pattern, p)) for p in sorted(pieces, key=len, reverse=True))
+    return re.compile("|".join(alternatives), re.IGNORECASE)
+
+
 def redact(text: str, *secrets: str | None) -> str:
-    """``text`` with every form of each secret (see :func:`_secret_forms`) replaced by ``***``.
-    The one redaction: every error the client raises and every body it posts goes through it."""
+    """``text`` with every form of each secret replaced by ``***``: the fixed forms of
+    :func:`_secret_forms` (Python's escapes, base64), then any mix of per-character escapes
+    (:func:`_secret_pattern`: raw, percent-encoded, JSON-escaped). The one redaction: every
+    error the client raises and every body it posts goes through it."""
+    given = tuple(s for s in secrets if s)
     forms: set[str] = set()
-    for secret in secrets:
-        if secret:
-            forms |= _secret_forms(secret)
+    for secret in given:
+        forms |= _secret_forms(secret)
     for form in sorted(forms, key=len, reverse=True):  # the longest first: "a\\n" before "a"
         text = text.replace(form, REDACTED)
-    return text
+    pattern = _secret_pattern(given)
+    return text if pattern is None else pattern.sub(REDACTED, text)
 
 
 @dataclass(frozen=True)
@@ -349,7 +391,10 @@ class GitHubClient:
                     self._fail(f"GitHub API: {what}: the answer is not JSON")
             # Redacted before it is cut short: a cut could leave a piece of the token behind.
             message = _error_message(self.scrub(raw.decode("utf-8", "replace"))) or reason
-            wait = None if retried else _retry_wait(status, headers, message)
+            try:
+                wait = None if retried else _retry_wait(status, headers, message)
+            except ValueError as exc:  # a rate limit's Retry-After that is not a time
+                self._fail(f"{_describe(status, headers, message, what)}; not retried: {exc}")
             if wait is not None and method == "POST" and status >= 500:
                 # GitHub can create the comment and still answer 5xx: a blind retry could post
                 # it twice. The caller looks for it before trying again.
@@ -464,16 +509,41 @@ def _is_secondary_limit(status: int, headers: Mapping[str, str], message: str) -
 
 
 def _retry_wait(status: int, headers: Mapping[str, str], message: str) -> float | None:
-    """Seconds to wait before the one retry, or None when this answer is final."""
+    """Seconds to wait before the one retry, or None when this answer is final. Raises
+    ValueError for a Retry-After that is not a time (never slept on)."""
     if status >= 500:
         return SERVER_ERROR_BACKOFF_S
     if _is_secondary_limit(status, headers, message):
-        try:
-            wait = float(headers["retry-after"])
-        except (KeyError, ValueError):
-            wait = SECONDARY_LIMIT_BACKOFF_S
-        return min(max(wait, 0.0), MAX_BACKOFF_S)
+        given = headers.get("retry-after")
+        wait = SECONDARY_LIMIT_BACKOFF_S if given is None else retry_after_s(given)
+        return min(wait, MAX_BACKOFF_S)
     return None
+
+
+def retry_after_s(value: str, now: Callable[[], float] = time.time) -> float:
+    """A ``Retry-After`` header's seconds (RFC 9110: whole seconds, or an HTTP date, a past
+    one meaning now); ValueError for anything else (``NaN``, ``-5``, ``1e400``, words)."""
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return float(text)  # however many digits: at most inf, which the cap takes
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        raise ValueError(f"Retry-After {value[:40]!r} is neither seconds nor a date") from None
+    return max(when - now(), 0.0)
+
+
+def _reset_time(reset: str) -> str:
+    """`` until HH:MM:SS UTC`` for an ``X-RateLimit-Reset`` (epoch seconds); nothing when it is
+    not a time a clock can show (far in the future, not a number)."""
+    if not (reset.isascii() and reset.isdigit()) or len(reset) > 12:
+        return ""
+    try:
+        return f" until {time.strftime('%H:%M:%S UTC', time.gmtime(int(reset)))}"
+    except (OverflowError, ValueError, OSError):
+        return ""
 
 
 def _describe(status: int, headers: Mapping[str, str], message: str, what: str) -> str:
@@ -484,10 +554,7 @@ def _describe(status: int, headers: Mapping[str, str], message: str, what: str) 
             "GITHUB_TOKEN (the Action's github-token input)"
         )
     if status in (403, 429) and headers.get("x-ratelimit-remaining") == "0":
-        reset = headers.get("x-ratelimit-reset", "")
-        when = ""
-        if reset.isdigit():
-            when = f" until {time.strftime('%H:%M:%S UTC', time.gmtime(int(reset)))}"
+        when = _reset_time(headers.get("x-ratelimit-reset", ""))
         return f"GitHub API: {what}: rate limit exhausted{when} ({detail})"
     if _is_secondary_limit(status, headers, message):
         return f"GitHub API: {what}: still rate-limited after one retry ({detail})"

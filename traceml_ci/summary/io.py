@@ -53,6 +53,44 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+class _Repeated(dict):  # type: ignore[type-arg]
+    """A JSON object that held a key twice (``repeated``: the first such key)."""
+
+    repeated: str
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, marked when a key came twice: parsers keep either copy (Python the
+    last), so which value a reader saw would be anyone's guess."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _Repeated(obj)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
+
+
+def duplicate_key_problem(doc: Any) -> str | None:
+    """Where ``doc`` (parsed by :func:`read_json`) held a key twice, as a one-line problem;
+    None when no object did."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(doc, ())]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, _Repeated):
+            return (f"duplicate key {node.repeated!r} in {json_path(where)[:200]} (a JSON "
+                    "object holds each key once; which copy counts is anyone's guess)")
+        if isinstance(node, dict):
+            stack.extend((v, (*where, k)) for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, (*where, i)) for i, v in reversed(list(enumerate(node))))
+    return None
+
+
 def long_string_problem(doc: Any, limit: int) -> str | None:
     """Where ``doc`` holds a string (or key) over ``limit`` characters, as a one-line problem;
     None when there is none. A summary's strings are names and sentences: megabytes of one are
@@ -84,9 +122,18 @@ def read_json(
     text = read_text(p, max_bytes)
     if not text.strip():
         raise InputError(str(p), "file is empty")
+    repeated: list[bool] = []
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = _object(pairs)
+        if isinstance(obj, _Repeated):
+            repeated.append(True)
+        return obj
+
     try:
         doc = json.loads(
-            text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int
+            text, parse_constant=_reject_constant, parse_float=_finite_float,
+            parse_int=_bounded_int, object_pairs_hook=pairs_hook,
         )
     except RecursionError:
         raise InputError(str(p), "JSON nested too deeply") from None
@@ -96,6 +143,8 @@ def read_json(
         ) from None
     except ValueError as exc:
         raise InputError(str(p), str(exc)) from None
+    if repeated:
+        raise InputError(str(p), duplicate_key_problem(doc) or "a JSON object holds a key twice")
     # A file shorter than the limit cannot hold a longer string: summaries skip the walk.
     if max_string_chars is not None and len(text) > max_string_chars:
         problem = long_string_problem(doc, max_string_chars)

@@ -123,7 +123,7 @@ def document_problems(doc: Any, name: str) -> list[Problem]:
 
 def schema_problems(doc: Any, name: str) -> list[Problem]:
     """Every violation of schema ``name`` in ``doc`` as jsonschema finds them, in document
-    order; an unknown key is named as one (``unknown key 'typo'``)."""
+    order, each once; an unknown key is named as one (``unknown key 'typo'``)."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(load_schema(name))
@@ -138,7 +138,8 @@ def schema_problems(doc: Any, name: str) -> list[Problem]:
             out.append(Problem(where, "must not be empty"))
         else:
             out.append(Problem(where, _short(e.message)))
-    return out
+    # A value two subschemas both check (allOf beside properties) fails both the same way.
+    return list(dict.fromkeys(out))
 
 
 def _short(message: str, limit: int = 160) -> str:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 #: The schemas compiled ahead of time (file name in schemas/), each to one module.
-COMPILED_SCHEMAS: tuple[str, ...] = ("final_summary.schema.json", "rules.schema.json")
+COMPILED_SCHEMAS: tuple[str, ...] = ("final_summary.schema.json", "rules.schema.json",
+                                     "traceml_ai_summary.schema.json")
 
 #: What the generated code imports from fastjsonschema, replaced by a class of its own so the
 #: diff does not import fastjsonschema (~30 ms).

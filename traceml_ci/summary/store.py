@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from traceml_ci.errors import InputError
+from traceml_ci.fsutil import is_dir, is_file, missing
 
 T = TypeVar("T")
 
@@ -36,6 +37,12 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: What a damaged history is called (nothing is written to it; a backup is the way back).
 CORRUPT = ("the history database is damaged (nothing was written; restore it from a backup or "
            "start a new one)")
+
+#: What a history SQLite may not write is called: in WAL mode even a reader needs to create the
+#: ``-wal`` and ``-shm`` files beside the database, so its folder must be writable too.
+READ_ONLY = ("the history database or its folder is read-only here (nothing was written; SQLite "
+             "keeps its -wal and -shm files beside the database, so even reading one needs a "
+             "writable folder)")
 
 #: How long a writer waits for another writer's lock before giving up (seconds).
 DEFAULT_TIMEOUT_S = 60.0
@@ -106,17 +113,19 @@ class HistoryStore:
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.path, self.timeout_s = str(path), timeout_s
         p = Path(path)
-        if p.is_dir():
+        if is_dir(p):
             raise InputError(self.path, "is a folder, not a history database")
-        if not create and not p.exists():
+        if not create and missing(p):
             raise InputError(self.path, "no such history database")
         if create:
-            p.parent.mkdir(parents=True, exist_ok=True)
+            _make_folder(p.parent, self.path)
         self._inspect(p)  # before anything that could change the file: ours, and whole?
         try:
             # isolation_level=None: no implicit transactions; record() opens its own.
             self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
         except sqlite3.Error as exc:
+            if _read_only(exc, p):
+                raise InputError(self.path, READ_ONLY) from None
             raise InputError(self.path, f"cannot open the history database: {exc}") from None
         try:
             self._setup(timeout_s)
@@ -127,8 +136,9 @@ class HistoryStore:
     def _inspect(self, p: Path) -> None:
         """Refuse, before any write or pragma that changes a file, one that is not ours to
         change: not a regular file, not SQLite, another application's SQLite database (its
-        journal mode is left alone), a newer history, or a damaged one (``PRAGMA quick_check``:
-        a write would only spread the damage). Read through a read-only connection, which
+        journal mode is left alone), a newer history, or a damaged one (``PRAGMA
+        integrity_check``: a write would only spread the damage; ``quick_check`` passes a garbled
+        row whose indexes no longer agree with it). Read through a read-only connection, which
         changes nothing in the file; a missing or empty file is a new history."""
         try:
             info = p.stat()
@@ -168,10 +178,12 @@ class HistoryStore:
                 raise InputError(self.path, f"history database version {version} is newer "
                                  f"than this traceml-ci reads ({SCHEMA_VERSION}); upgrade "
                                  "traceml-ci")
-            problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+            problems = [r[0] for r in conn.execute("PRAGMA integrity_check(3)")]
         except sqlite3.OperationalError as exc:
             if _busy(exc):
                 raise InputError(self.path, f"{exc} (waited {self.timeout_s:g} s)") from None
+            if _read_only(exc, p):
+                raise InputError(self.path, READ_ONLY) from None
             raise InputError(self.path, f"{CORRUPT}: {exc}") from None
         except sqlite3.DatabaseError as exc:  # "database disk image is malformed"
             raise InputError(self.path, f"{CORRUPT}: {exc}") from None
@@ -187,6 +199,8 @@ class HistoryStore:
         except sqlite3.OperationalError as exc:
             if _busy(exc):  # another writer held it for longer than we wait
                 raise InputError(self.path, f"{exc} (waited {self.timeout_s:g} s)") from None
+            if _read_only(exc, Path(self.path)):
+                raise InputError(self.path, READ_ONLY) from None
             raise InputError(self.path, f"not a usable history database: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"not a usable history database: {exc}") from None
@@ -253,6 +267,8 @@ class HistoryStore:
         try:
             return self._retrying(attempt)
         except sqlite3.Error as exc:
+            if _read_only(exc, Path(self.path)):
+                raise InputError(self.path, READ_ONLY) from None
             raise InputError(self.path, f"could not record: {exc}") from None
 
     def runs(self, *, name: str | None = None, branch: str | None = None,
@@ -266,26 +282,39 @@ class HistoryStore:
         if branch is not None:
             where.append("branch = ?")
             params.append(_text(branch))
+        # The summary as bytes, decoded in _stored: a garbled one is named by its run.
         sql = ("SELECT id, recorded_at, name, label, started_at, source, commit_sha, branch, "
-               "summary FROM runs" + (" WHERE " + " AND ".join(where) if where else ""))
+               "CAST(summary AS BLOB) AS summary FROM runs"
+               + (" WHERE " + " AND ".join(where) if where else ""))
         if last is not None:
             sql = f"SELECT * FROM ({sql} ORDER BY started_at DESC, id DESC LIMIT ?)"
             params.append(int(last))
         sql += " ORDER BY name, started_at, id"
         try:
             rows = self._conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" in str(exc):  # a stored name no longer UTF-8: SQLite quotes it whole
+                raise InputError(self.path, f"{CORRUPT}: a run's fields are not UTF-8 text "
+                                            "any more") from None
+            raise InputError(self.path, f"could not read: {exc}") from None
         except sqlite3.Error as exc:
             raise InputError(self.path, f"could not read: {exc}") from None
         return [self._stored(row) for row in rows]
 
     def _stored(self, row: tuple[Any, ...]) -> StoredRun:
         try:
-            doc = json.loads(row[8], parse_constant=_reject_constant)
-        except (ValueError, RecursionError, TypeError) as exc:
-            raise InputError(self.path,
-                             f"run {row[0]}: summary is not valid JSON ({exc})") from None
+            text = bytes(row[8]).decode("utf-8")
+        except (UnicodeDecodeError, TypeError):
+            raise InputError(self.path, f"{CORRUPT}: run {row[0]}: its summary is not UTF-8 "
+                                        "text any more") from None
+        try:
+            doc = json.loads(text, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(self.path, f"{CORRUPT}: run {row[0]}: its summary is not valid "
+                                        f"JSON ({str(exc)[:120]})") from None
         if not isinstance(doc, dict):
-            raise InputError(self.path, f"run {row[0]}: summary is not a JSON object")
+            raise InputError(self.path, f"{CORRUPT}: run {row[0]}: its summary is not a JSON "
+                                        "object")
         return StoredRun(int(row[0]), str(row[1]), str(row[2]), str(row[3]), str(row[4]),
                          str(row[5]), row[6], row[7], doc)
 
@@ -301,6 +330,32 @@ class HistoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _make_folder(folder: Path, path: str) -> None:
+    """Create the folder a new history goes in; InputError when it cannot be (a file where a
+    folder of the path should be, no permission)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        taken = next((p for p in (folder, *folder.parents) if is_file(p)), folder)
+        raise InputError(path, f"cannot create the history database: {taken} is a file, "
+                               "not a folder") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot create the history database's folder {folder}: "
+                               f"{exc.strerror or exc}") from None
+
+
+def _read_only(exc: sqlite3.Error, path: Path) -> bool:
+    """Whether SQLite failed for want of a write where it may not write: the database file, or
+    the folder its -wal, -shm and journal go in (SQLITE_READONLY, or it could not open a file in
+    a folder that is not writable)."""
+    name = str(getattr(exc, "sqlite_errorname", ""))  # Python 3.11+
+    if name.startswith("SQLITE_READONLY") or "readonly database" in str(exc):
+        return True
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open database file" in str(exc):
+        return not os.access(path.parent or Path("."), os.W_OK)
+    return False
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:

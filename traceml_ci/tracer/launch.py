@@ -232,10 +232,18 @@ def _run(
             code = proc.returncode
     except subprocess.TimeoutExpired:
         code = None
+    except KeyboardInterrupt:
+        # We are interrupted (pytest's session, ``traceml-ci ab``): the child is given its
+        # grace to write an interrupted summary, then it and what it started are ended; if it
+        # wrote none, ours is written, as for a child killed by a signal.
+        if proc.poll() is None:
+            _interrupt(proc)
+        if not _written_since(summary, started):
+            _fallback(spec, summary, proc, started, interrupted=True)
+        raise
     finally:
         if proc.poll() is None:  # timed out, or we are being unwound: leave nothing running
-            proc.kill()
-            tail, _ = proc.communicate()
+            tail = _end(proc)
             output = (output or "") + (tail or "") if capture else None
     killed = code is not None and code < 0
     if killed:
@@ -244,15 +252,95 @@ def _run(
         return Launched(code, summary, output=output)
     # Killed by a signal before it could write (SIGKILL, segfault, OOM killer): a child that
     # exits otherwise has written its summary, maybe where the script's init(out_dir=) said.
+    interrupted = code in (_SIGNAL_BASE + signal.SIGINT, _SIGNAL_BASE + signal.SIGTERM)
+    snap = _fallback(spec, summary, proc, started, interrupted=interrupted)
+    return Launched(code, summary, fallback=True, output=output,
+                    recovered_steps=int(snap["steps_done"]) if snap is not None else None)
+
+
+def _fallback(spec: LaunchSpec, summary: Path, proc: subprocess.Popen, started: float, *,
+              interrupted: bool) -> dict[str, Any] | None:
+    """Write the summary of a child that left none (from its newest live snapshot, if any);
+    returns that snapshot."""
     from traceml_ci.summary.model import RunStatus
     from traceml_ci.tracer.fallback import last_snapshot, write_fallback_summary
 
-    interrupted = code in (_SIGNAL_BASE + signal.SIGINT, _SIGNAL_BASE + signal.SIGTERM)
     status = RunStatus.INTERRUPTED if interrupted else RunStatus.CRASHED
     snap = None if spec.torchrun else last_snapshot(summary.parent, proc.pid, started)
     write_fallback_summary(summary, spec.name, started, status, snapshot=snap)
-    return Launched(code, summary, fallback=True, output=output,
-                    recovered_steps=int(snap["steps_done"]) if snap is not None else None)
+    return snap
+
+
+#: An interrupted launcher's patience with its child, in seconds: first for the child to end on
+#: its own (a Ctrl-C at a terminal reached it too: a second SIGINT would land in its summary's
+#: write), then after a SIGINT of ours to it and its DataLoader workers; past both it is killed.
+INTERRUPT_GRACE_S = (1.0, 5.0)
+#: Seconds the output of a killed child is read for at most: a process it started that we could
+#: not find may hold the pipe open for ever.
+DRAIN_S = 2.0
+
+
+def _descendants(proc: subprocess.Popen) -> list[Any]:
+    """The processes the child started, and theirs (psutil), found while it still runs: once it
+    is gone they belong to init, and only their pids are left to find them by."""
+    import psutil
+
+    try:
+        return psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_all(processes: list[Any], signum: int) -> None:
+    import psutil
+
+    for process in processes:
+        try:
+            process.send_signal(signum)
+        except psutil.Error:
+            pass
+
+
+def _interrupt(proc: subprocess.Popen) -> None:
+    """End a child as a Ctrl-C would, with time to write its summary: wait for it a moment, then
+    SIGINT it and its descendants (a DataLoader worker stuck in a fetch holds the output pipe,
+    and the child's own shutdown waits on it), then wait again. Leaves it running only when it
+    ignores all that; :func:`_end` then kills what is left."""
+    first, second = INTERRUPT_GRACE_S
+    try:
+        proc.wait(timeout=first)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_all([*_descendants(proc), proc], signal.SIGINT)
+    try:
+        proc.wait(timeout=second)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _end(proc: subprocess.Popen) -> str | None:
+    """Kill the child and every process it started, and return what is left of its captured
+    output (read for at most ``DRAIN_S``: a process that escaped the kill could hold the pipe
+    open for ever; it was read to its end before, which never came)."""
+    import psutil
+
+    started = _descendants(proc)
+    proc.kill()
+    for process in started:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    try:
+        tail, _ = proc.communicate(timeout=DRAIN_S)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return None
+    return tail
 
 
 #: Linux's si_code for a signal the kernel sent itself -- a terminal's Ctrl-C goes to the
