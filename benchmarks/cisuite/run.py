@@ -543,7 +543,10 @@ def judge(record: dict[str, Any], change: corpus.Change | None, reverse: bool) -
         record["matched_causes"] = sorted(set(hits))
         as_expected = record.get("exit_code") == 1 and cause_matched
     elif expected == "improved":
-        improved = any(t.get("improved") or str(t.get("verdict")).lower() == "improved"
+        # a count or the verdict: a time or share that "improved" against a baseline recorded
+        # under more load says nothing about the change
+        improved = any(str(t.get("verdict")).lower() == "improved"
+                       or any(str(n).startswith("counters.") for n in t.get("improved") or [])
                        for t in targets)
         cause_matched = improved
         as_expected = not failed and improved
@@ -665,7 +668,8 @@ def one_line(r: dict[str, Any]) -> str:
 
 
 def _first_cause(t: dict[str, Any]) -> str:
-    for source in (t.get("causes"), t.get("reasons"), [t.get("detail")], [t.get("message")]):
+    # the causes, else the plugin's own first reason (its terminal detail), else the rest
+    for source in (t.get("causes"), [t.get("detail")], t.get("reasons"), [t.get("message")]):
         for s in source or []:
             if s:
                 return str(s)[:160]
@@ -680,9 +684,14 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (mode, change, direction); each session judged again by today's rules of
+    this file (so older result files read the same way)."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "session":
+            change = corpus.BY_NAME.get(r.get("change", ""))
+            if change is not None or r.get("change") == UNCHANGED:
+                judge(r, change, r.get("direction") == "reverse")
             groups.setdefault((r["mode"], r["change"], r["direction"]), []).append(r)
     order = {c.name: i for i, c in enumerate(corpus.CHANGES)}
     rows = []
@@ -691,6 +700,15 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         runs = [t.get("runs") for r in rs for t in (r.get("tests") or {}).values()]
         rounds = [t.get("rounds") for r in rs for t in (r.get("tests") or {}).values()]
         matched = [r.get("cause_matched") for r in rs if r.get("cause_matched") is not None]
+        change_ = corpus.BY_NAME.get(change)
+        targets = [[(r.get("tests") or {}).get(n) or {} for n in change_.tests] if change_
+                   else [] for r in rs]
+        caught: dict[str, int] = {}
+        for ts in targets:
+            for t in ts:
+                if t.get("failed"):
+                    for name in t.get("regressed") or ["?"]:
+                        caught[name] = caught.get(name, 0) + 1
         rows.append({
             "mode": mode, "change": change, "direction": direction, "sessions": len(rs),
             "failures": sum(r.get("exit_code") == 1 for r in rs),
@@ -699,6 +717,9 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "runs_per_test": _mean(runs), "rounds_per_test": _mean(rounds),
             "wall_s": _mean(r.get("wall_s") for r in rs),
             "hogs_mean": _mean(r.get("hogs_mean") for r in rs),
+            "target_failed": (f"{sum(any(t.get('failed') for t in ts) for ts in targets)}"
+                              f"/{len(rs)}" if change_ else "-"),
+            "caught_by": ", ".join(sorted(caught, key=lambda k: -caught[k])) or "-",
             "expected": rs[0].get("expected"),
             "as_expected": sum(bool(r.get("as_expected")) for r in rs),
             "cause_matched": (f"{sum(bool(m) for m in matched)}/{len(matched)}"
@@ -717,14 +738,16 @@ def _fmt(v: Any, digits: int = 2) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ["mode", "change", "dir", "n", "fail", "err", "warn", "runs/test", "rounds/test",
-            "wall s", "hogs", "expect", "as expected", "cause"]
+            "wall s", "hogs", "expect", "as expected", "cause", "target failed",
+            "target's regressed rows"]
     lines = [head]
     for r in rows:
         lines.append([r["mode"], r["change"], r["direction"][:3], str(r["sessions"]),
                       str(r["failures"]), str(r["errors"]), str(r["warnings"]),
                       _fmt(r["runs_per_test"]), _fmt(r["rounds_per_test"], 1),
                       _fmt(r["wall_s"], 0), _fmt(r["hogs_mean"], 1), str(r["expected"]),
-                      f"{r['as_expected']}/{r['sessions']}", r["cause_matched"]])
+                      f"{r['as_expected']}/{r['sessions']}", r["cause_matched"],
+                      r["target_failed"], r["caught_by"]])
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     out = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
            for row in lines]
