@@ -477,7 +477,9 @@ def read_session(mode: str, sdir: Path, log_text: str) -> dict[str, Any]:
         tests[nodeid] = t
     warnings = [f"{n}: {t['label'] or t['verdict']}" for n, t in tests.items() if t["warn"]]
     verdict_line = term.verdict_line
-    if re.search(r"verdict: (warn|inconclusive)\b", verdict_line) and not warnings:
+    # a warn verdict no test line showed (an inconclusive A/B fails its test unless it says
+    # "(does not fail the test)", which the test's own line carries)
+    if re.search(r"verdict: warn\b", verdict_line) and not warnings:
         warnings.append(verdict_line)
     warnings += term.traceml_warnings + term.pytest_warnings
     session_verdict = None
@@ -534,7 +536,8 @@ def judge(record: dict[str, Any], change: corpus.Change | None, reverse: bool) -
         patterns = [p.lower() for p in change.expected_causes()] if change else []
         hits = []
         for t in targets:
-            if not t.get("failed"):
+            # an inconclusive A/B fails its test but decides nothing: no catch
+            if not t.get("failed") or str(t.get("verdict")).lower() == "inconclusive":
                 continue
             texts = [*(t.get("causes") or []), *(t.get("reasons") or []), t.get("detail") or "",
                      t.get("message") or ""]
@@ -692,6 +695,8 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             change = corpus.BY_NAME.get(r.get("change", ""))
             if change is not None or r.get("change") == UNCHANGED:
                 judge(r, change, r.get("direction") == "reverse")
+            r["warning"] = any(not str(w).startswith("A/B verdict: inconclusive")
+                               for w in r.get("warnings") or [])
             groups.setdefault((r["mode"], r["change"], r["direction"]), []).append(r)
     order = {c.name: i for i, c in enumerate(corpus.CHANGES)}
     rows = []
@@ -707,7 +712,7 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for ts in targets:
             for t in ts:
                 if t.get("failed"):
-                    for name in t.get("regressed") or ["?"]:
+                    for name in t.get("regressed") or [f"({t.get('verdict')})"]:
                         caught[name] = caught.get(name, 0) + 1
         rows.append({
             "mode": mode, "change": change, "direction": direction, "sessions": len(rs),

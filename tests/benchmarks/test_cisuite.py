@@ -170,6 +170,10 @@ def test_the_driver_judges_a_session_against_the_corpus() -> None:
         "failed": True, "causes": ["step_time.forward_pct +6 pp"]}}}
     run.judge(elsewhere, change, reverse=False)
     assert not elsewhere["as_expected"] and elsewhere["cause_matched"] is False
+    undecided = {"exit_code": 1, "tests": {changes.CNN: {
+        "failed": True, "verdict": "inconclusive", "causes": [f"mlrepo/{line}"]}}}
+    run.judge(undecided, change, reverse=False)
+    assert not undecided["as_expected"]
     fixed = {"exit_code": 0, "tests": {changes.CNN: {"improved": ["counters.syncs_per_step"]}}}
     run.judge(fixed, change, reverse=True)
     assert fixed["expected"] == "improved" and fixed["as_expected"]
