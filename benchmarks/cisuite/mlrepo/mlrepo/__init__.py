@@ -1,0 +1,1 @@
+"""A small image classifier and a tiny language model, trained on synthetic data."""
