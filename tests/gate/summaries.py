@@ -33,6 +33,7 @@ def make(
     diagnosis: str | None = None,
     name: str = "run",
     clock: str = "device_event",
+    cpu_ms: float | None = None,
     **env: Any,
 ) -> dict[str, Any]:
     """A valid summary whose step splits into ``ms`` (phase -> median ms; with the wait phase,
@@ -42,7 +43,8 @@ def make(
 
     ``clock``: timed with device events by default, where timings decide under the tolerance
     and noise rules these tests check; ``"host"`` for a CPU runner's summary, where timings
-    only inform (docs/gate.md, "The rule")."""
+    only inform (docs/gate.md, "The rule"). ``cpu_ms``: a host-clock run's CPU time per step
+    (default: the step's median, as a one-thread job spends it)."""
     from traceml_ci.summary.diagnose import diagnose_step_time
     from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 
@@ -74,6 +76,10 @@ def make(
     doc["run"]["name"] = name
     doc["env"].update(env)
     st["clock"] = "device_event" if doc["env"]["device_type"] != "cpu" else clock
+    if st["clock"] == "host":
+        st["cpu_ms"] = step if cpu_ms is None else cpu_ms
+    else:
+        st.pop("cpu_ms", None)
     return doc
 
 

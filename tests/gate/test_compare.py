@@ -111,7 +111,9 @@ def test_margin_noise_rule_needs_the_change_less_the_noise_past_the_tolerance():
 def test_memory_needs_both_the_relative_and_the_absolute_threshold():
     assert compare(make(rss_mb=300), make(rss_mb=340)).verdict is Verdict.REGRESSION  # +13%, 40 MB
     small = compare(make(rss_mb=100), make(rss_mb=115))  # +15% but only 15 MB
-    assert small.row("step_memory.peak_rss_mb").status is Status.WARN  # past warn: 5% & 8 MB
+    # no warn tier: unchanged runs moved +5 % and 8 MB on a loaded runner (benchmarks/cisuite)
+    assert small.row("step_memory.peak_rss_mb").status is Status.OK
+    assert small.verdict is Verdict.PASS
     assert compare(make(rss_mb=300), make(rss_mb=310)).verdict is Verdict.PASS
 
 
@@ -135,9 +137,14 @@ def test_a_label_that_flips_on_a_threshold_while_shares_stay_put_only_warns():
     assert c.verdict is Verdict.WARN
 
 
-def test_label_to_or_from_insufficient_data_warns():
-    c = compare(make(), make(diagnosis="INSUFFICIENT_DATA"))
-    assert c.row("step_time.diagnosis").status is Status.WARN
+def test_label_to_or_from_insufficient_data_is_said_never_a_warning():
+    for base, head in ((make(), make(diagnosis="INSUFFICIENT_DATA")),
+                       (make(diagnosis="INSUFFICIENT_DATA"), make())):
+        c = compare(base, head)
+        row = c.row("step_time.diagnosis")
+        assert row.status is Status.OK
+        assert row.note == "too little data on one side to judge the label"
+        assert c.verdict is Verdict.PASS
 
 
 def test_memory_label_change_is_a_regression():

@@ -14,7 +14,7 @@ import pytest
 from tests.gate.summaries import BASE_MS, make, shift
 from tests.gate.test_counters import COUNTERS
 from traceml_ci.gate import DEFAULT_RULES, Status, Verdict, compare, render_json
-from traceml_ci.gate.judging import HOST_BAND_SHARE_PP, HOST_BAND_STEP_PCT
+from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
 from traceml_ci.gate.results import Evidence
 
 
@@ -56,17 +56,35 @@ def test_a_share_past_the_band_fails_alone():
 def test_the_band_still_needs_the_shift_beyond_the_noise():
     base = host(iqr_pp=20.0)
     head = host(shift(dataloader=9.0), iqr_pp=20.0)  # +24.8 pp, noise hypot(20, 20) = 28 pp
-    row = compare(base, head).row("step_time.dataloader_pct")
-    assert row.status is Status.WARN and "within noise" in row.note
+    c = compare(base, head)
+    row = c.row("step_time.dataloader_pct")
+    # past the band but within the noise: said in the row, never a warning
+    assert row.status is Status.OK
+    assert row.note.startswith("informs (") and "within noise" in row.note
+    assert c.verdict is Verdict.PASS
 
 
 @pytest.mark.parametrize(("factor", "status"), [(1.4, Status.OK), (1.9, Status.OK),
                                                  (2.3, Status.REGRESSED)])
-def test_step_time_fails_only_past_twice_the_base(factor, status):
+def test_cpu_time_per_step_fails_only_past_twice_the_base(factor, status):
     c = compare(host(), host({p: v * factor for p, v in BASE_MS.items()}))
-    row = c.row("step_time.step_ms.median")
-    assert row.status is status
-    assert (factor - 1) * 100 < HOST_BAND_STEP_PCT or status is Status.REGRESSED
+    row = c.row("step_time.cpu_ms")
+    assert row.status is status and row.evidence is Evidence.HOST_CLOCK
+    assert (factor - 1) * 100 < HOST_BAND_CPU_PCT or status is Status.REGRESSED
+    # the wall-clock step time only informs, however far it moved
+    assert c.row("step_time.step_ms.median").status is Status.OK
+
+
+def test_a_wall_clock_stretched_by_load_alone_never_fails():
+    # a loaded runner stretched the tiny GPT-2's median step 3.5x with the code unchanged
+    # (benchmarks/cisuite): its CPU time per step hardly moved
+    base = host()
+    head = host({p: v * 3.5 for p, v in BASE_MS.items()}, cpu_ms=sum(BASE_MS.values()) * 1.2)
+    c = compare(base, head)
+    assert c.row("step_time.step_ms.median").status is Status.OK
+    assert c.row("step_time.step_ms.median").note.startswith("informs")
+    assert c.row("step_time.cpu_ms").status is Status.OK
+    assert c.verdict is Verdict.PASS and not [r for r in c.rows if r.status is Status.WARN]
 
 
 def test_a_rule_that_says_fail_keeps_its_tiers_on_a_host_clock():

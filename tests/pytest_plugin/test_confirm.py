@@ -128,6 +128,7 @@ CLOSE_ONLY = '''
 [tolerances]
 "step_time.step_ms.median" = {rel = 2000, warn_rel = 1000}
 "step_time.*_pct" = {abs = 95, warn_abs = 5, fail = true}
+"step_time.cpu_ms" = {skip = true}
 "step_time.diagnosis" = {skip = true}
 "step_memory.*" = {skip = true}
 '''

@@ -57,7 +57,7 @@ from traceml_ci.gate.ab_intervals import (
     unloaded_ratios,
 )
 from traceml_ci.gate.ab_rounds import RoundPair, Side, SideFigures, round_order
-from traceml_ci.gate.judging import HOST_BAND_SHARE_PP, HOST_BAND_STEP_PCT
+from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
 from traceml_ci.gate.lead import timings_said
 from traceml_ci.gate.results import Comparison, Row, describe
 from traceml_ci.gate.results import Status as RowStatus
@@ -404,8 +404,8 @@ def _decide_host(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: 
     if n >= 2:  # estimates, against the bands a host clock's timings fail past
         deltas = share_deltas(rounds)
         q = quantile_for(2 + len(deltas), n)
-        cpu = cpu_interval(rounds, HOST_BAND_STEP_PCT, q)
-        intervals = (step_interval(rounds, HOST_BAND_STEP_PCT, q),
+        cpu = cpu_interval(rounds, HOST_BAND_CPU_PCT, q)
+        intervals = (step_interval(rounds, HOST_BAND_CPU_PCT, q),
                      *(() if cpu is None else (cpu,)),
                      *share_intervals(rounds, HOST_BAND_SHARE_PP, q, deltas))
     confirmed = _measured_regressions(first)

@@ -33,8 +33,8 @@ from traceml_ci.gate.guards import (
     contention_bound_pp,
 )
 from traceml_ci.gate.judging import (
+    HOST_BAND_CPU_PCT,
     HOST_BAND_SHARE_PP,
-    HOST_BAND_STEP_PCT,
     NOISE_CAP_TOLERANCES,
     judge_metrics,
 )
@@ -60,7 +60,7 @@ __all__ = [
     "CONTENTION_MAX_SHIFT_PP",
     "FLOPS_CHANGED",
     "HOST_BAND_SHARE_PP",
-    "HOST_BAND_STEP_PCT",
+    "HOST_BAND_CPU_PCT",
     "LOAD_GUARD_METRIC",
     "LOAD_GUARD_QUANTILE",
     "MAX_KEYS_LISTED",

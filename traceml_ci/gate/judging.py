@@ -20,15 +20,18 @@ from traceml_ci.summary.view import SummaryView
 #: (docs/gate.md, "The rule", measured by benchmarks/cisuite), and a re-run must confirm it.
 #: A rule with ``fail = true`` keeps its own tiers on a host clock.
 HOST_BAND_SHARE_PP = 15.0
-#: ... the median step time: twice the base's.
-HOST_BAND_STEP_PCT = 100.0
+#: ... the job's CPU time per step (``step_time.cpu_ms``): twice the base's. Not the wall-clock
+#: step time, which a loaded runner stretched 3.5x for unchanged code (benchmarks/cisuite: the
+#: tiny GPT-2's 7.8 ms median at 26.9 ms beside two busy loops, three runs in a row); it only
+#: informs on a host clock.
+HOST_BAND_CPU_PCT = 100.0
 #: ... the straggler's own work above the other ranks' median, in pp of it: balanced ranks' CPU
 #: time per step differed by up to 47 % on the 2-core runner beside busy loops.
 HOST_BAND_STRAGGLER_PP = 100.0
 #: The bands by metric name; a timed metric not named here only informs on a host clock.
 HOST_BANDS: dict[str, Rule] = {
     **{f"step_time.{phase}_pct": Rule(abs=HOST_BAND_SHARE_PP) for phase in ALL_PHASES},
-    "step_time.step_ms.median": Rule(rel=HOST_BAND_STEP_PCT),
+    "step_time.cpu_ms": Rule(rel=HOST_BAND_CPU_PCT),
     "distributed.straggler.score_pct": Rule(abs=HOST_BAND_STRAGGLER_PP),
 }
 
@@ -149,12 +152,12 @@ def unit_of(metric: Metric) -> str:
 
 def judge_label(metric: Metric, rule: Rule, b: str, h: str) -> tuple[Status, str]:
     """Status and note of one label row: any change regresses, except a move to a healthy
-    label (improved), between healthy labels or from too little data (warn), or under a
-    warn-only rule."""
+    label (improved), to or from too little data (said, ok), between healthy labels (warn), or
+    under a warn-only rule."""
     if b == h:
         return Status.OK, ""
-    if b in UNKNOWN_LABELS or h in UNKNOWN_LABELS:
-        return Status.WARN, "too little data on one side to judge the label"
+    if b in UNKNOWN_LABELS or h in UNKNOWN_LABELS:  # nothing to judge: said, never a warning
+        return Status.OK, "too little data on one side to judge the label"
     good = good_labels(metric)
     if rule.direction is Direction.WORSE:
         if h in good and b not in good:
@@ -253,9 +256,12 @@ def _judge_metric(
         if band is not None:
             noise = noise_threshold(metric, band, base, head, rules.noise_factor)
             status, _, note = judge_number(metric, band, b, h, noise, margin=margin)
-            if status is Status.IMPROVED:  # past the band the better way: said, not judged
+            # past the band the better way, or within the noise: said, never a warning
+            if status is Status.IMPROVED:
                 status, note = Status.OK, ""
-        if moved and status is Status.OK:
+            elif status is Status.WARN:
+                status, note = Status.OK, f"informs ({note})"
+        if moved and status is Status.OK and not note:
             note = f"informs (past {tol.informs if tol else 'its tolerance'})"
     return Row(metric.name, b, h, delta, tol, status, **common, noise=noise, note=note)
 

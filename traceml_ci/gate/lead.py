@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.judging import HOST_BAND_SHARE_PP, HOST_BAND_STEP_PCT
+from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
 from traceml_ci.gate.results import Comparison, Evidence, Row, SetComparison, Status
 from traceml_ci.summary.keys import ALL_PHASES
 
@@ -28,7 +28,7 @@ SHARES_NAMED = 3
 SHARE_NAMED_PP = 0.5
 #: What a host clock's band is, in words.
 BAND_WORDS = (f"fail alone only past +{HOST_BAND_SHARE_PP:g} pp of a share or "
-              f"{1 + HOST_BAND_STEP_PCT / 100:g}x the step time")
+              f"{1 + HOST_BAND_CPU_PCT / 100:g}x the CPU time per step")
 
 
 def _decisive(rows: Iterable[Row]) -> list[Row]:

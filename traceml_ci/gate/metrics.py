@@ -85,6 +85,13 @@ def _catalogue() -> tuple[Metric, ...]:
             env_dependent=True, noise_path=("step_time", "noise", "step_ms", "iqr"), timed=True,
         )
     )
+    # The job's CPU time per step (host-clock runs): what a slower code path adds to, and what
+    # a busy neighbour moves far less than the wall clock -- the host clock's step-time band
+    # judges it (gate/judging.py, HOST_BANDS).
+    out.append(
+        Metric("step_time.cpu_ms", Kind.TIME, ("step_time", "cpu_ms"), "ms",
+               env_dependent=True, timed=True)
+    )
     for q in ("p10", "p90"):
         out.append(
             Metric(f"step_time.step_ms.{q}", Kind.TIME, ("step_time", "step_ms", q), "ms",
@@ -140,7 +147,7 @@ BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 GOOD_STEP_TIME_LABELS = frozenset({"BALANCED", "COMPUTE_BOUND"})
 GOOD_MEMORY_LABELS = frozenset({"BALANCED"})
 GOOD_RANK_LABELS = frozenset({"RANKS_BALANCED"})
-#: Labels that say "too little data to tell": a change to or from them is a warning, not a verdict.
+#: Labels that say "too little data to tell": a change to or from them is said, never judged.
 UNKNOWN_LABELS = frozenset({"INSUFFICIENT_DATA", "NO_DATA"})
 
 
