@@ -212,3 +212,20 @@ def test_the_real_summaries_of_traceml_0_5_pass_the_check(name) -> None:
     from traceml_ci.gate.traceml_ai import problems
 
     assert problems(json.loads((TRACEML_AI / f"{name}.json").read_text())) == []
+
+
+def test_a_phase_with_no_figure_is_not_judged_nor_shown_as_zero(tmp_path, capsys) -> None:
+    """A null forward_ms (median and average) once showed as 0.00 ms, its share as 0 % and its
+    time moved into other: rows judged on figures the file never had."""
+    head = _write(tmp_path, lambda d: (_set(*MED, "forward_ms", "value", to=None)(d),
+                                       _set(*AVG, "forward_ms", to=None)(d)))
+    assert main(["diff", str(TRACEML_AI / "input_bound.json"), str(head), "--format",
+                 "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for name in ("step_time.phase_ms.forward", "step_time.forward_pct", "step_time.other_pct",
+                 "step_time.phase_ms.other", "step_time.diagnosis"):
+        assert rows[name]["head"] is None and rows[name]["status"] == "ok", rows[name]
+        assert rows[name]["note"].startswith("not judged: no figure on one side"), rows[name]
+    # the phases that had figures are judged as ever
+    assert rows["step_time.backward_pct"]["head"] == rows["step_time.backward_pct"]["base"]
+    assert rows["step_time.backward_pct"]["tolerance"] is not None

@@ -194,18 +194,34 @@ def judge_metrics(
     rows: list[Row] = []
     skipped: list[str] = []
     host_clock = base.host_clock or head.host_clock
+    unmapped_b, unmapped_h = _unmapped(base), _unmapped(head)
     for metric in METRICS:
         rule = rules.rule_for(metric.name)
         if rule.skip:
             continue
         b, h = metric.value(base), metric.value(head)
+        if metric.name in unmapped_b:
+            b = None
+        if metric.name in unmapped_h:
+            h = None
         if b is None and h is None:
+            continue
+        if metric.name in unmapped_b | unmapped_h:  # a figure the other tool's summary lacked
+            rows.append(Row(metric.name, b, h, None, None, Status.OK, unit=metric.unit,
+                            evidence=evidence_of(metric, host_clock),
+                            note="not judged: no figure on one side (not mapped from traceml-ai)"))
             continue
         if metric.env_dependent and skip_env:
             skipped.append(metric.name)
             continue
         rows.append(_judge_metric(metric, rule, b, h, base, head, rules, host_clock))
     return rows, skipped
+
+
+def _unmapped(summary: SummaryView) -> set[str]:
+    """The metrics a summary mapped from another tool's has no real figure for."""
+    mapped = summary.mapped_from
+    return {str(u) for u in mapped.get("unmapped") or ()} if mapped else set()
 
 
 def _judge_metric(

@@ -171,8 +171,11 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
     if parts["dataloader"] is None:
         parts["dataloader"] = m.stat(st, "dataloader_fetch_cpu_ms")
     for phase, ms in parts.items():
-        if ms is None:
-            m.unmapped.append(f"step_time.phase_ms.{phase}")
+        if ms is None:  # its time falls into other: neither share, nor the label they decide,
+            # can be judged (gate/judging.py leaves the rows named here unjudged)
+            m.unmapped += [f"step_time.phase_ms.{phase}", f"step_time.{phase}_pct"]
+    if None in parts.values():
+        m.unmapped += ["step_time.phase_ms.other", "step_time.other_pct", "step_time.diagnosis"]
     if m.averaged:
         m.notes.append("step_time: median missing, average used: " + ", ".join(m.averaged))
     known = {k: v or 0.0 for k, v in parts.items()}
