@@ -5,9 +5,14 @@ the sequential decision); docs/pytest-plugin.md, "A/B mode".
 
 One round of one test is ``python -m pytest NODEID --traceml-ab-child=FILE`` once per side: the
 child traces the test as a plain session would (marker or ``run_script``), without gating, and
-writes what it traced to FILE; the parent reads the summary from it. Both sides run the same
-way, with the environment ``traceml_ci.gitwork.side_env`` gives ``traceml-ci ab``'s runs: its
-tree first on ``PYTHONPATH``, so the base imports its own code.
+writes what it traced to FILE; the parent reads the summary from it. The first round of every
+A/B test of a session is run as one child per side with all their node ids (``AbSession.
+batch_first_round``): on a host clock that round alone decides unless a timing passed its band,
+so an unchanged session costs two child sessions, not two per test. A test the batch could not
+answer for (a child that crashed, a node id the base lacks) runs its own first round.
+
+Both sides run the same way, with the environment ``traceml_ci.gitwork.side_env`` gives
+``traceml-ci ab``'s runs: its tree first on ``PYTHONPATH``, so the base imports its own code.
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ class AbSession:
         self._stack: ExitStack | None = None
         self._base_root: Path | None = None
         self._setup_failed: str | None = None
+        #: The batched first round, per side: the child's document, its file and its log
+        #: (None: not tried yet; empty: tried, each test runs its own first round).
+        self._batched: dict[str, tuple[dict[str, Any], Path, Path]] | None = None
 
     @property
     def commit(self) -> str:
@@ -164,6 +172,51 @@ class AbSession:
         if code != 0:  # every A/B test of the session fails with this line, none runs
             self._setup_failed = (f"traceml: --traceml-ab-setup exited {code} in the base "
                                   f"worktree; its output: {log}\n" + _tail(log))
+
+    def batch_first_round(self, nodeids: list[str], work: Path) -> None:
+        """Run the first round of all ``nodeids`` in one child per side, base then head (once
+        per session; fewer than two tests gain nothing). A side whose child did not answer
+        for its tests (a crash, a node id not found, another plugin version) drops the batch:
+        each test then runs its own first round, as without it."""
+        if self._batched is not None:
+            return
+        self._batched = {}
+        if len(nodeids) < 2 or self._setup_failed:
+            return
+        from traceml_ci.errors import InputError
+        from traceml_ci.gitwork import side_env
+        from traceml_ci.summary.io import read_json
+
+        got = {}
+        for side in ("base", "head"):
+            try:
+                root = self.root(side, work)
+            except SideFailed:
+                return
+            stem = work / f"{side}-round1"
+            out, log = stem.with_suffix(".json"), stem.with_suffix(".log")
+            with log.open("wb") as f:
+                code = subprocess.call(
+                    child_command(nodeids, out, stem.with_suffix(".tmp"), self.options),
+                    cwd=root / self.rel, env=side_env(root), stdout=f,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if code in (-signal.SIGINT, -signal.SIGTERM):
+                raise KeyboardInterrupt
+            try:
+                doc = read_json(out) if out.is_file() else None
+            except InputError:
+                return
+            if (not isinstance(doc, dict) or doc.get("version") != CHILD_DOC_VERSION
+                    or doc.get("exitstatus") not in (0, 1)
+                    or not isinstance(doc.get("nodes"), dict)):
+                return
+            got[side] = (doc, out, log)
+        self._batched = got
+
+    def batched(self, side: str, nodeid: str) -> tuple[dict[str, Any], Path, Path] | None:
+        """The batched first round's answer for one test on one side, if it has one."""
+        entry = (self._batched or {}).get(side)
+        return entry if entry is not None and nodeid in entry[0]["nodes"] else None
 
     def close(self) -> None:
         """Remove the base's worktree (idempotent)."""
@@ -205,28 +258,37 @@ class RoundRunner:
         self.other_keys: list[str] = []
         self.head_summary: dict[str, Any] | None = None
 
-    def command(self, out: Path, basetemp: Path) -> list[str]:
-        return [sys.executable, "-m", "pytest", self.nodeid, "-q", "-p", "no:cacheprovider",
-                f"{AB_CHILD_OPTION}={out}", f"--basetemp={basetemp}",
-                f"--traceml-module-sample-s={self.ab.options.module_sample_s!r}"]
-
     def measure(self, side: Side, number: int) -> SideFigures:
+        name = side.value
+        said = f"traceml: A/B round {number}, {name} side ({self._where(name)})"
+        batched = self.ab.batched(name, self.nodeid) if number == 1 else None
+        if batched is not None:
+            doc, out, log = batched
+            node = doc["nodes"][self.nodeid]
+            if not node.get("passed"):
+                raise SideFailed(f"{said}: the test failed (its session ran every A/B test's "
+                                 f"first round); its output: {log}\n" + _tail(log))
+            summaries = {k: doc["summaries"][k] for k in node.get("keys", ())
+                         if k in (doc.get("summaries") or {})}
+            return self._figures(name, number, said, summaries, out, log)
+        return self._run_child(name, number, said)
+
+    def _run_child(self, name: str, number: int, said: str) -> SideFigures:
+        """This test alone, one side of one round, in a child session."""
         from traceml_ci.errors import InputError
-        from traceml_ci.gate.ab import SideFigures
         from traceml_ci.gitwork import side_env
         from traceml_ci.summary.io import read_json
 
-        name = side.value
         root = self.ab.root(name, self.work)
         stem = self.work / f"{name}-round{number}"
         out, log = stem.with_suffix(".json"), stem.with_suffix(".log")
         with log.open("wb") as f:
-            code = subprocess.call(self.command(out, stem.with_suffix(".tmp")),
-                                   cwd=root / self.ab.rel, env=side_env(root), stdout=f,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            code = subprocess.call(
+                child_command([self.nodeid], out, stem.with_suffix(".tmp"), self.ab.options),
+                cwd=root / self.ab.rel, env=side_env(root), stdout=f,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if code in (-signal.SIGINT, -signal.SIGTERM):  # the child was stopped, as we are
             raise KeyboardInterrupt
-        said = f"traceml: A/B round {number}, {name} side ({self._where(name)})"
         try:
             doc = read_json(out) if out.is_file() else None
         except InputError as exc:
@@ -241,7 +303,14 @@ class RoundRunner:
         if code != 0:
             raise SideFailed(f"{said}: the test failed (pytest exit {code}); its output: "
                              f"{log}\n" + _tail(log))
-        summaries = doc.get("summaries") or {}
+        return self._figures(name, number, said, doc.get("summaries") or {}, out, log)
+
+    def _figures(self, name: str, number: int, said: str, summaries: dict[str, Any],
+                 out: Path, log: Path) -> SideFigures:
+        """The figures of the summary this test traced on one side (the same key each round)."""
+        from traceml_ci.errors import InputError
+        from traceml_ci.gate.ab import SideFigures
+
         if not summaries:
             if name == "base" and number == 1:
                 raise NoBase(f"{NO_BASE}: the base's test traces nothing")
@@ -304,6 +373,13 @@ def run_test(
                     "the default). Neither a pass nor a regression.")
         message = f"{head}\n\n{table}\n\n{hint}\nRound logs: {work}"
     return outcome, message, rounds.head_summary
+
+
+def child_command(nodeids: list[str], out: Path, basetemp: Path, options: Options) -> list[str]:
+    """One side's child session: the tests, traced without gating, answering in ``out``."""
+    return [sys.executable, "-m", "pytest", *nodeids, "-q", "-p", "no:cacheprovider",
+            f"{AB_CHILD_OPTION}={out}", f"--basetemp={basetemp}",
+            f"--traceml-module-sample-s={options.module_sample_s!r}"]
 
 
 def _tail(log: Path) -> str:
@@ -381,10 +457,13 @@ def render_markdown(outcomes: list[AbOutcome], ab: AbSession) -> str:
 
 
 def write_child_doc(path: Path, collected: int, exitstatus: int,
-                    summaries: dict[str, dict[str, Any]]) -> None:
-    """The child's answer to its parent (atomically: the parent never reads half of it)."""
+                    summaries: dict[str, dict[str, Any]],
+                    nodes: dict[str, dict[str, Any]] | None = None) -> None:
+    """The child's answer to its parent (atomically: the parent never reads half of it).
+    ``nodes``: per node id run, whether it passed and the keys it traced."""
     from traceml_ci.fsutil import atomic_write_text
 
     atomic_write_text(path, json.dumps({"version": CHILD_DOC_VERSION, "collected": collected,
-                                        "exitstatus": exitstatus, "summaries": summaries}))
+                                        "exitstatus": exitstatus, "summaries": summaries,
+                                        "nodes": nodes or {}}))
 

@@ -121,6 +121,11 @@ def _ab_call(item: pytest.Item, marker: Any, body: Callable[[], Any]) -> None:
     assert state.ab is not None
     key = (marker_args(marker).key if marker is not None else None) or item.nodeid
     failure = no_base = None
+    if not state.is_worker:  # under xdist a worker cannot know which tests it will be sent
+        state.ab.batch_first_round(
+            [i.nodeid for i in item.session.items
+             if _ab_applies(i, i.get_closest_marker("traceml"))],
+            state.out_dir("ab-first-round"))
     try:
         outcome, message, head = run_test(item.nodeid, state.ab, state.out_dir(item.nodeid), key,
                                           report_only=state.options.report_only)
@@ -183,14 +188,34 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
+#: An A/B child's node ids that failed (any phase), for its answer to the parent.
+CHILD_FAILED: pytest.StashKey[set[str]] = pytest.StashKey()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, Any]:
+    report = yield
+    options = item.config.stash.get(OPTIONS, None)
+    if report.failed and options is not None and options.ab_child is not None:
+        item.config.stash.setdefault(CHILD_FAILED, set()).add(item.nodeid)
+    return report
+
+
 def _answer_parent(session: pytest.Session, path: Any, state: TracemlState | None) -> None:
-    """An A/B child: tell the parent what was collected, how the session ended, and the
-    summaries its test traced, in the order they were gated."""
+    """An A/B child: tell the parent what was collected, how the session ended, the summaries
+    its tests traced (in the order they were gated) and, per test, whether it passed and the
+    keys it traced (a child may run several tests: a batched first round)."""
     from pytest_plugin.ab import write_child_doc
 
-    summaries = {} if state is None else {
-        k: r.summary for k, r in state.results.items() if r.summary is not None}
-    write_child_doc(path, session.testscollected, int(session.exitstatus), summaries)
+    results = {} if state is None else state.results
+    summaries = {k: r.summary for k, r in results.items() if r.summary is not None}
+    failed = session.config.stash.get(CHILD_FAILED, set())
+    nodes: dict[str, dict[str, Any]] = {
+        item.nodeid: {"passed": item.nodeid not in failed, "keys": []} for item in session.items}
+    for key, r in results.items():
+        if r.summary is not None and r.nodeid in nodes:
+            nodes[r.nodeid]["keys"].append(key)
+    write_child_doc(path, session.testscollected, int(session.exitstatus), summaries, nodes)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

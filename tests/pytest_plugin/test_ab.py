@@ -61,6 +61,14 @@ def test_new():
     train()
 """
 
+#: A second traced test, in the base too where a session batches the first round.
+SECOND_TEST = """
+
+@pytest.mark.traceml(warmup_steps=0, key="second")
+def test_second():
+    train(steps=20)
+"""
+
 #: What the head's forward adds to the base's 1 ms spin: a step several times slower, which
 #: two or three rounds tell apart even on a loaded machine.
 ADDED_MS = 7.0
@@ -85,10 +93,11 @@ class Project:
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(path),
                                                                 os.environ.get("PYTHONPATH")]))}
 
-    def commits(self, head_train: str | None = None, head_tests: str | None = None) -> None:
+    def commits(self, head_train: str | None = None, head_tests: str | None = None,
+                base_tests: str = TESTS) -> None:
         commit(self.path, "base", {".gitignore": f"{TMP}/\n__pycache__/\n",
                                    "abtrain.py": spinning(TRAIN, BASE_SPIN_MS),
-                                   "test_ab_smoke.py": TESTS})
+                                   "test_ab_smoke.py": base_tests})
         head = {"README": "the head\n"}
         if head_train is not None:
             head["abtrain.py"] = head_train
@@ -171,6 +180,13 @@ QUIET = {
                        "-W", "default"]),
     "no base": ({"head_tests": TESTS + NEW_TEST},
                 ["--traceml-ab=HEAD~1", "-k", "test_new", "--traceml-save=head.json"]),
+    # Two traced tests, unchanged: their first round batched, one child session per side.
+    "batched": ({"base_tests": TESTS + SECOND_TEST}, ["--traceml-ab=HEAD~1",
+                                                     "--traceml-ab-json=ab.json"]),
+    # The head adds a test the base lacks: the base's batch finds no such node id, so each
+    # test runs its own first round (the new one runs here, as without A/B).
+    "batch falls back": ({"head_tests": TESTS + NEW_TEST}, ["--traceml-ab=HEAD~1",
+                                                            "--traceml-ab-json=ab.json"]),
 }  # fmt: skip
 
 
@@ -199,6 +215,47 @@ def test_no_change_is_never_a_regression(quiet) -> None:
     out = result.stdout.str()
     assert "A/B REGRESSION" not in out and "regression for" not in out
     assert "warnings summary" not in out and "PytestWarning" not in out
+    project.assert_clean()
+
+
+def _first_rounds(project: Project) -> list[str]:
+    """The child answers of first rounds, as folder/file under the session's temp folder."""
+    return sorted(f"{p.parent.name.rstrip('0123456789')}/{p.name}"
+                  for p in project.tmp.rglob("*-round1.json"))
+
+
+def test_every_tests_first_round_runs_in_one_child_per_side(quiet) -> None:
+    project, result = quiet["batched"]
+    result.assert_outcomes(passed=3)
+    doc = json.loads((project.path / "ab.json").read_text())
+    assert doc["verdict"] == "pass"
+    assert {t["nodeid"]: (t["verdict"], len(t["ab"]["rounds"])) for t in doc["tests"]} == {
+        "test_ab_smoke.py::test_train": ("pass", 1), "test_ab_smoke.py::test_second": ("pass", 1)}
+    # two child sessions in all, each running both tests, and none per test
+    assert _first_rounds(project) == ["traceml-ab-first-round/base-round1.json",
+                                      "traceml-ab-first-round/head-round1.json"]
+    for side in ("base", "head"):
+        [answer] = project.tmp.rglob(f"traceml-ab-first-round*/{side}-round1.json")
+        nodes = json.loads(answer.read_text())["nodes"]
+        assert nodes == {"test_ab_smoke.py::test_train": {"passed": True, "keys": [
+                             "test_ab_smoke.py::test_train"]},
+                         "test_ab_smoke.py::test_second": {"passed": True, "keys": ["second"]}}
+    project.assert_clean()
+
+
+def test_a_batch_the_base_cannot_answer_falls_back_to_each_tests_own_round(quiet) -> None:
+    project, result = quiet["batch falls back"]
+    result.assert_outcomes(passed=3)
+    doc = json.loads((project.path / "ab.json").read_text())
+    verdicts = {t["nodeid"]: t["verdict"] for t in doc["tests"]}
+    assert verdicts == {"test_ab_smoke.py::test_train": "pass",
+                        "test_ab_smoke.py::test_new": "no base"}
+    # the base's batch child ran and was dropped (no test_new there: pytest's "not found"), so
+    # the head's never ran; test_train ran its own first round, test_new its own base's
+    assert _first_rounds(project) == ["traceml-ab-first-round/base-round1.json",
+                                      "traceml-test_new/base-round1.json",
+                                      "traceml-test_train/base-round1.json",
+                                      "traceml-test_train/head-round1.json"]
     project.assert_clean()
 
 
