@@ -213,6 +213,10 @@ class AbSession:
             got[side] = (doc, out, log)
         self._batched = got
 
+    @property
+    def batch_tried(self) -> bool:
+        return self._batched is not None
+
     def batched(self, side: str, nodeid: str) -> tuple[dict[str, Any], Path, Path] | None:
         """The batched first round's answer for one test on one side, if it has one."""
         entry = (self._batched or {}).get(side)

@@ -121,7 +121,8 @@ def _ab_call(item: pytest.Item, marker: Any, body: Callable[[], Any]) -> None:
     assert state.ab is not None
     key = (marker_args(marker).key if marker is not None else None) or item.nodeid
     failure = no_base = None
-    if not state.is_worker:  # under xdist a worker cannot know which tests it will be sent
+    if not state.is_worker and not state.ab.batch_tried:  # under xdist a worker cannot know
+        # which tests it will be sent
         state.ab.batch_first_round(
             [i.nodeid for i in item.session.items
              if _ab_applies(i, i.get_closest_marker("traceml"))],

@@ -29,13 +29,14 @@ DATALOADER_SETTINGS: tuple[Setting, ...] = tuple(
 
 #: The counter rows whose causes are named, in priority order: what the code was told to do
 #: differently (optimizer), how much work a step does (FLOPs), then what it does per step that
-#: costs (scalar reads, bytes kept), then the model's size (said, never judged).
+#: costs (scalar reads, ATen ops, bytes kept), then the model's size (said, never judged).
 COUNTER_ORDER: tuple[str, ...] = tuple(
     COUNTERS_PREFIX + name
     for name in (
         "optimizer",
         "flops_per_step",
         "syncs_per_step",
+        "ops_per_step",
         "retained_bytes_per_step",
         "parameters",
     )

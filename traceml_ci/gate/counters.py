@@ -42,7 +42,7 @@ def counter_rows(
     """The counters' rows, for what both summaries measured."""
     b, h = as_view(base).counters, as_view(head).counters
     rows: list[Row] = []
-    for make in (_syncs, _leak, _optimizer, _flops, _params):
+    for make in (_syncs, _ops, _leak, _optimizer, _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
@@ -130,6 +130,62 @@ def _syncs(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         hn < bn,
         note,
     )
+
+
+#: What to do about an op kind a step runs more of, where the Tuning Guide says (ATen names).
+_ZERO = ("zero_grad(set_to_none=True), the default, drops the gradients instead of zeroing "
+         "them (Tuning Guide: use parameter.grad = None instead of model.zero_grad())")
+_NORM = ("a norm kernel per tensor: clip_grad_norm_ with foreach left to torch (or True) "
+         "takes them in one multi-tensor op")
+_COPY = ("a copy every step (a deepcopy or a state_dict copy in the loop?): keep checkpoints "
+         "out of the step, or every N steps")
+OP_FIXES: dict[str, str] = {
+    "zero_": _ZERO, "_foreach_zero_": _ZERO,
+    "linalg_vector_norm": _NORM, "norm": _NORM,
+    "clone": _COPY, "copy_": _COPY, "_to_copy": _COPY,
+}
+
+
+def _op_kinds(block: Mapping[str, Any]) -> tuple[dict[str, tuple[int, str]], int]:
+    """op -> (count, line) of the kinds listed, and the ops of kinds not listed."""
+    out: dict[str, tuple[int, str]] = {}
+    kinds, sites = block.get("kinds"), block.get("sites")
+    sites = sites if isinstance(sites, list) else []
+    for op, entry in kinds.items() if isinstance(kinds, Mapping) else ():
+        if isinstance(entry, list) and len(entry) == 2:
+            n, at = _int(entry[0]), _int(entry[1])
+            if n is not None:
+                line = sites[at] if at is not None and 0 <= at < len(sites) else "?"
+                out[str(op)] = (n, str(line))
+    return out, _int(block.get("other")) or 0
+
+
+def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """ATen ops per step: more regress, naming the kinds that rose most and their lines (and
+    the Tuning Guide's fix where it has one); fewer improve."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    (bk, b_rest), (hk, h_rest) = _op_kinds(b), _op_kinds(h)
+    moves = []
+    for op in set(bk) | set(hk):
+        if (op not in bk and b_rest) or (op not in hk and h_rest):
+            continue  # counted among the kinds not listed on that side: no honest difference
+        d = hk.get(op, (0, ""))[0] - bk.get(op, (0, ""))[0]
+        if d:
+            moves.append((d, op, (hk.get(op) if d > 0 else bk.get(op)) or (0, "?")))
+    moves.sort(key=lambda m: (-m[0] if hn >= bn else m[0], m[1]))
+    named = [f"{d:+d} {op} per step at {at}" for d, op, (_, at) in moves[:SITES_NAMED]]
+    note = why = ""
+    if hn != bn:
+        note = f"{hn - bn:+d} ATen ops per step" + (f" ({'; '.join(named)})" if named else "")
+        fixes = [OP_FIXES[op] for d, op, _ in moves if d > 0 and op in OP_FIXES]
+        if hn > bn:
+            why = f": {fixes[0]}" if fixes else ": the step runs more ops than its baseline"
+    elif named:
+        note = f"same ops per step, other kinds: {'; '.join(named)}"
+    return _row("ops_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE, "ops/step",
+                "ops/step", hn > bn, hn < bn, note, why)
 
 
 def _bytes(n: float) -> str:

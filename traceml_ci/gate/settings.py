@@ -46,6 +46,26 @@ def _on(b: Any, h: Any, block: Mapping[str, Any]) -> int:
     return (h is True and b is False) - (h is False and b is True)
 
 
+def _off(b: Any, h: Any, block: Mapping[str, Any]) -> int:
+    """False is better (a debugging aid left on)."""
+    return -_on(b, h, block)
+
+
+def _default(b: Any, h: Any, block: Mapping[str, Any]) -> int:
+    """torch's default is better than a Python function of one's own (a collate_fn)."""
+    return (h == "default") - (b == "default")
+
+
+#: An optimizer's foreach: left to torch ("default": the multi-tensor path where the tensors
+#: allow it) or True run one kernel per group; False a Python loop of per-parameter kernels.
+_FOREACH_RANK = {False: 0, "default": 1, True: 1}
+
+
+def _foreach(b: Any, h: Any, block: Mapping[str, Any]) -> int:
+    rb, rh = _FOREACH_RANK.get(b), _FOREACH_RANK.get(h)
+    return 0 if rb is None or rh is None else (rh > rb) - (rh < rb)
+
+
 def _on_a_device(b: Any, h: Any, block: Mapping[str, Any]) -> int:
     """True is better, where there is a device to copy to (pinned memory does nothing
     without one: only different)."""
@@ -75,7 +95,12 @@ class Setting:
     better: Better
     fix: str
     applies: Callable[[Mapping[str, Any]], bool] = lambda block: True
+    #: Said when the two values differ and neither is better (``better`` gave 0).
+    neutral: str = "no cost here: no device"
 
+
+#: Where the sampled step's settings are (tracer/counters.py).
+_TORCH = ("counters", "settings")
 
 #: The settings compared, in the order their rows come. DataLoader ones are read once from the
 #: first DataLoader's iterator (``step_time.dataloader``).
@@ -97,6 +122,65 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataloader.prefetch_factor", ("step_time", "dataloader"), "prefetch_factor",
             "DataLoader prefetch_factor", _more,
             "a higher prefetch_factor keeps more batches ready", _with_workers),
+    Setting("dataloader.collate_fn", ("step_time", "dataloader"), "collate_fn",
+            "DataLoader collate_fn", _default,
+            "each batch is now assembled by this Python function; torch's default collate "
+            "stacks tensors in one op (and into shared memory in workers): keep it where it "
+            "does the job"),
+    # -- read on the sampled step (tracer/counters.py, ``counters.settings``) ---------------
+    Setting("torch.anomaly_detection", _TORCH, "anomaly_detection",
+            "autograd anomaly detection", _off,
+            "set_detect_anomaly(True) checks every backward op and keeps each forward's "
+            "traceback: turn it off outside debugging (Tuning Guide: disable debugging APIs)"),
+    Setting("torch.deterministic_algorithms", _TORCH, "deterministic_algorithms",
+            "torch.use_deterministic_algorithms", _off,
+            "deterministic algorithms trade speed for reproducibility (slower kernels, or an "
+            "error where none exists): keep them for runs that need them (Tuning Guide: "
+            "disable debugging APIs)"),
+    Setting("torch.autograd_profiler", _TORCH, "autograd_profiler",
+            "the autograd profiler (or emit_nvtx)", _off,
+            "a profiler records every op: keep it out of the training loop (Tuning Guide: "
+            "disable debugging APIs)"),
+    Setting("torch.cudnn_benchmark", _TORCH, "cudnn_benchmark",
+            "torch.backends.cudnn.benchmark", _on_a_device,
+            "cudnn.benchmark=True picks the fastest convolution algorithm for fixed input "
+            "sizes (Tuning Guide: enable cuDNN auto-tuner)"),
+    Setting("torch.matmul_precision", _TORCH, "matmul_precision",
+            "float32 matmul precision", _different,
+            "float32 matrix products run at another precision (TF32 on a GPU: Tuning Guide, "
+            "use TF32); accepted by updating the baseline"),
+    Setting("torch.matmul_dtype", _TORCH, "matmul_dtype",
+            "the dtype of the step's matrix products", _different,
+            "the matrix products run in another dtype: autocast turned on or lost (Tuning "
+            "Guide: use mixed precision); accepted by updating the baseline"),
+    Setting("optimizer.foreach", _TORCH, "optimizer_foreach",
+            "optimizer foreach", _foreach,
+            "foreach=False runs a Python loop of per-parameter kernels; leave foreach to torch "
+            "(None) or set it True, or fused=True on a GPU (Tuning Guide: use fused or "
+            "foreach optimizers)", neutral="the same: foreach is torch's default"),
+    Setting("optimizer.fused", _TORCH, "optimizer_fused",
+            "optimizer fused", _on,
+            "fused=True runs the whole update in one kernel per group on a GPU (Tuning Guide: "
+            "use fused optimizers)", neutral="the same: not fused"),
+    Setting("optimizer.capturable", _TORCH, "optimizer_capturable",
+            "optimizer capturable", _different,
+            "capturable keeps the optimizer's step on the device (for CUDA graphs); accepted "
+            "by updating the baseline"),
+    Setting("ddp.find_unused_parameters", _TORCH, "ddp_find_unused_parameters",
+            "DDP find_unused_parameters", _off,
+            "find_unused_parameters=True walks the autograd graph after every forward: only "
+            "for models that really leave parameters unused"),
+    Setting("ddp.static_graph", _TORCH, "ddp_static_graph",
+            "DDP static_graph", _on,
+            "static_graph=True lets DDP skip per-step bookkeeping where the graph never "
+            "changes"),
+    Setting("ddp.gradient_as_bucket_view", _TORCH, "ddp_gradient_as_bucket_view",
+            "DDP gradient_as_bucket_view", _on,
+            "gradient_as_bucket_view=True saves a copy of every gradient into its bucket"),
+    Setting("ddp.bucket_cap_mb", _TORCH, "ddp_bucket_cap_mb",
+            "DDP bucket_cap_mb", _different,
+            "other bucket sizes overlap communication with backward differently; accepted by "
+            "updating the baseline"),
 )
 
 
@@ -136,7 +220,7 @@ def _row(s: Setting, b: Any, h: Any, head_block: Mapping[str, Any]) -> Row:
         elif better < 0 or s.better is _different:
             status, note = Status.REGRESSED, f"{cause}: {s.fix}"
         else:  # different, and the guide calls neither better here (pin_memory on a CPU)
-            status, note = Status.OK, f"{cause} (no cost here: no device)"
+            status, note = Status.OK, f"{cause} ({s.neutral})"
     return Row(PREFIX + s.name, _shown(b), _shown(h), None, Tolerance(_ANY, Kind.LABEL, ""),
                status, note=note, cause=cause if status is not Status.OK else "",
                evidence=Evidence.SETTING)

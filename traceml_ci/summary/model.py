@@ -122,6 +122,8 @@ class DataLoaderSettings:
     prefetch_factor: int | None
     batch_size: int | None
     device: str
+    #: "default" (torch's collate), else the function given, as ``module.name``.
+    collate_fn: str | None = None
 
 
 @dataclass(frozen=True)

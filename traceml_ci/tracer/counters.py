@@ -19,6 +19,16 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
   ``LEAK_AFTER_STEPS`` steps later (weak references: nothing is kept alive by looking), with the
   op and the user's line that allocated the largest (tracer/sites.py, as for the reads).
 
+* **Ops**: every ATen op the step ran, by kind, each kind with the user's line that ran the
+  most of it (``+62 zero_ per step at train.py:20``): a ``zero_grad(set_to_none=False)``, a
+  ``foreach=False``, a copy of the state dict per step change what a step does, exactly.
+* **Settings** that change what a step costs, read once on that step (the PyTorch Performance
+  Tuning Guide's list that a CPU run can see): anomaly detection, deterministic algorithms, the
+  autograd profiler, cuDNN benchmark and matmul precision, the dtype the step's matrix products
+  ran in (a lost autocast), the stepped optimizers' ``foreach``/``fused``/``capturable``, and a
+  traced ``DistributedDataParallel``'s ``find_unused_parameters``, ``static_graph``,
+  ``gradient_as_bucket_view`` and bucket size.
+
 FLOPs per module come from the FLOP count (tracer/flops.py) and are added here. All of it is
 plain data in the summary's ``counters`` shape (docs/summary.md).
 """
@@ -42,6 +52,12 @@ LEAK_AFTER_STEPS = 3
 #: Sites / modules listed (the largest first); the summary block stays well under 2 KB.
 TOP_SITES = 5
 TOP_MODULES = 5
+#: Op kinds listed with their counts (the most run first; the rest summed in ``other``): a
+#: step runs 20-80 kinds, ~20 bytes each in the summary.
+TOP_OP_KINDS = 128
+#: ATen ops whose output dtype says what the step's matrix products ran in.
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution",
+                        "mkldnn_convolution", "_mkldnn_linear", "mkldnn_linear"})
 
 #: Tensor methods that read a tensor's values into Python (and so sync on an accelerator).
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__")
@@ -105,6 +121,11 @@ class CounterProbe:
         self.optimizer: dict[str, Any] | None = None
         self.leak: dict[str, Any] | None = None
         self.flops: dict[str, Any] | None = None
+        #: (op kind, file:line) -> times run in the sampled step.
+        self.ops: dict[tuple[str, str], int] = {}
+        #: dtype -> matrix products (MATMUL_OPS) that produced it in the sampled step.
+        self.matmul_dtypes: dict[str, int] = {}
+        self.settings: dict[str, Any] | None = None
 
     @property
     def pending(self) -> bool:
@@ -137,6 +158,7 @@ class CounterProbe:
             self._models = models
             self._thread = threading.get_ident()
             self._sites = Sites(self._root)  # the folders as they are now, read once
+            self.settings = torch_settings(torch, models)
             self._patch(torch)
             self._hook = register_optimizer_step_post_hook(self._stepped)
             self._mode = _mode_class()(self)
@@ -159,6 +181,10 @@ class CounterProbe:
         try:
             self.params = _params(self._models, self._optimizers)
             self.optimizer = _optimizer(self._optimizers)
+            self.settings = {**(self.settings or {}), **optimizer_settings(self._optimizers)}
+            if self.matmul_dtypes:
+                self.settings["matmul_dtype"] = max(self.matmul_dtypes.items(),
+                                                    key=lambda kv: (kv[1], kv[0]))[0]
             self._check_at = step + LEAK_AFTER_STEPS
         except Exception as exc:
             self._warn(f"counters incomplete ({exc!r})")
@@ -202,6 +228,13 @@ class CounterProbe:
         if on_device or not _made_by_torch(frame, finder):
             key = (finder.site(frame), op)
             self.reads[key] = self.reads.get(key, 0) + 1
+
+    def note_op(self, op: str, frame: Any) -> None:
+        finder = self._sites
+        if threading.get_ident() != self._thread or finder is None:
+            return
+        key = (op, finder.site(frame))
+        self.ops[key] = self.ops.get(key, 0) + 1
 
     def note_new(self, storage: Any, nbytes: int, op: str, frame: Any) -> None:
         finder = self._sites
@@ -254,7 +287,9 @@ class CounterProbe:
             },
             "params": self.params,
         }
-        found = {"optimizer": self.optimizer, "leak": self.leak, "flops": self.flops}
+        found = {"optimizer": self.optimizer, "leak": self.leak, "flops": self.flops,
+                 "ops": ops_block(self.ops) if self.ops else None,
+                 "settings": self.settings or None}
         out.update((key, value) for key, value in found.items() if value is not None)
         return out
 
@@ -316,6 +351,11 @@ def _mode_class() -> Any:
 
         def _count(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
             probe = self.probe
+            name = func.overloadpacket.__name__
+            probe.note_op(name, sys._getframe())
+            if name in MATMUL_OPS and isinstance(out, torch.Tensor):
+                dtype = str(out.dtype).removeprefix("torch.")
+                probe.matmul_dtypes[dtype] = probe.matmul_dtypes.get(dtype, 0) + 1
             ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
             if probe._depth == 0 and ins:
                 op = scalar_reads.get(func)
@@ -389,6 +429,84 @@ def _optimizer(optimizers: list[Any]) -> dict[str, Any] | None:
         "state_tensors_per_param": round(state_tensors / params, 4) if params else 0.0,
         "state_bytes": state_bytes,
     }
+
+
+def ops_block(ops: dict[tuple[str, str], int]) -> dict[str, Any]:
+    """The ``counters.ops`` block: ops per step, and per kind (the ``TOP_OP_KINDS`` run most)
+    its count and the line that ran the most of it, as an index into ``sites``
+    (``{"kinds": {"zero_": [62, 0]}, "sites": ["train.py:20"]}``); ``other``: the ops of the
+    kinds not listed."""
+    kinds: dict[str, int] = {}
+    where: dict[str, tuple[int, str]] = {}
+    for (op, at), n in ops.items():
+        kinds[op] = kinds.get(op, 0) + n
+        if (n, at) > where.get(op, (0, "")):
+            where[op] = (n, at)
+    top = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OP_KINDS]
+    sites: list[str] = []
+    index: dict[str, int] = {}
+    listed: dict[str, list[int]] = {}
+    for op, n in top:
+        at = where[op][1]
+        if at not in index:
+            index[at] = len(sites)
+            sites.append(at)
+        listed[op] = [n, index[at]]
+    total = sum(kinds.values())
+    return {"per_step": total, "kinds": listed, "sites": sites,
+            "other": total - sum(n for _, n in top)}
+
+
+def torch_settings(torch: Any, models: tuple[Any, ...]) -> dict[str, Any]:
+    """What the code told torch that changes a step's cost, read as the sampled step starts."""
+    backends = torch.backends
+    out: dict[str, Any] = {
+        "anomaly_detection": bool(torch.is_anomaly_enabled()),
+        "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+        "autograd_profiler": bool(torch.autograd.profiler._is_profiler_enabled),
+        "cudnn_benchmark": bool(backends.cudnn.benchmark),
+        "matmul_precision": str(torch.get_float32_matmul_precision()),
+        "device": _device_of(models),
+    }
+    for model in models:
+        if type(model).__name__ == "DistributedDataParallel":  # no import of torch.distributed
+            out.update({
+                "ddp_find_unused_parameters": bool(getattr(model, "find_unused_parameters",
+                                                           False)),
+                "ddp_static_graph": bool(getattr(model, "static_graph", False)),
+                "ddp_gradient_as_bucket_view": bool(getattr(model, "gradient_as_bucket_view",
+                                                            False)),
+                "ddp_bucket_cap_mb": _bucket_mb(getattr(model, "bucket_bytes_cap", None)),
+            })
+            break
+    return out
+
+
+def _device_of(models: tuple[Any, ...]) -> str:
+    for model in models:
+        for p in model.parameters():
+            return str(p.device.type)
+    return "cpu"
+
+
+def _bucket_mb(nbytes: Any) -> float | None:
+    return round(nbytes / (1024 * 1024), 3) if isinstance(nbytes, int) else None
+
+
+def optimizer_settings(optimizers: list[Any]) -> dict[str, Any]:
+    """The stepped optimizers' implementation flags (``foreach``, ``fused``, ``capturable``):
+    as their first parameter group has them, ``"default"`` where left to torch (None)."""
+    out: dict[str, Any] = {}
+    for flag in ("foreach", "fused", "capturable"):
+        values = []
+        for opt in optimizers:
+            for group in opt.param_groups:
+                if flag in group:
+                    values.append(group[flag])
+        if values:
+            first = values[0]
+            out[f"optimizer_{flag}"] = "default" if first is None else bool(first)
+    return out
 
 
 def flops_block(count: Any) -> dict[str, Any] | None:

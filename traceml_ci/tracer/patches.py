@@ -37,7 +37,23 @@ def loader_settings(iterator: Any) -> dict[str, Any]:
         "persistent_workers": bool(getattr(iterator, "_persistent_workers", False)),
         "prefetch_factor": getattr(iterator, "_prefetch_factor", None) if workers else None,
         "batch_size": int(batch) if isinstance(batch, int) and batch > 0 else None,
+        "collate_fn": _collate_name(getattr(iterator, "_collate_fn", None)),
     }
+
+
+def _collate_name(fn: Any) -> str | None:
+    """``"default"`` for torch's own collate (or convert), else ``module.qualname`` of the
+    function a DataLoader was given (a partial's function; None: none to name)."""
+    if fn is None:
+        return None
+    from torch.utils.data._utils.collate import default_collate, default_convert
+
+    if fn is default_collate or fn is default_convert:
+        return "default"
+    fn = getattr(fn, "func", fn)  # functools.partial
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}.{name}"[:256]
 
 
 def infer_batch_size(batch: Any, depth: int = 0) -> int | None:
