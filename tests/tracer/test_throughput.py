@@ -114,6 +114,7 @@ def test_dataloader_settings_are_in_the_summary(fresh_tracer) -> None:
         "prefetch_factor": 2,
         "batch_size": 4,
         "device": "cpu",
+        "collate_fn": "default",
     }
     assert st["throughput"]["samples_per_step"] == 4
 

@@ -56,14 +56,21 @@ def _default(b: Any, h: Any, block: Mapping[str, Any]) -> int:
     return (h == "default") - (b == "default")
 
 
+def _ranked(rank: Mapping[Any, int]) -> Better:
+    """Better by a rank of the values (a value not ranked: only different)."""
+
+    def better(b: Any, h: Any, block: Mapping[str, Any]) -> int:
+        rb, rh = rank.get(b), rank.get(h)
+        return 0 if rb is None or rh is None else (rh > rb) - (rh < rb)
+
+    return better
+
+
 #: An optimizer's foreach: left to torch ("default": the multi-tensor path where the tensors
 #: allow it) or True run one kernel per group; False a Python loop of per-parameter kernels.
-_FOREACH_RANK = {False: 0, "default": 1, True: 1}
-
-
-def _foreach(b: Any, h: Any, block: Mapping[str, Any]) -> int:
-    rb, rh = _FOREACH_RANK.get(b), _FOREACH_RANK.get(h)
-    return 0 if rb is None or rh is None else (rh > rb) - (rh < rb)
+_foreach = _ranked({False: 0, "default": 1, True: 1})
+#: fused: only True fuses ("default" is not fused).
+_fused = _ranked({False: 0, "default": 0, True: 1})
 
 
 def _on_a_device(b: Any, h: Any, block: Mapping[str, Any]) -> int:
@@ -159,7 +166,7 @@ SETTINGS: tuple[Setting, ...] = (
             "(None) or set it True, or fused=True on a GPU (Tuning Guide: use fused or "
             "foreach optimizers)", neutral="the same: foreach is torch's default"),
     Setting("optimizer.fused", _TORCH, "optimizer_fused",
-            "optimizer fused", _on,
+            "optimizer fused", _fused,
             "fused=True runs the whole update in one kernel per group on a GPU (Tuning Guide: "
             "use fused optimizers)", neutral="the same: not fused"),
     Setting("optimizer.capturable", _TORCH, "optimizer_capturable",
