@@ -174,7 +174,8 @@ def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         d = hk.get(op, (0, ""))[0] - bk.get(op, (0, ""))[0]
         if d:
             moves.append((d, op, (hk.get(op) if d > 0 else bk.get(op)) or (0, "?")))
-    moves.sort(key=lambda m: (-m[0] if hn >= bn else m[0], m[1]))
+    # the largest moves the way the total went first; of equal ones, a kind with a known fix
+    moves.sort(key=lambda m: (-m[0] if hn >= bn else m[0], m[1] not in OP_FIXES, m[1]))
     named = [f"{d:+d} {op} per step at {at}" for d, op, (_, at) in moves[:SITES_NAMED]]
     note = why = ""
     if hn != bn:
