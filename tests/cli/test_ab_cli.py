@@ -72,7 +72,9 @@ def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_
         assert f"{name}: " in doc["reason"]
     # the intervals are estimates against the bands: both sides measured their CPU per step
     regressed = {iv["metric"] for iv in doc["intervals"] if iv["status"] == "regressed"}
-    assert "step_time" in regressed and "step_cpu" in {iv["metric"] for iv in doc["intervals"]}
+    # the CPU per step is what the band judges; the wall clock's interval, which a loaded
+    # runner's contention can excuse, informs
+    assert "step_cpu" in regressed and "step_time" in {iv["metric"] for iv in doc["intervals"]}
     assert doc["base"]["commit"] == git(repo, "rev-parse", "HEAD~1").strip()
     rounds = doc["rounds"]
     assert len(rounds) == HOST_CONFIRM_ROUNDS  # confirmed in every round

@@ -109,6 +109,7 @@ def test_the_same_code_twice_passes_every_counter(runs, diff) -> None:
     counters = {n: r for n, r in rows.items() if n.startswith("counters.")}
     assert set(counters) == {
         "counters.syncs_per_step",
+        "counters.ops_per_step",
         "counters.retained_bytes_per_step",
         "counters.optimizer",
         "counters.flops_per_step",

@@ -161,9 +161,10 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
     # median round, as one round whose busy neighbours fell on one side's run moves its own
     added_ms = statistics.median(r["head"]["step_ms"] - r["base"]["step_ms"] for r in rounds)
     assert 0.8 * ADDED_MS < added_ms < 4 * ADDED_MS, rounds
-    # the intervals are estimates, shown against the host clock's bands (2x the step time)
-    step = next(iv for iv in test["ab"]["intervals"] if iv["metric"] == "step_time")
-    assert step["tolerance"] == 100.0 and step["low"] > 100.0
+    # the intervals are estimates, shown against the host clock's bands: 2x the CPU time per
+    # step is what fails (the wall clock's, stretched or shrunk by load, only informs)
+    cpu = next(iv for iv in test["ab"]["intervals"] if iv["metric"] == "step_cpu")
+    assert cpu["tolerance"] == 100.0 and cpu["estimate"] > 100.0, cpu
     md = report.read_text()
     assert md.startswith("<!-- traceml-ci:report -->\n## traceml-ci A/B against `HEAD~1")
     assert "**REGRESSION**" in md and "#### test_ab_smoke.py::test_train" in md
@@ -235,7 +236,9 @@ def test_every_tests_first_round_runs_in_one_child_per_side(quiet) -> None:
     assert _first_rounds(project) == ["traceml-ab-first-round/base-round1.json",
                                       "traceml-ab-first-round/head-round1.json"]
     for side in ("base", "head"):
-        [answer] = project.tmp.rglob(f"traceml-ab-first-round*/{side}-round1.json")
+        # (rglob's ** does not follow pytest's "...current" links to its numbered folders)
+        [answer] = [p for p in project.tmp.rglob(f"{side}-round1.json")
+                    if p.parent.name.startswith("traceml-ab-first-round")]
         nodes = json.loads(answer.read_text())["nodes"]
         assert nodes == {"test_ab_smoke.py::test_train": {"passed": True, "keys": [
                              "test_ab_smoke.py::test_train"]},

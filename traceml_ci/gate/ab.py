@@ -57,6 +57,7 @@ from traceml_ci.gate.ab_intervals import (
     unloaded_ratios,
 )
 from traceml_ci.gate.ab_rounds import RoundPair, Side, SideFigures, round_order
+from traceml_ci.gate.causes import surest
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
 from traceml_ci.gate.lead import timings_said
 from traceml_ci.gate.results import Comparison, Row, describe
@@ -244,7 +245,8 @@ class AbResult:
             return self._host_reason(rounds)
         if self.verdict is AbVerdict.REGRESSION:
             moved = "; ".join(
-                [_said(iv) for iv in self.regressed] + [r.note for r in self.counters.regressed]
+                [_said(iv) for iv in self.regressed]
+                + [r.note for r in surest(self.counters.regressed)]
             )
             return f"regression after {rounds}: {moved}"
         contended = ""
@@ -273,7 +275,7 @@ class AbResult:
         if self.verdict is AbVerdict.REGRESSION:
             if self.counters.regressed:
                 return f"regression after {rounds}: " + "; ".join(
-                    r.note for r in self.counters.regressed)
+                    r.note for r in surest(self.counters.regressed))
             rows = [r for r in (first.rows if first else ()) if r.name in self.confirmed]
             return (f"regression after {rounds}, in every round: "
                     + "; ".join(describe(r) for r in rows))

@@ -43,6 +43,19 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
 )
 
 
+#: The ATen ops row follows from most other changes (AdamW runs more ops than SGD, a .item()
+#: runs _local_scalar_dense): it names the cause only where nothing surer did (a
+#: zero_grad(set_to_none=False), a foreach=False clip, a copy each step). Its row is judged
+#: all the same.
+OPS_ROW = COUNTERS_PREFIX + "ops_per_step"
+
+
+def surest(rows: Iterable[Row]) -> list[Row]:
+    """``rows`` less the ATen ops row where another row is there to name the change."""
+    rows = list(rows)
+    return rows if len(rows) < 2 else [r for r in rows if r.name != OPS_ROW]
+
+
 def known_causes(
     base: SummaryLike,
     head: SummaryLike,
@@ -63,11 +76,10 @@ def known_causes(
     causes += [r.cause for r in rows
                if r.name.startswith(SETTINGS_PREFIX) and r.name not in loader_rows and r.cause]
     by_name = {r.name: r for r in rows}
-    for name in COUNTER_ORDER:
-        row = by_name.get(name)
-        if row is not None and row.cause:
-            causes.append(row.cause)
-    return causes
+    named = [r for r in (by_name.get(name) for name in COUNTER_ORDER) if r is not None and r.cause]
+    if causes:  # a setting or a straggler names it already: the ops row would only echo it
+        named = [r for r in named if r.name != OPS_ROW]
+    return causes + [r.cause for r in surest(named)]
 
 
 def label(count: int, *, passed: bool) -> str:
