@@ -10,6 +10,7 @@ from tests.gate.summaries import BASE_MS, make, shift
 from tests.gate.test_counters import COUNTERS
 from traceml_ci.gate import ab_report
 from traceml_ci.gate.ab import HOST_CONFIRM_ROUNDS, AbVerdict, Side, SideFigures, run_rounds
+from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 
 def host(ms=None, **kw):
@@ -65,7 +66,7 @@ def test_a_share_past_its_band_in_every_round_regresses():
                                       "round: step_time.dataloader_pct: 20.0% → 50.0%")
     # the intervals are estimates against the bands
     step = next(iv for iv in result.intervals if iv.metric == "step_time")
-    assert step.tolerance == 100.0
+    assert step.tolerance == HOST_BAND_CPU_PCT
 
 
 def test_a_count_decides_in_the_first_round_and_the_report_folds_the_rounds():

@@ -64,9 +64,9 @@ def test_the_band_still_needs_the_shift_beyond_the_noise():
     assert c.verdict is Verdict.PASS
 
 
-@pytest.mark.parametrize(("factor", "status"), [(1.4, Status.OK), (1.9, Status.OK),
-                                                 (2.3, Status.REGRESSED)])
-def test_cpu_time_per_step_fails_only_past_twice_the_base(factor, status):
+@pytest.mark.parametrize(("factor", "status"), [(1.9, Status.OK), (3.5, Status.OK),
+                                                 (4.5, Status.REGRESSED)])
+def test_cpu_time_per_step_fails_only_past_four_times_the_base(factor, status):
     c = compare(host(), host({p: v * factor for p, v in BASE_MS.items()}))
     row = c.row("step_time.cpu_ms")
     assert row.status is status and row.evidence is Evidence.HOST_CLOCK
@@ -77,9 +77,9 @@ def test_cpu_time_per_step_fails_only_past_twice_the_base(factor, status):
 
 def test_a_wall_clock_stretched_by_load_alone_never_fails():
     # a loaded runner stretched the tiny GPT-2's median step 3.5x with the code unchanged
-    # (benchmarks/cisuite): its CPU time per step hardly moved
+    # (benchmarks/cisuite), and an oversubscribed one an MLP's CPU per step 2.3x
     base = host()
-    head = host({p: v * 3.5 for p, v in BASE_MS.items()}, cpu_ms=sum(BASE_MS.values()) * 1.2)
+    head = host({p: v * 3.5 for p, v in BASE_MS.items()}, cpu_ms=sum(BASE_MS.values()) * 2.34)
     c = compare(base, head)
     assert c.row("step_time.step_ms.median").status is Status.OK
     assert c.row("step_time.step_ms.median").note.startswith("informs")
