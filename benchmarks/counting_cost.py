@@ -91,7 +91,8 @@ def main() -> None:
             plain.append(timed(step))
             probe = CounterProbe(warn=lambda msg: print("warning:", msg, file=sys.stderr))
 
-            def counted(probe: CounterProbe = probe) -> None:
+            def counted(probe: CounterProbe = probe, model: torch.nn.Module = model,
+                        step: Callable[[], None] = step) -> None:
                 assert probe.begin(1, 5, (model,))
                 step()
                 probe.end(2)
