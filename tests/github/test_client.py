@@ -361,6 +361,7 @@ def test_a_nonsense_retry_after_is_an_api_error_never_a_sleep(github, client, sl
         list(client.iter_issue_comments(REPO, PR))
     assert exc.value.exit_code == 5 and slept == []
     assert len(github.requests) == 1
+    assert "after one retry" not in str(exc.value)  # one request, none retried
 
 
 def test_a_retry_after_as_an_http_date_waits_until_then(github, client, slept) -> None:

@@ -394,18 +394,19 @@ class GitHubClient:
             try:
                 wait = None if retried else _retry_wait(status, headers, message)
             except ValueError as exc:  # a rate limit's Retry-After that is not a time
-                self._fail(f"{_describe(status, headers, message, what)}; not retried: {exc}")
+                said = _describe(status, headers, message, what, retried)
+                self._fail(f"{said}; not retried: {exc}")
             if wait is not None and method == "POST" and status >= 500:
                 # GitHub can create the comment and still answer 5xx: a blind retry could post
                 # it twice. The caller looks for it before trying again.
-                self._fail(_describe(status, headers, message, what), CreateUncertain)
+                self._fail(_describe(status, headers, message, what, retried), CreateUncertain)
             if wait is None:
-                self._fail(_describe(status, headers, message, what))
+                self._fail(_describe(status, headers, message, what, retried))
             if wait >= self._left():
                 self._fail(
                     f"GitHub API: {what}: a retry would wait {wait:g} s, past the "
                     f"{self.deadline_s:g} s deadline for this command's GitHub API work "
-                    f"({_describe(status, headers, message, what)})",
+                    f"({_describe(status, headers, message, what, retried)})",
                     TimedOut,
                 )
             retried = True
@@ -546,7 +547,8 @@ def _reset_time(reset: str) -> str:
         return ""
 
 
-def _describe(status: int, headers: Mapping[str, str], message: str, what: str) -> str:
+def _describe(status: int, headers: Mapping[str, str], message: str, what: str,
+              retried: bool = False) -> str:
     detail = f"{status} {message}".strip()
     if status == 401:
         return (
@@ -557,7 +559,8 @@ def _describe(status: int, headers: Mapping[str, str], message: str, what: str) 
         when = _reset_time(headers.get("x-ratelimit-reset", ""))
         return f"GitHub API: {what}: rate limit exhausted{when} ({detail})"
     if _is_secondary_limit(status, headers, message):
-        return f"GitHub API: {what}: still rate-limited after one retry ({detail})"
+        again = "still rate-limited after one retry" if retried else "rate-limited"
+        return f"GitHub API: {what}: {again} ({detail})"
     if status == 403:
         return f"GitHub API: {what}: permission denied ({detail}); {PERMISSION_HINT}"
     if status == 404:
