@@ -21,6 +21,7 @@ from traceml_ci.cli.ab import parse_command, side_env
 from traceml_ci.cli.main import main
 from traceml_ci.errors import UsageError
 from traceml_ci.gate.ab import DEFAULT_MAX_ROUNDS, HOST_CONFIRM_ROUNDS
+from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 CLI = [sys.executable, "-m", "traceml_ci"]
 
@@ -71,10 +72,9 @@ def test_a_5ms_spin_in_forward_is_a_regression_naming_forward_and_step_time(tmp_
     for name in doc["confirmed"]:
         assert f"{name}: " in doc["reason"]
     # the intervals are estimates against the bands: both sides measured their CPU per step
-    regressed = {iv["metric"] for iv in doc["intervals"] if iv["status"] == "regressed"}
-    # the CPU per step is what the band judges; the wall clock's interval, which a loaded
-    # runner's contention can excuse, informs
-    assert "step_cpu" in regressed and "step_time" in {iv["metric"] for iv in doc["intervals"]}
+    # (three rounds' intervals are wide: their estimates, not their bounds, are what is sure)
+    intervals = {iv["metric"]: iv for iv in doc["intervals"]}
+    assert intervals["step_cpu"]["estimate"] > HOST_BAND_CPU_PCT and "step_time" in intervals
     assert doc["base"]["commit"] == git(repo, "rev-parse", "HEAD~1").strip()
     rounds = doc["rounds"]
     assert len(rounds) == HOST_CONFIRM_ROUNDS  # confirmed in every round

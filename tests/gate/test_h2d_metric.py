@@ -14,7 +14,7 @@ OWN = {"dataloader": 1.0, "forward": 4.0, "backward": 4.0, "optimizer": 1.0}
 
 def test_slower_copies_regress_the_h2d_share() -> None:
     base = summary_doc({**OWN, "h2d": 0.5}, copies=True, jitter=0.02)
-    head = summary_doc({**OWN, "h2d": 4.0}, copies=True, jitter=0.02)  # pageable memory, say
+    head = summary_doc({**OWN, "h2d": 8.0}, copies=True, jitter=0.02)  # pageable memory, say
     c = compare(base, head)
     row = c.row("step_time.h2d_pct")
     assert row is not None and row.status is Status.REGRESSED

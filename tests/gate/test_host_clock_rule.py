@@ -44,7 +44,7 @@ def test_between_warn_and_fail_tier_is_no_warning_on_a_host_clock():
 
 
 def test_a_share_past_the_band_fails_alone():
-    base, head = host(), host(shift(dataloader=9.0))  # 20 % -> 44.8 %: +24.8 pp
+    base, head = host(), host(shift(dataloader=16.0))  # 20 % -> 55.6 %: +35.6 pp
     assert head["step_time"]["dataloader_pct"] - 20.0 > HOST_BAND_SHARE_PP
     c = compare(base, head)
     row = c.row("step_time.dataloader_pct")
@@ -54,8 +54,8 @@ def test_a_share_past_the_band_fails_alone():
 
 
 def test_the_band_still_needs_the_shift_beyond_the_noise():
-    base = host(iqr_pp=20.0)
-    head = host(shift(dataloader=9.0), iqr_pp=20.0)  # +24.8 pp, noise hypot(20, 20) = 28 pp
+    base = host(iqr_pp=30.0)
+    head = host(shift(dataloader=16.0), iqr_pp=30.0)  # +35.6 pp, noise hypot(30, 30) = 42 pp
     c = compare(base, head)
     row = c.row("step_time.dataloader_pct")
     # past the band but within the noise: said in the row, never a warning

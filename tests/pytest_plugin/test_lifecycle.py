@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.pytest_plugin.conftest import SmokeProject
+from traceml_ci.gate.judging import HOST_BAND_SHARE_PP
 
 
 def test_first_run_without_a_baseline_passes_with_a_note(smoke: SmokeProject) -> None:
@@ -65,7 +66,8 @@ def test_update_then_pass_then_regress(smoke: SmokeProject) -> None:
         "confirmed: 3 runs combined still regress (2 re-run(s))",
         "traceml-ci regression: * beyond tolerance and noise*",
         "Timings (host clock: they inform, *past the band: step_time.dataloader_pct*",
-        "*step_time.dataloader_pct: * → * (+* pp; tolerance +15 pp host-clock band)*",
+        f"*step_time.dataloader_pct: * → * (+* pp; tolerance +{HOST_BAND_SHARE_PP:g} pp "
+        "host-clock band)*",
         "*step_time.dataloader_pct*regressed*",
         "If this change is intended, run with --traceml-update-baseline to accept it.",
     ])

@@ -10,7 +10,7 @@ from typing import Any
 from traceml_ci.gate.metrics import METRICS, UNKNOWN_LABELS, Kind, Metric, good_labels
 from traceml_ci.gate.results import Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule, Rules
-from traceml_ci.summary.keys import ALL_PHASES
+from traceml_ci.summary.keys import ALL_PHASES, WAIT_PHASE
 from traceml_ci.summary.view import SummaryView
 
 #: On a host clock (a CPU runner) a timing figure -- a share, the step time, a label the shares
@@ -19,7 +19,9 @@ from traceml_ci.summary.view import SummaryView
 #: says that it moved. Alone it fails only past a band that unchanged code never reached there
 #: (docs/gate.md, "The rule", measured by benchmarks/cisuite), and a re-run must confirm it.
 #: A rule with ``fail = true`` keeps its own tiers on a host clock.
-HOST_BAND_SHARE_PP = 15.0
+#: A share: +25 pp. Unchanged code's single runs moved a share up to 15.2 pp beside two busy
+#: loops and a parallel test run on 2 cores (benchmarks/cisuite, 20 A/B sessions' first rounds).
+HOST_BAND_SHARE_PP = 25.0
 #: ... the job's CPU time per step (``step_time.cpu_ms``): four times the base's. Not the
 #: wall-clock step time, which a loaded runner stretched 3.5x for unchanged code
 #: (benchmarks/cisuite: the tiny GPT-2's 7.8 ms median at 26.9 ms beside two busy loops, three
@@ -31,9 +33,12 @@ HOST_BAND_CPU_PCT = 300.0
 #: ... the straggler's own work above the other ranks' median, in pp of it: balanced ranks' CPU
 #: time per step differed by up to 47 % on the 2-core runner beside busy loops.
 HOST_BAND_STRAGGLER_PP = 100.0
-#: The bands by metric name; a timed metric not named here only informs on a host clock.
+#: The bands by metric name; a timed metric not named here only informs on a host clock. The
+#: wait share has none: on a host clock it times the other rank's scheduling as much as the
+#: collectives (an unchanged 2-rank DDP job's moved 29.6 pp in one run beside busy loops).
 HOST_BANDS: dict[str, Rule] = {
-    **{f"step_time.{phase}_pct": Rule(abs=HOST_BAND_SHARE_PP) for phase in ALL_PHASES},
+    **{f"step_time.{phase}_pct": Rule(abs=HOST_BAND_SHARE_PP)
+       for phase in ALL_PHASES if phase != WAIT_PHASE},
     "step_time.cpu_ms": Rule(rel=HOST_BAND_CPU_PCT),
     "distributed.straggler.score_pct": Rule(abs=HOST_BAND_STRAGGLER_PP),
 }
