@@ -65,3 +65,12 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     monkeypatch.setattr(session, "_model_device", lambda models: FakeDevice("cuda", 0))
     monkeypatch.setattr(session.Tracer, "_start_gpu_sampler", lambda self, t, i: None)
     return log, memory
+
+
+def marked_line(path: str, marker: str) -> int:
+    """The line of file ``path`` that ends with ``# marker`` (so no test hard-codes a line
+    number)."""
+    with open(path) as f:
+        lines = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
+    assert len(lines) == 1, marker
+    return lines[0]

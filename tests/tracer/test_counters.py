@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import traceml_ci as traceml
-from tests.tracer.conftest import finish_and_load
+from tests.tracer.conftest import finish_and_load, marked_line
 from traceml_ci.tracer import counters
 
 B, IN, HID, OUT = 8, 16, 32, 4
@@ -29,11 +29,7 @@ def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _line(marker: str) -> int:
-    """The line of this file that carries ``marker`` (so no test hard-codes a line number)."""
-    with open(__file__) as f:
-        lines = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(lines) == 1, marker
-    return lines[0]
+    return marked_line(__file__, marker)
 
 
 def _zero_change_train(steps: int = 12, *, item: bool = False, keep: list | None = None) -> None:

@@ -20,7 +20,7 @@ from torch import nn
 
 import traceml_ci as traceml
 from tests.tracer import fakelib
-from tests.tracer.conftest import finish_and_load
+from tests.tracer.conftest import finish_and_load, marked_line
 from traceml_ci.tracer import sites
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,10 +41,7 @@ def lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def _line(marker: str) -> int:
-    with open(__file__) as f:
-        lines = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(lines) == 1, marker
-    return lines[0]
+    return marked_line(__file__, marker)
 
 
 USER_SOURCE = "def call(fn):\n    return fn()\n"

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import traceml_ci as traceml
-from tests.tracer.conftest import finish_and_load
+from tests.tracer.conftest import finish_and_load, marked_line
 from traceml_ci.gate import Status, Verdict, compare
 
 B, IN, HID, OUT = 8, 16, 32, 4
@@ -28,11 +28,7 @@ def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _line(marker: str) -> int:
-    """The line of this file that carries ``marker``."""
-    with open(__file__) as f:
-        lines = [i for i, text in enumerate(f, 1) if text.rstrip().endswith(f"# {marker}")]
-    assert len(lines) == 1, marker
-    return lines[0]
+    return marked_line(__file__, marker)
 
 
 def _train(steps: int = 10, *, fills: int = 0, set_to_none: bool = True,
