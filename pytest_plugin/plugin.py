@@ -189,16 +189,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
-#: An A/B child's node ids that failed (any phase), for its answer to the parent.
+#: An A/B child's node ids that failed (any phase), and those whose body ran, for its answer.
 CHILD_FAILED: pytest.StashKey[set[str]] = pytest.StashKey()
+CHILD_RAN: pytest.StashKey[set[str]] = pytest.StashKey()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, Any]:
     report = yield
     options = item.config.stash.get(OPTIONS, None)
-    if report.failed and options is not None and options.ab_child is not None:
-        item.config.stash.setdefault(CHILD_FAILED, set()).add(item.nodeid)
+    if options is not None and options.ab_child is not None:
+        if report.failed:
+            item.config.stash.setdefault(CHILD_FAILED, set()).add(item.nodeid)
+        if report.when == "call":
+            item.config.stash.setdefault(CHILD_RAN, set()).add(item.nodeid)
     return report
 
 
@@ -211,8 +215,10 @@ def _answer_parent(session: pytest.Session, path: Any, state: TracemlState | Non
     results = {} if state is None else state.results
     summaries = {k: r.summary for k, r in results.items() if r.summary is not None}
     failed = session.config.stash.get(CHILD_FAILED, set())
+    ran = session.config.stash.get(CHILD_RAN, set())  # not one that -x or maxfail left out
     nodes: dict[str, dict[str, Any]] = {
-        item.nodeid: {"passed": item.nodeid not in failed, "keys": []} for item in session.items}
+        item.nodeid: {"passed": item.nodeid not in failed, "keys": []}
+        for item in session.items if item.nodeid in ran}
     for key, r in results.items():
         if r.summary is not None and r.nodeid in nodes:
             nodes[r.nodeid]["keys"].append(key)

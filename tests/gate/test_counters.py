@@ -159,3 +159,20 @@ def test_the_model_itself_is_named_by_its_class() -> None:
     assert _counter_rows(_doc(), head)["counters.flops_per_step"].note == (
         "FLOPs per step +50 % (Net +500 FLOP)"
     )
+
+
+def test_the_ops_row_is_not_judged_across_torch_minor_versions():
+    """torch's decompositions change between minor versions: the same code runs other ops."""
+    from tests.gate.summaries import make
+
+    def ran(ops: int, torch_version: str) -> dict:
+        doc = make()
+        doc["env"]["torch"] = torch_version
+        doc["counters"] = {"sampled_step": 1, "ops": {
+            "per_step": ops, "kinds": {"addmm": [ops, 0]}, "sites": ["train.py:9"], "other": 0}}
+        return doc
+
+    same = compare(ran(10, "2.13.0+cpu"), ran(14, "2.13.1")).row("counters.ops_per_step")
+    assert same.status is Status.REGRESSED and "+4 addmm per step at train.py:9" in same.note
+    bumped = compare(ran(10, "2.13.0"), ran(14, "2.14.0")).row("counters.ops_per_step")
+    assert bumped.status is Status.OK and bumped.note == "not judged: torch 2.13 → 2.14"

@@ -26,7 +26,7 @@ def test_defaults_match_the_documented_tolerances():
     step = r.rule_for("step_time.step_ms.median")
     assert (step.rel, step.warn_rel) == (25.0, 10.0)
     mem = r.rule_for("step_memory.peak_reserved_mb")
-    assert (mem.rel, mem.abs, mem.warn_rel, mem.warn_abs) == (10.0, 16.0, None, None)
+    assert (mem.rel, mem.abs, mem.warn_rel, mem.warn_abs) == (10.0, 16.0, 5.0, 8.0)
     info = r.rule_for("step_time.phase_ms.forward")
     assert not info.has_fail_tier and not info.has_warn_tier
     assert r.noise_factor == DEFAULT_NOISE_FACTOR == 1.0

@@ -110,10 +110,10 @@ def test_untraced():
     assert True
 '''
 
-#: Tolerances for gating on a busy shared runner: step time may wander (other jobs share the
-#: cores) but not triple; a 35-step run's shares can wander several points between sessions, so
-#: they fail only beyond 15 pp (the injected slowdown moves the dataloader share by ~70). Memory
-#: is skipped: in-process sessions share one process, whose RSS grows from session to session.
+#: Tolerances as a user might write them: on the host clock these runs use they only inform
+#: (the host-clock bands decide: +25 pp of a share, 4x the CPU per step; the injected slowdown
+#: moves the dataloader share by ~70). Memory is skipped: in-process sessions share one
+#: process, whose RSS grows from session to session.
 TOLERANCES = '''
 [tolerances]
 "step_time.step_ms.median" = {rel = 200, warn_rel = 50}

@@ -73,7 +73,7 @@ def test_second():
 #: What the head's forward adds to the base's 1 ms spin: a step several times slower, which
 #: two or three rounds tell apart even on a loaded machine: its CPU per step well past the host
 #: clock's 4x band.
-ADDED_MS = 15.0
+ADDED_MS = 30.0
 
 #: Where the outer session's temporary folders (and so the base's worktree) go, per test.
 TMP = "tmp-of-session"

@@ -151,7 +151,7 @@ def stack_pairs(batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.T
 
 
 @pytest.mark.parametrize(("collate", "name"), [(None, "default"),
-                                               (stack_pairs, ".stack_pairs")])
+                                               (stack_pairs, f"{__name__}.stack_pairs")])
 def test_a_dataloaders_collate_fn_is_named(fresh_tracer, collate, name) -> None:
     tracer = fresh_tracer(warmup_steps=2)
     data = TensorDataset(torch.randn(32, IN), torch.randn(32, OUT))
@@ -159,6 +159,4 @@ def test_a_dataloaders_collate_fn_is_named(fresh_tracer, collate, name) -> None:
     for x, _ in DataLoader(data, batch_size=4, collate_fn=collate):
         with traceml.trace_step(model):
             model(x)
-    got = finish_and_load(tracer)["step_time"]["dataloader"]["collate_fn"]
-    assert got == name or got.endswith(name)
-    assert not os.path.isabs(got)
+    assert finish_and_load(tracer)["step_time"]["dataloader"]["collate_fn"] == name

@@ -12,6 +12,7 @@ adds why it matters or what to do.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,15 +41,29 @@ def counter_rows(
     base: SummaryLike, head: SummaryLike
 ) -> list[Row]:
     """The counters' rows, for what both summaries measured."""
-    b, h = as_view(base).counters, as_view(head).counters
+    bv, hv = as_view(base), as_view(head)
+    b, h = bv.counters, hv.counters
+    torches = (_torch_minor(bv.doc), _torch_minor(hv.doc))
     rows: list[Row] = []
     for make in (_syncs, _ops, _leak, _optimizer, _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
+            if row is not None and make is _ops and torches[0] != torches[1]:
+                # torch's decompositions change between minor versions: other ops, same code
+                row = dataclasses.replace(
+                    row, status=Status.OK, cause="",
+                    note=f"not judged: torch {torches[0] or '?'} → {torches[1] or '?'}")
             if row is not None:
                 rows.append(row)
     return rows
+
+
+def _torch_minor(doc: Mapping[str, Any]) -> str | None:
+    """``2.13`` of a summary's ``env.torch`` (``2.13.0+cpu``), else None."""
+    env = doc.get("env")
+    version = env.get("torch") if isinstance(env, Mapping) else None
+    return ".".join(version.split("+")[0].split(".")[:2]) if isinstance(version, str) else None
 
 
 def _row(

@@ -4,6 +4,7 @@ label row. The rules are documented in docs/gate.md ("Tolerances", "The noise ru
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -243,6 +244,9 @@ def _judge_metric(
     host_clock: bool,
 ) -> Row:
     """The row of one metric with a value on at least one side."""
+    if host_clock and metric.path[0] == "step_memory" and rule.has_warn_tier:
+        # RSS moves with the runner's load: between the tiers it is said by the delta, no more
+        rule = dataclasses.replace(rule, warn_abs=None, warn_rel=None)
     gating = metric.kind is Kind.LABEL or rule.has_fail_tier or rule.has_warn_tier
     informs = informs_only(metric, rule, host_clock)
     band = HOST_BANDS.get(metric.name) if informs else None

@@ -90,9 +90,12 @@ DEFAULT_TOLERANCES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("step_time.*_pct", {"abs": 5.0, "warn_abs": 3.0, "direction": "worse"}),
     ("step_time.step_ms.median", {"rel": 25.0, "warn_rel": 10.0, "direction": "worse"}),
     ("step_memory.diagnosis", {"direction": "worse"}),
-    # No warn tier: a job's peak RSS moved +5 % and 8 MB between unchanged runs on a loaded
-    # runner (benchmarks/cisuite), a warning that meant nothing.
-    ("step_memory.peak_*_mb", {"rel": 10.0, "abs": 16.0, "direction": "worse"}),
+    # On a host clock the warn tier is dropped (gate/judging.py): a job's peak RSS moved +5 %
+    # and 8 MB between unchanged runs on a loaded runner (benchmarks/cisuite).
+    (
+        "step_memory.peak_*_mb",
+        {"rel": 10.0, "abs": 16.0, "warn_rel": 5.0, "warn_abs": 8.0, "direction": "worse"},
+    ),
     ("distributed.straggler.label", {"direction": "worse"}),
     ("distributed.straggler.score_pct", {"abs": 15.0, "warn_abs": 8.0, "direction": "worse"}),
 )

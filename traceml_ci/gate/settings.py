@@ -133,7 +133,7 @@ SETTINGS: tuple[Setting, ...] = (
             "DataLoader collate_fn", _default,
             "each batch is now assembled by this Python function; torch's default collate "
             "stacks tensors in one op (and into shared memory in workers): keep it where it "
-            "does the job"),
+            "does the job", neutral="another function of one's own: accepted as it is"),
     # -- read on the sampled step (tracer/counters.py, ``counters.settings``) ---------------
     Setting("torch.anomaly_detection", _TORCH, "anomaly_detection",
             "autograd anomaly detection", _off,

@@ -1,4 +1,5 @@
-"""Deterministic counters of one sampled step: scalar reads, optimizer state, leaked bytes.
+"""Deterministic counters of one sampled step: scalar reads, ATen ops by kind, settings,
+optimizer state, leaked bytes.
 
 The probe runs on one warmup step (``SAMPLED_STEP``, the one after the FLOP count's), never on
 an analysed one and never per step: a ``TorchDispatchMode`` sees every op of that step, and a
@@ -49,7 +50,7 @@ from traceml_ci.tracer.sites import Sites
 SAMPLED_STEP = 1
 #: A storage allocated in the sampled step and alive this many steps after it has leaked.
 LEAK_AFTER_STEPS = 3
-#: Sites / modules listed (the largest first); the summary block stays well under 2 KB.
+#: Sites / modules listed (the largest first); with the ops by kind the block stays near 2 KB.
 TOP_SITES = 5
 TOP_MODULES = 5
 #: Op kinds listed with their counts (the most run first; the rest summed in ``other``): a
@@ -231,7 +232,7 @@ class CounterProbe:
 
     def note_op(self, op: str, frame: Any) -> None:
         finder = self._sites
-        if threading.get_ident() != self._thread or finder is None:
+        if finder is None:
             return
         key = (op, finder.site(frame))
         self.ops[key] = self.ops.get(key, 0) + 1
@@ -347,15 +348,14 @@ def _mode_class() -> Any:
                 self._count(func, args, kwargs or {}, out)
             except Exception:  # never into the user's step
                 pass
+            try:  # on its own: a failure here loses no read and no new storage
+                self._kind(func, out)
+            except Exception:
+                pass
             return out
 
         def _count(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
             probe = self.probe
-            name = func.overloadpacket.__name__
-            probe.note_op(name, sys._getframe())
-            if name in MATMUL_OPS and isinstance(out, torch.Tensor):
-                dtype = str(out.dtype).removeprefix("torch.")
-                probe.matmul_dtypes[dtype] = probe.matmul_dtypes.get(dtype, 0) + 1
             ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
             if probe._depth == 0 and ins:
                 op = scalar_reads.get(func)
@@ -382,6 +382,17 @@ def _mode_class() -> Any:
                 if nbytes and storage.data_ptr() not in seen:
                     name = func.overloadpacket.__name__
                     probe.note_new(storage, nbytes, name, sys._getframe())
+
+        def _kind(self, func: Any, out: Any) -> None:
+            """The op by kind, and a matrix product's dtype (the training thread's only)."""
+            probe = self.probe
+            if threading.get_ident() != probe._thread:
+                return
+            name = func.overloadpacket.__name__
+            probe.note_op(name, sys._getframe())
+            if name in MATMUL_OPS and isinstance(out, torch.Tensor):
+                dtype = str(out.dtype).removeprefix("torch.")
+                probe.matmul_dtypes[dtype] = probe.matmul_dtypes.get(dtype, 0) + 1
 
     _MODE_CLASS = CounterMode
     return _MODE_CLASS
@@ -458,16 +469,22 @@ def ops_block(ops: dict[tuple[str, str], int]) -> dict[str, Any]:
 
 
 def torch_settings(torch: Any, models: tuple[Any, ...]) -> dict[str, Any]:
-    """What the code told torch that changes a step's cost, read as the sampled step starts."""
-    backends = torch.backends
-    out: dict[str, Any] = {
-        "anomaly_detection": bool(torch.is_anomaly_enabled()),
-        "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
-        "autograd_profiler": bool(torch.autograd.profiler._is_profiler_enabled),
-        "cudnn_benchmark": bool(backends.cudnn.benchmark),
-        "matmul_precision": str(torch.get_float32_matmul_precision()),
-        "device": _device_of(models),
+    """What the code told torch that changes a step's cost, read as the sampled step starts.
+    Each read on its own: one this torch lacks leaves that setting out, never the counters."""
+    reads: dict[str, Callable[[], Any]] = {
+        "anomaly_detection": lambda: bool(torch.is_anomaly_enabled()),
+        "deterministic_algorithms": lambda: bool(torch.are_deterministic_algorithms_enabled()),
+        "autograd_profiler": lambda: bool(torch.autograd._profiler_enabled()),
+        "cudnn_benchmark": lambda: bool(torch.backends.cudnn.benchmark),
+        "matmul_precision": lambda: str(torch.get_float32_matmul_precision())[:64],
+        "device": lambda: _device_of(models),
     }
+    out: dict[str, Any] = {}
+    for key, read in reads.items():
+        try:
+            out[key] = read()
+        except Exception:  # an API this torch has not: that setting is not recorded
+            pass
     for model in models:
         if type(model).__name__ == "DistributedDataParallel":  # no import of torch.distributed
             out.update({
