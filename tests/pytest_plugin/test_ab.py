@@ -17,6 +17,7 @@ import pytest
 
 from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
 from tests.cli.scripts import kill_group, run_group, run_together
+from traceml_ci.gate.ab import HOST_CONFIRM_ROUNDS
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 #: A tiny training loop whose forward spins (SPIN_NET) 1 ms; the head commit spins longer where
@@ -212,8 +213,14 @@ def test_no_change_is_never_a_regression(quiet) -> None:
     assert doc["verdict"] == "pass"
     result.assert_outcomes(passed=2)  # and no warning
     assert result.ret == 0
-    assert len(test["ab"]["rounds"]) == 1  # the first round's counts decide
-    assert test["detail"].startswith("pass after 1 round: ")
+    # the first round's counts decide; a timing past its host-clock band in round 1 (a loaded
+    # runner can do that to a 2 ms step) is re-run to confirm, never failed on its own
+    rounds = len(test["ab"]["rounds"])
+    assert 1 <= rounds <= HOST_CONFIRM_ROUNDS, test["detail"]
+    if rounds == 1:
+        assert test["detail"].startswith("pass after 1 round: ")
+    else:
+        assert "regressed in round 1, not in every round since: not confirmed" in test["detail"]
     assert "timings (host clock) inform: step " in test["detail"]
     out = result.stdout.str()
     assert "A/B REGRESSION" not in out and "regression for" not in out
