@@ -176,3 +176,71 @@ def test_the_ops_row_is_not_judged_across_torch_minor_versions():
     assert same.status is Status.REGRESSED and "+4 addmm per step at train.py:9" in same.note
     bumped = compare(ran(10, "2.13.0"), ran(14, "2.14.0")).row("counters.ops_per_step")
     assert bumped.status is Status.OK and bumped.note == "not judged: torch 2.13 → 2.14"
+
+
+def _with(block: str, value: dict) -> dict:
+    doc = _doc()
+    doc["counters"][block] = value
+    return doc
+
+
+def test_autograd_history_kept_regresses_naming_the_line_that_holds_it() -> None:
+    clean = {"after_steps": 3, "nodes_kept_per_step": 0, "top": []}
+    kept = {"after_steps": 3, "nodes_kept_per_step": 24,
+            "top": [{"at": "train.py:68", "nodes": 20}, {"at": "train.py:70", "nodes": 4}],
+            "newest": {"op": "add", "at": "train.py:70"}}
+    row = _counter_rows(_with("graph", clean), _with("graph", kept))[
+        "counters.graph_nodes_kept_per_step"]
+    assert row.status is Status.REGRESSED and (row.base, row.head) == (0, 24)
+    assert row.cause == ("keeps 24 autograd graph nodes more of each step alive 3 steps later "
+                         "(most made at train.py:68; the newest made at train.py:70 (add))")
+    assert "accumulate `loss.item()` or `loss.detach()`" in row.note
+    assert compare(_with("graph", clean), _with("graph", kept)).verdict is Verdict.REGRESSION
+    back = _counter_rows(_with("graph", kept), _with("graph", clean))[
+        "counters.graph_nodes_kept_per_step"]
+    assert back.status is Status.IMPROVED
+    assert back.note == "keeps 24 autograd graph nodes fewer of each step alive"
+
+
+def test_a_validation_forward_with_grad_regresses_at_its_line() -> None:
+    none = {"per_step": 0, "sites": []}
+    one = {"per_step": 1, "sites": [{"at": "train.py:37", "count": 1}]}
+    row = _counter_rows(_with("eval_grad", none), _with("eval_grad", one))[
+        "counters.eval_forwards_with_grad_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == "adds 1 eval-mode forward with autograd on per step at train.py:37"
+    assert "torch.no_grad()" in row.note and "Tuning Guide" in row.note
+    back = _counter_rows(_with("eval_grad", one), _with("eval_grad", none))[
+        "counters.eval_forwards_with_grad_per_step"]
+    assert back.status is Status.IMPROVED
+
+
+def test_an_all_reduce_per_micro_batch_regresses_by_its_bytes() -> None:
+    """DDP under no_sync(): one all-reduce, and two small broadcasts of its one-time bucket
+    rebuild; without no_sync(), four all-reduces."""
+    synced = {"per_step": 3, "bytes_per_step": 668, "sites": [
+        {"op": "broadcast_", "at": "ddp.py:42", "count": 2, "bytes": 24},
+        {"op": "allreduce_", "at": "ddp.py:43", "count": 1, "bytes": 644}]}
+    every = {"per_step": 4, "bytes_per_step": 2576, "sites": [
+        {"op": "allreduce_", "at": "ddp.py:43", "count": 4, "bytes": 2576}]}
+    row = _counter_rows(_with("collectives", synced), _with("collectives", every))[
+        "counters.collectives_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == ("collectives: +3 allreduce_ per step at ddp.py:43; -2 broadcast_ per "
+                         "step (+1.91 kB per step)")
+    assert "model.no_sync()" in row.note
+    back = _counter_rows(_with("collectives", every), _with("collectives", synced))[
+        "counters.collectives_per_step"]
+    assert back.status is Status.IMPROVED  # fewer bytes, though the broadcasts are new
+    assert back.note == ("collectives: +2 broadcast_ per step at ddp.py:42; -3 allreduce_ per "
+                         "step (-1.91 kB per step)")
+    user = copy.deepcopy(synced)  # the user's own all_reduce of the loss each step
+    user["sites"].append({"op": "allreduce_", "at": "train.py:9", "count": 1, "bytes": 4})
+    user["per_step"], user["bytes_per_step"] = 4, 672
+    added = _counter_rows(_with("collectives", synced), _with("collectives", user))[
+        "counters.collectives_per_step"]
+    assert added.status is Status.REGRESSED
+    assert added.cause == "collectives: +1 allreduce_ per step at train.py:9 (+4 B per step)"
+    same = _counter_rows(_with("collectives", synced), _with("collectives", synced))[
+        "counters.collectives_per_step"]
+    assert same.status is Status.OK and not same.note

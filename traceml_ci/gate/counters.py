@@ -45,11 +45,12 @@ def counter_rows(
     b, h = bv.counters, hv.counters
     torches = (_torch_minor(bv.doc), _torch_minor(hv.doc))
     rows: list[Row] = []
-    for make in (_syncs, _ops, _leak, _optimizer, _flops, _params):
+    for make in (_syncs, _ops, _leak, _graph, _eval_grad, _collectives, _optimizer, _flops,
+                 _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
-            if row is not None and make is _ops and torches[0] != torches[1]:
+            if row is not None and make in _BY_TORCH and torches[0] != torches[1]:
                 # torch's decompositions change between minor versions: other ops, same code
                 row = dataclasses.replace(
                     row, status=Status.OK, cause="",
@@ -244,6 +245,95 @@ def _leak(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         note,
         why,
     )
+
+
+def _top_at(block: Mapping[str, Any], key: str = "sites") -> str:
+    """`` at file:line`` of a block's first listed site ("" when none)."""
+    top = block.get(key)
+    first = top[0] if isinstance(top, list) and top and isinstance(top[0], Mapping) else {}
+    return f" at {first['at']}" if isinstance(first.get("at"), str) else ""
+
+
+#: What to do about autograd history kept across steps (the PyTorch FAQ's first item).
+HISTORY_FIX = ("accumulate `loss.item()` or `loss.detach()`, keep outputs `.detach()`ed (PyTorch "
+               "FAQ: don't accumulate history across your training loop)")
+#: What to do about a validation forward with autograd on.
+EVAL_GRAD_FIX = ("wrap validation in `torch.no_grad()` or `torch.inference_mode()` (Tuning "
+                 "Guide: disable gradient calculation for validation or inference)")
+#: What to do about more collectives per step.
+COLLECTIVES_FIX = ("under gradient accumulation, run all but the last micro-batch's backward in "
+                   "`model.no_sync()` (Tuning Guide: skip unnecessary all-reduce if training "
+                   "with DDP and gradient accumulation)")
+
+
+def _graph(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """Autograd graph nodes a step made that are alive steps later: more regress, naming the
+    line of the newest (what holds the history) and the lines that made the most."""
+    bn, hn = _int(b.get("nodes_kept_per_step")), _int(h.get("nodes_kept_per_step"))
+    if bn is None or hn is None:
+        return None
+    note = why = ""
+    if hn != bn:
+        side = h if hn > bn else b
+        newest = side.get("newest")
+        held = (f"; the newest made at {newest['at']} ({newest.get('op', '?')})"
+                if isinstance(newest, Mapping) and isinstance(newest.get("at"), str) else "")
+        after = _int(side.get("after_steps")) or 0
+        if hn > bn:
+            note = (f"keeps {_plural(hn - bn, 'autograd graph node')} more of each step alive "
+                    f"{after} steps later (most made{_top_at(h, 'top')}{held})")
+            why = f": something holds each step's graph -- {HISTORY_FIX}"
+        else:
+            note = f"keeps {_plural(bn - hn, 'autograd graph node')} fewer of each step alive"
+    return _row("graph_nodes_kept_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
+                "nodes/step", "nodes/step", hn > bn, hn < bn, note, why)
+
+
+def _eval_grad(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """A traced model's eval-mode forwards with autograd on, per step: more regress."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    note = why = ""
+    if hn > bn:
+        note = (f"adds {_plural(hn - bn, 'eval-mode forward')} with autograd on per step"
+                f"{_top_at(h)}")
+        why = f": a graph built that no backward uses -- {EVAL_GRAD_FIX}"
+    elif hn < bn:
+        note = f"{_plural(bn - hn, 'eval-mode forward')} per step no longer builds a graph"
+    return _row("eval_forwards_with_grad_per_step", bn, hn, float(hn - bn), _EXACT,
+                Kind.SLOPE, "forwards/step", "forwards/step", hn > bn, hn < bn, note, why)
+
+
+def _collectives(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """Collectives (c10d ops) per step, judged by the bytes they move, then by their count:
+    more regress. (A count alone can mislead: DDP's one-time bucket rebuild broadcasts twice
+    in whichever step it lands on, and under ``no_sync()`` that is the sampled one.) The note
+    names the kinds that moved, their line and the bytes."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    bb, hb = _int(b.get("bytes_per_step")), _int(h.get("bytes_per_step"))
+    if bn is None or hn is None or bb is None or hb is None:
+        return None
+    bs, hs = _sites(b, "sites", "count"), _sites(h, "sites", "count")
+    moves = sorted(((hs.get(k, 0) - bs.get(k, 0), k) for k in set(bs) | set(hs)),
+                   key=lambda m: (-m[0], m[1]))
+    moves = [(d, k) for d, k in moves if d]
+    worse = (hb, hn) > (bb, bn) if hb != bb or hn != bn else False
+    note = why = ""
+    if moves or hn != bn or hb != bb:
+        named = [f"{d:+d} {op} per step" + (f" at {at}" if d > 0 else "")
+                 for d, (at, op) in moves[:SITES_NAMED]]
+        size = f" ({'+' if hb >= bb else '-'}{_bytes(abs(hb - bb))} per step)" if hb != bb else ""
+        note = f"collectives: {'; '.join(named) or f'{hn - bn:+d} per step'}{size}"
+        if worse:
+            why = f": {COLLECTIVES_FIX}"
+    return _row("collectives_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
+                "calls/step", "calls/step", worse, not worse and (hb, hn) != (bb, bn), note, why)
+
+
+#: Rows whose counts follow torch's own Python (its decompositions, its modules' code): not
+#: judged across torch minor versions.
+_BY_TORCH = (_ops, _graph)
 
 
 def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

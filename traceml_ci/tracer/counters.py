@@ -20,6 +20,15 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
   ``LEAK_AFTER_STEPS`` steps later (weak references: nothing is kept alive by looking), with the
   op and the user's line that allocated the largest (tracer/sites.py, as for the reads).
 
+* **Autograd history kept**: each autograd graph node the sampled step made (the outputs of its
+  torch calls, seen by a ``TorchFunctionMode``) carries a marker in its ``metadata`` dict, which
+  lives exactly as long as the node; markers alive ``LEAK_AFTER_STEPS`` steps later are the
+  nodes something still holds -- a running ``total = total + loss``, a kept output, a
+  validation loss made with grad on. The newest of them is the line that holds the history.
+* **Eval forwards with grad**: a traced model's forward in eval mode with autograd on (a
+  validation forward without ``torch.no_grad()``), by line.
+* **Collectives**: the ``c10d`` ops the step ran (DDP's gradient all-reduces among them), with
+  their bytes: a missing ``no_sync()`` under gradient accumulation is one more per micro-batch.
 * **Ops**: every ATen op the step ran, by kind, each kind with the user's line that ran the
   most of it (``+62 zero_ per step at train.py:20``): a ``zero_grad(set_to_none=False)``, a
   ``foreach=False``, a copy of the state dict per step change what a step does, exactly.
@@ -44,6 +53,9 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.tracer.sites import Sites
+
+#: The key of the marker in a graph node's ``metadata`` dict.
+GRAPH_MARK = "traceml_ci.step"
 
 #: The sampled step: the second ``trace_step`` (the first is the FLOP count's, and builds the
 #: optimizer's state). Needs at least this many + 1 warmup steps.
@@ -127,6 +139,15 @@ class CounterProbe:
         #: dtype -> matrix products (MATMUL_OPS) that produced it in the sampled step.
         self.matmul_dtypes: dict[str, int] = {}
         self.settings: dict[str, Any] | None = None
+        self._fmode: Any = None
+        self._fhook: Any = None
+        #: (weakref(marker), op, file:line) of each graph node the sampled step made, in order.
+        self._marks: list[tuple[Any, str, str]] = []
+        self.graph: dict[str, Any] | None = None
+        #: file:line -> forwards of a traced model in eval mode with autograd on.
+        self.eval_grad: dict[str, int] = {}
+        #: (c10d op, file:line) -> [calls, bytes] in the sampled step.
+        self.collectives: dict[tuple[str, str], list[int]] = {}
 
     @property
     def pending(self) -> bool:
@@ -164,6 +185,10 @@ class CounterProbe:
             self._hook = register_optimizer_step_post_hook(self._stepped)
             self._mode = _mode_class()(self)
             self._mode.__enter__()
+            self._fmode = _graph_mode_class()(self)
+            self._fmode.__enter__()
+            self._fhook = torch.nn.modules.module.register_module_forward_pre_hook(
+                self._forward_pre)
             self.active = True
         except Exception as exc:
             self._restore()
@@ -199,6 +224,11 @@ class CounterProbe:
             return
         self._check_at = None
         new, self._new = self._new, []
+        marks, self._marks = self._marks, []
+        try:
+            self.graph = graph_block(marks, LEAK_AFTER_STEPS)
+        except Exception as exc:
+            self._warn(f"graph check failed ({exc!r})")
         try:
             alive = [(b, op, at) for ref, b, op, at in new if ref() is not None]
             by_site: dict[tuple[str, str], int] = {}
@@ -217,6 +247,7 @@ class CounterProbe:
         """The run ended (or the sampled step raised): disarm, drop the references."""
         self._restore()
         self._new = []
+        self._marks = []
         self._check_at = None
         self._optimizers = []
 
@@ -242,6 +273,49 @@ class CounterProbe:
         at = finder.site(frame) if finder is not None else "?"
         self._new.append((weakref.ref(storage), nbytes, op, at))
 
+    def note_graph(self, out: Any, op: str, frame: Any) -> None:
+        """Mark the graph nodes of a torch call's outputs (the training thread's)."""
+        if threading.get_ident() != self._thread:
+            return
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for t in outs:
+            fn = getattr(t, "grad_fn", None)
+            if fn is None:
+                continue
+            meta = fn.metadata
+            if GRAPH_MARK in meta:  # an op returning its input (an in-place one): marked
+                continue
+            mark = _Mark()
+            meta[GRAPH_MARK] = mark
+            finder = self._sites
+            self._marks.append((weakref.ref(mark), op,
+                                finder.site(frame) if finder is not None else "?"))
+
+    def note_collective(self, op: str, nbytes: int, frame: Any) -> None:
+        finder = self._sites
+        key = (op, finder.site(frame) if finder is not None else "?")
+        entry = self.collectives.setdefault(key, [0, 0])
+        entry[0] += 1
+        entry[1] += nbytes
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        """A traced model's forward in eval mode with autograd on: a validation forward
+        without ``torch.no_grad()`` (submodules in eval mode, a frozen norm, are not news)."""
+        try:
+            if (
+                not module.training
+                and threading.get_ident() == self._thread
+                and any(module is m for m in self._models)
+            ):
+                import torch
+
+                if torch.is_grad_enabled():
+                    finder = self._sites
+                    at = finder.site(sys._getframe(1)) if finder is not None else "?"
+                    self.eval_grad[at] = self.eval_grad.get(at, 0) + 1
+        except Exception:  # never into the user's step
+            pass
+
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not any(o is optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
@@ -254,8 +328,18 @@ class CounterProbe:
             setattr(cls, name, _reader(self, _METHOD_OP.get(name, name), original))
 
     def _restore(self) -> None:
-        mode, self._mode = self._mode, None
         self.active = False
+        for hook in (self._fhook,):
+            if hook is not None:
+                hook.remove()
+        self._fhook = None
+        fmode, self._fmode = self._fmode, None
+        if fmode is not None:  # entered last: left first
+            try:
+                fmode.__exit__(None, None, None)
+            except Exception as exc:
+                self._warn(f"counters: {exc!r}")
+        mode, self._mode = self._mode, None
         if mode is not None:
             try:
                 mode.__exit__(None, None, None)
@@ -290,9 +374,51 @@ class CounterProbe:
         }
         found = {"optimizer": self.optimizer, "leak": self.leak, "flops": self.flops,
                  "ops": ops_block(self.ops) if self.ops else None,
-                 "settings": self.settings or None}
+                 "settings": self.settings or None, "graph": self.graph,
+                 "eval_grad": eval_grad_block(self.eval_grad),
+                 "collectives": collectives_block(self.collectives)}
         out.update((key, value) for key, value in found.items() if value is not None)
         return out
+
+
+class _Mark:
+    """Lives in one graph node's ``metadata`` (so exactly as long as the node)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def graph_block(marks: list[tuple[Any, str, str]], after_steps: int) -> dict[str, Any]:
+    """The ``counters.graph`` block: the sampled step's graph nodes still alive
+    ``after_steps`` steps later, the lines that made the most of them, and the newest one's
+    (what holds the history: a running total's add, a kept output's op)."""
+    alive = [(op, at) for ref, op, at in marks if ref() is not None]
+    by_site: dict[str, int] = {}
+    for _, at in alive:
+        by_site[at] = by_site.get(at, 0) + 1
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+    out: dict[str, Any] = {"after_steps": after_steps, "nodes_kept_per_step": len(alive),
+                           "top": [{"at": at, "nodes": n} for at, n in top]}
+    if alive:
+        op, at = alive[-1]
+        out["newest"] = {"op": op, "at": at}
+    return out
+
+
+def eval_grad_block(by_site: dict[str, int]) -> dict[str, Any]:
+    """The ``counters.eval_grad`` block: a traced model's eval-mode forwards with autograd on,
+    per step, by line."""
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+    return {"per_step": sum(by_site.values()),
+            "sites": [{"at": at, "count": n} for at, n in top]}
+
+
+def collectives_block(found: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
+    """The ``counters.collectives`` block: c10d ops per step, their bytes, the lines."""
+    top = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
+    return {"per_step": sum(n for n, _ in found.values()),
+            "bytes_per_step": sum(b for _, b in found.values()),
+            "sites": [{"op": op, "at": at, "count": n, "bytes": b}
+                      for (op, at), (n, b) in top]}
 
 
 def _reader(probe: CounterProbe, op: str, original: Any) -> Any:
@@ -349,7 +475,7 @@ def _mode_class() -> Any:
             except Exception:  # never into the user's step
                 pass
             try:  # on its own: a failure here loses no read and no new storage
-                self._kind(func, out)
+                self._kind(func, args, out)
             except Exception:
                 pass
             return out
@@ -383,19 +509,54 @@ def _mode_class() -> Any:
                     name = func.overloadpacket.__name__
                     probe.note_new(storage, nbytes, name, sys._getframe())
 
-        def _kind(self, func: Any, out: Any) -> None:
-            """The op by kind, and a matrix product's dtype (the training thread's only)."""
+        def _kind(self, func: Any, args: Any, out: Any) -> None:
+            """The op by kind, a collective's bytes, a matrix product's dtype (the training
+            thread's only)."""
             probe = self.probe
             if threading.get_ident() != probe._thread:
                 return
             name = func.overloadpacket.__name__
             probe.note_op(name, sys._getframe())
+            if func.namespace == "c10d":
+                nbytes = sum(t.untyped_storage().nbytes() for t in tree_leaves(args)
+                             if isinstance(t, torch.Tensor) and t.layout == torch.strided)
+                probe.note_collective(name, nbytes, sys._getframe())
             if name in MATMUL_OPS and isinstance(out, torch.Tensor):
                 dtype = str(out.dtype).removeprefix("torch.")
                 probe.matmul_dtypes[dtype] = probe.matmul_dtypes.get(dtype, 0) + 1
 
     _MODE_CLASS = CounterMode
     return _MODE_CLASS
+
+
+_GRAPH_MODE_CLASS: Any = None
+
+
+def _graph_mode_class() -> Any:
+    """The torch-function mode that marks the graph nodes of the sampled step (built on first
+    use). Above autograd, where an output has its ``grad_fn``; nested calls are not seen."""
+    global _GRAPH_MODE_CLASS
+    if _GRAPH_MODE_CLASS is not None:
+        return _GRAPH_MODE_CLASS
+    from torch.overrides import TorchFunctionMode
+
+    class GraphMode(TorchFunctionMode):  # type: ignore[misc]
+        def __init__(self, probe: CounterProbe) -> None:
+            super().__init__()
+            self.probe = probe
+
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            out = func(*args, **(kwargs or {}))
+            try:
+                self.probe.note_graph(out, getattr(func, "__name__", "?"), sys._getframe(1))
+            except Exception:  # never into the user's step
+                pass
+            return out
+
+    _GRAPH_MODE_CLASS = GraphMode
+    return _GRAPH_MODE_CLASS
 
 
 def _params(models: tuple[Any, ...], optimizers: list[Any]) -> dict[str, int]:

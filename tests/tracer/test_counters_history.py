@@ -1,0 +1,162 @@
+"""Counters of what a step keeps and does beyond its ops (tracer/counters.py), against analytic
+truths: the autograd graph nodes a loop keeps alive across steps and the line that holds them,
+a validation forward with autograd on, and DDP's all-reduces per optimizer step."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import traceml_ci as traceml
+from tests.tracer.conftest import finish_and_load, marked_line
+from traceml_ci.tracer import counters
+
+B, IN, HID, OUT = 4, 8, 16, 1
+ACCUM = 4
+HERE = os.path.relpath(__file__)
+#: Graph nodes one micro-batch makes by outer torch calls: Linear, ReLU, Linear (three), the
+#: loss, its division by ACCUM.
+NODES_PER_MICRO = 5
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceml_ci.tracer import flops
+
+    monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: False)
+
+
+def _at(marker: str) -> str:
+    return f"{HERE}:{marked_line(__file__, marker)}"
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(IN, HID), nn.ReLU(), nn.Linear(HID, OUT))
+
+
+def _accumulate(model: nn.Module, steps: int = 10, *, keep_graph: bool = False,
+                validate: str = "", no_sync: bool = False) -> list[torch.Tensor]:
+    """Gradient accumulation over ACCUM micro-batches, a running total of the loss, and a
+    per-step validation forward (``validate``: "" none, "no_grad", "grad")."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    total = torch.zeros(())
+    val_losses: list[torch.Tensor] = []
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    for _ in range(steps):
+        with traceml.trace_step(model):
+            for micro in range(ACCUM):
+                last = micro == ACCUM - 1
+                with model.no_sync() if no_sync and not last else _nothing():
+                    loss = F.mse_loss(model(x), y) / ACCUM  # marker:loss
+                    loss.backward()  # marker:backward
+                total = total + (loss if keep_graph else loss.detach())  # marker:total
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if validate:
+                model.eval()
+                with torch.no_grad() if validate == "no_grad" else _nothing():
+                    val_losses.append(F.mse_loss(model(x), y))  # marker:val
+                model.train()
+    return val_losses
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_a_running_total_of_the_loss_keeps_each_steps_graph_alive(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    _accumulate(_model(), keep_graph=True)
+    graph = finish_and_load(tracer)["counters"]["graph"]
+    # each micro-batch's graph, and the add that chains it to the total, alive 3 steps later
+    assert graph == {
+        "after_steps": counters.LEAK_AFTER_STEPS,
+        "nodes_kept_per_step": ACCUM * (NODES_PER_MICRO + 1),
+        "top": [{"at": _at("marker:loss"), "nodes": ACCUM * NODES_PER_MICRO},
+                {"at": _at("marker:total"), "nodes": ACCUM}],
+        "newest": {"op": "add", "at": _at("marker:total")},  # what holds the history
+    }
+
+
+def test_a_detached_total_keeps_nothing(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    _accumulate(_model())
+    c = finish_and_load(tracer)["counters"]
+    assert c["graph"] == {"after_steps": counters.LEAK_AFTER_STEPS, "nodes_kept_per_step": 0,
+                          "top": []}
+    assert c["eval_grad"] == {"per_step": 0, "sites": []}
+    assert c["collectives"] == {"per_step": 0, "bytes_per_step": 0, "sites": []}
+
+
+def test_a_validation_forward_with_grad_is_counted_at_its_line(fresh_tracer, tmp_path) -> None:
+    got = {}
+    for validate in ("grad", "no_grad"):
+        tracer = fresh_tracer(warmup_steps=5, out_dir=tmp_path / validate)
+        kept = _accumulate(_model(), validate=validate)
+        got[validate] = finish_and_load(tracer)["counters"]
+        assert len(kept) == 10
+    assert got["grad"]["eval_grad"] == {"per_step": 1,
+                                        "sites": [{"at": _at("marker:val"), "count": 1}]}
+    # the kept validation losses hold their graphs: the three layers and the loss
+    assert got["grad"]["graph"]["nodes_kept_per_step"] == 4
+    assert got["grad"]["graph"]["newest"] == {"op": "mse_loss", "at": _at("marker:val")}
+    assert got["no_grad"]["eval_grad"]["per_step"] == 0
+    assert got["no_grad"]["graph"]["nodes_kept_per_step"] == 0
+
+
+def test_a_submodule_in_eval_mode_is_not_a_validation_forward(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    model = _model()
+    model[0].eval()  # a frozen layer while the model trains: no news
+    _accumulate(model)
+    assert finish_and_load(tracer)["counters"]["eval_grad"]["per_step"] == 0
+
+
+def _param_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.parametrize("no_sync", [True, False])
+def test_ddp_all_reduces_once_per_step_with_no_sync_else_per_micro_batch(
+    fresh_tracer, tmp_path, no_sync
+) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = DDP(_model())
+        tracer = fresh_tracer(warmup_steps=5, out_dir=tmp_path / "out")
+        _accumulate(model, no_sync=no_sync)
+        got = finish_and_load(tracer)["counters"]["collectives"]
+    finally:
+        dist.destroy_process_group()
+    reduces = 1 if no_sync else ACCUM
+    # one bucket holds every gradient: each all-reduce sends all of them, from the backward
+    [allreduce] = [s for s in got["sites"] if s["op"] == "allreduce_"]
+    assert allreduce == {"op": "allreduce_", "at": _at("marker:backward"), "count": reduces,
+                         "bytes": reduces * _param_bytes(model)}
+    assert got["per_step"] == sum(s["count"] for s in got["sites"])
+    assert got["bytes_per_step"] == sum(s["bytes"] for s in got["sites"])
+    # (the forward that follows no_sync() broadcasts too: DDP's own, counted as it runs)
+    assert {s["op"] for s in got["sites"]} <= {"allreduce_", "broadcast_"}
+
+
+def test_the_probe_leaves_no_mode_and_no_hook_behind(fresh_tracer) -> None:
+    from torch.overrides import _get_current_function_mode_stack
+
+    tracer = fresh_tracer(warmup_steps=5)
+    _accumulate(_model(), keep_graph=True, validate="grad")
+    finish_and_load(tracer)
+    assert _get_current_function_mode_stack() == []
+    assert not torch.nn.modules.module._global_forward_pre_hooks
