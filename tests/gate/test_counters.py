@@ -244,3 +244,29 @@ def test_an_all_reduce_per_micro_batch_regresses_by_its_bytes() -> None:
     same = _counter_rows(_with("collectives", synced), _with("collectives", synced))[
         "counters.collectives_per_step"]
     assert same.status is Status.OK and not same.note
+
+
+def test_more_python_calls_per_step_regress_naming_the_users_functions() -> None:
+    base = {"per_step": 242, "user": 0, "library": 242, "top_user": []}
+    head = {"per_step": 248, "user": 6, "library": 242, "top_user": [
+        {"at": "train.py:3", "function": "log_line", "calls": 3},
+        {"at": "train.py:7", "function": "fields", "calls": 3}]}
+    row = _counter_rows(_with("python", base), _with("python", head))[
+        "counters.python_calls_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == ("+6 Python calls per step (+3 fields() at train.py:7; +3 log_line() "
+                         "at train.py:3)")
+    lib = dict(head, top_user=[], user=0, library=248)
+    row = _counter_rows(_with("python", base), _with("python", lib))[
+        "counters.python_calls_per_step"]
+    assert row.cause == "+6 Python calls per step (libraries +6)"
+    assert _counter_rows(_with("python", head), _with("python", base))[
+        "counters.python_calls_per_step"].status is Status.IMPROVED
+
+
+def test_python_calls_are_not_judged_across_python_minor_versions() -> None:
+    base, head = _with("python", {"per_step": 10, "user": 0, "library": 10}), _with(
+        "python", {"per_step": 30, "user": 0, "library": 30})
+    base["env"]["python"], head["env"]["python"] = "3.11.7", "3.12.1"
+    row = compare(base, head).row("counters.python_calls_per_step")
+    assert row.status is Status.OK and row.note == "not judged: Python 3.11 → 3.12"

@@ -160,3 +160,74 @@ def test_the_probe_leaves_no_mode_and_no_hook_behind(fresh_tracer) -> None:
     finish_and_load(tracer)
     assert _get_current_function_mode_stack() == []
     assert not torch.nn.modules.module._global_forward_pre_hooks
+
+
+def _log_line(step: int, lr: float) -> str:  # marker:log-def
+    return _fields(step) + f" lr={lr}"
+
+
+def _fields(step: int) -> str:  # marker:fields-def
+    return f"step={step}"
+
+
+def _logging_loop(calls_per_step: int, steps: int = 10) -> list[str]:
+    """A plain loop that calls ``_log_line`` (which calls ``_fields``) ``calls_per_step``
+    times a step."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    lines = []
+    for step in range(steps):
+        with traceml.trace_step(model):
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            for _ in range(calls_per_step):
+                lines.append(_log_line(step, 0.01))
+    return lines
+
+
+def test_python_calls_per_step_count_the_users_functions_exactly(fresh_tracer, tmp_path) -> None:
+    import gc
+
+    got = {}
+    for n in (0, 3):
+        tracer = fresh_tracer(warmup_steps=5, out_dir=tmp_path / str(n))
+        _logging_loop(n)
+        got[n] = finish_and_load(tracer)["counters"]["python"]
+    assert gc.isenabled()  # paused for the counted step only
+    assert got[0]["user"] == 0 and got[0]["top_user"] == []
+    assert got[3]["top_user"] == [
+        {"at": _at("marker:log-def"), "function": "_log_line", "calls": 3},
+        {"at": _at("marker:fields-def"), "function": "_fields", "calls": 3}]
+    assert got[3]["user"] == 3 + 3
+    assert got[3]["library"] == got[0]["library"]  # the step's torch calls, the same
+    assert got[3]["per_step"] == got[3]["user"] + got[3]["library"]
+
+
+def test_python_calls_are_the_same_on_every_run(fresh_tracer, tmp_path) -> None:
+    runs = []
+    for run in ("a", "b"):
+        tracer = fresh_tracer(warmup_steps=5, out_dir=tmp_path / run)
+        _logging_loop(2)
+        runs.append(finish_and_load(tracer)["counters"]["python"])
+    assert runs[0] == runs[1] and runs[0]["library"] > 0
+
+
+def test_a_profiler_in_use_is_left_alone_and_nothing_is_counted(fresh_tracer) -> None:
+    import sys
+
+    from traceml_ci.tracer import pycalls
+
+    def theirs(frame, event, arg):  # the user's own profiler
+        return None
+
+    tracer = fresh_tracer(warmup_steps=5)
+    sys.setprofile(theirs)
+    try:
+        _logging_loop(1)
+        assert sys.getprofile() is theirs
+    finally:
+        sys.setprofile(None)
+    c = finish_and_load(tracer)["counters"]
+    assert "python" not in c and tracer.counters.python.reason == pycalls.NOT_MEASURED_PROFILER

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from traceml_ci.gate.results import COUNTERS_PREFIX, Row
+from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status
 from traceml_ci.gate.settings import PREFIX as SETTINGS_PREFIX
 from traceml_ci.gate.settings import SETTINGS, Setting
 from traceml_ci.summary.ranks import BALANCED, phase_excess_ms
@@ -28,16 +28,22 @@ DATALOADER_SETTINGS: tuple[Setting, ...] = tuple(
 )
 
 #: The counter rows whose causes are named, in priority order: what the code was told to do
-#: differently (optimizer), how much work a step does (FLOPs), then what it does per step that
-#: costs (scalar reads, ATen ops, bytes kept), then the model's size (said, never judged).
+#: differently (optimizer), the collectives and validation forwards a step adds, how much work
+#: a step does (FLOPs), then what it does per step that costs (scalar reads, ATen ops, bytes
+#: and graphs kept, Python calls), then the model's size (said, never judged). A row that
+#: regressed is named before one that did not, whatever its place here.
 COUNTER_ORDER: tuple[str, ...] = tuple(
     COUNTERS_PREFIX + name
     for name in (
         "optimizer",
+        "collectives_per_step",
+        "eval_forwards_with_grad_per_step",
         "flops_per_step",
         "syncs_per_step",
         "ops_per_step",
         "retained_bytes_per_step",
+        "graph_nodes_kept_per_step",
+        "python_calls_per_step",
         "parameters",
     )
 )
@@ -76,7 +82,8 @@ def known_causes(
     causes += [r.cause for r in rows
                if r.name.startswith(SETTINGS_PREFIX) and r.name not in loader_rows and r.cause]
     by_name = {r.name: r for r in rows}
-    named = [r for r in (by_name.get(name) for name in COUNTER_ORDER) if r is not None and r.cause]
+    named = sorted((r for r in (by_name.get(name) for name in COUNTER_ORDER)
+                    if r is not None and r.cause), key=lambda r: r.status is not Status.REGRESSED)
     if causes:  # a setting or a straggler names it already: the ops row would only echo it
         named = [r for r in named if r.name != OPS_ROW]
     return causes + [r.cause for r in surest(named)]

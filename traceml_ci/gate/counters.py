@@ -43,27 +43,34 @@ def counter_rows(
     """The counters' rows, for what both summaries measured."""
     bv, hv = as_view(base), as_view(head)
     b, h = bv.counters, hv.counters
-    torches = (_torch_minor(bv.doc), _torch_minor(hv.doc))
+    torches = (_minor(bv.doc, "torch"), _minor(hv.doc, "torch"))
+    pythons = (_minor(bv.doc, "python"), _minor(hv.doc, "python"))
     rows: list[Row] = []
-    for make in (_syncs, _ops, _leak, _graph, _eval_grad, _collectives, _optimizer, _flops,
-                 _params):
+    for make in (_syncs, _ops, _leak, _graph, _eval_grad, _collectives, _python, _optimizer,
+                 _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
             if row is not None and make in _BY_TORCH and torches[0] != torches[1]:
                 # torch's decompositions change between minor versions: other ops, same code
-                row = dataclasses.replace(
-                    row, status=Status.OK, cause="",
-                    note=f"not judged: torch {torches[0] or '?'} → {torches[1] or '?'}")
+                row = _not_judged(row, "torch", torches)
+            elif row is not None and make is _python and pythons[0] != pythons[1]:
+                row = _not_judged(row, "Python", pythons)
             if row is not None:
                 rows.append(row)
     return rows
 
 
-def _torch_minor(doc: Mapping[str, Any]) -> str | None:
-    """``2.13`` of a summary's ``env.torch`` (``2.13.0+cpu``), else None."""
+def _not_judged(row: Row, what: str, versions: tuple[str | None, str | None]) -> Row:
+    return dataclasses.replace(row, status=Status.OK, cause="",
+                               note=f"not judged: {what} {versions[0] or '?'} → "
+                                    f"{versions[1] or '?'}")
+
+
+def _minor(doc: Mapping[str, Any], package: str) -> str | None:
+    """``2.13`` of a summary's ``env.torch`` (``2.13.0+cpu``) or ``env.python``, else None."""
     env = doc.get("env")
-    version = env.get("torch") if isinstance(env, Mapping) else None
+    version = env.get(package) if isinstance(env, Mapping) else None
     return ".".join(version.split("+")[0].split(".")[:2]) if isinstance(version, str) else None
 
 
@@ -331,9 +338,44 @@ def _collectives(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
                 "calls/step", "calls/step", worse, not worse and (hb, hn) != (bb, bn), note, why)
 
 
+def _python(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """Python calls per step: more regress, naming the user's functions whose calls rose
+    (else the libraries' share)."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    note = why = ""
+    if hn != bn:
+        def funcs(block: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+            out: dict[tuple[str, str], int] = {}
+            items = block.get("top_user")
+            for f in items if isinstance(items, list) else ():
+                n = _int(f.get("calls")) if isinstance(f, Mapping) else None
+                if n is not None and isinstance(f.get("at"), str):
+                    out[(str(f.get("function") or "?"), f["at"])] = n
+            return out
+
+        bf, hf = funcs(b), funcs(h)
+        moves = sorted(((hf.get(k, 0) - bf.get(k, 0), k) for k in set(bf) | set(hf)),
+                       key=lambda m: (-abs(m[0]), m[1]))
+        named = [f"{d:+d} {name}() at {at}" for d, (name, at) in moves if d][:SITES_NAMED]
+        parts = [f"user code {hu - bu:+d}" for bu, hu in [(_int(b.get("user")) or 0,
+                                                             _int(h.get("user")) or 0)] if hu != bu]
+        parts += [f"libraries {hl - bl:+d}" for bl, hl in [(_int(b.get("library")) or 0,
+                                                            _int(h.get("library")) or 0)]
+                  if hl != bl]
+        detail = "; ".join(named) or ", ".join(parts)
+        note = f"{hn - bn:+d} Python calls per step" + (f" ({detail})" if detail else "")
+        if hn > bn:
+            why = (": per-step Python work no ATen op shows -- move it out of the step, or "
+                   "batch it into tensor ops")
+    return _row("python_calls_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
+                "calls/step", "calls/step", hn > bn, hn < bn, note, why)
+
+
 #: Rows whose counts follow torch's own Python (its decompositions, its modules' code): not
 #: judged across torch minor versions.
-_BY_TORCH = (_ops, _graph)
+_BY_TORCH = (_ops, _graph, _python)
 
 
 def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

@@ -29,6 +29,8 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
   validation forward without ``torch.no_grad()``), by line.
 * **Collectives**: the ``c10d`` ops the step ran (DDP's gradient all-reduces among them), with
   their bytes: a missing ``no_sync()`` under gradient accumulation is one more per micro-batch.
+* **Python calls**: on the step after the sampled one, the Python functions called, the
+  user's and the libraries' apart (tracer/pycalls.py).
 * **Ops**: every ATen op the step ran, by kind, each kind with the user's line that ran the
   most of it (``+62 zero_ per step at train.py:20``): a ``zero_grad(set_to_none=False)``, a
   ``foreach=False``, a copy of the state dict per step change what a step does, exactly.
@@ -52,6 +54,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer.pycalls import PythonCalls
 from traceml_ci.tracer.sites import Sites
 
 #: The key of the marker in a graph node's ``metadata`` dict.
@@ -148,6 +151,13 @@ class CounterProbe:
         self.eval_grad: dict[str, int] = {}
         #: (c10d op, file:line) -> [calls, bytes] in the sampled step.
         self.collectives: dict[tuple[str, str], list[int]] = {}
+        #: Python calls, counted on the step after the sampled one (tracer/pycalls.py).
+        self.python = PythonCalls()
+
+    @property
+    def armed(self) -> bool:
+        """Whether a count runs in the step now (the sampled step's, or the Python calls')."""
+        return self.active or self.python.active
 
     @property
     def pending(self) -> bool:
@@ -159,7 +169,10 @@ class CounterProbe:
         """At the start of step number ``step`` (0-based): arm if it is the sampled one, and a
         warmup step (``warmup`` of them)."""
         sampled = self.sampled_step
-        if self.done or step < sampled:
+        if self.done:
+            self._begin_python(step, warmup)
+            return False
+        if step < sampled:
             return False
         self.done = True
         if step != sampled or warmup <= sampled:
@@ -198,8 +211,27 @@ class CounterProbe:
         self.sample_ms = (time.perf_counter() - t0) * 1e3
         return True
 
+    def _begin_python(self, step: int, warmup: int) -> None:
+        """Count Python calls on the step after the sampled one, a warmup step too."""
+        py = self.python
+        if (step != self.sampled_step + 1 or warmup <= step or self.reason is not None
+                or py.active or py.block is not None or py.reason is not None):
+            return
+        try:
+            py.start()
+        except Exception as exc:
+            py.reason = f"the count failed ({type(exc).__name__})"
+            self._warn(f"Python calls not counted ({exc!r})")
+
     def end(self, step: int) -> None:
-        """At the end of the sampled step (``step`` steps done): disarm, read the optimizers."""
+        """At the end of the sampled step (``step`` steps done): disarm, read the optimizers;
+        at the end of the next, stop counting Python calls."""
+        if self.python.active:
+            try:
+                self.python.stop(self._sites)
+            except Exception as exc:
+                self.python.reason = f"the count failed ({type(exc).__name__})"
+                self._warn(f"Python calls not counted ({exc!r})")
         if not self.active:
             return
         t0 = time.perf_counter()
@@ -246,6 +278,7 @@ class CounterProbe:
     def close(self) -> None:
         """The run ended (or the sampled step raised): disarm, drop the references."""
         self._restore()
+        self.python.abort()
         self._new = []
         self._marks = []
         self._check_at = None
@@ -376,7 +409,8 @@ class CounterProbe:
                  "ops": ops_block(self.ops) if self.ops else None,
                  "settings": self.settings or None, "graph": self.graph,
                  "eval_grad": eval_grad_block(self.eval_grad),
-                 "collectives": collectives_block(self.collectives)}
+                 "collectives": collectives_block(self.collectives),
+                 "python": self.python.block}
         out.update((key, value) for key, value in found.items() if value is not None)
         return out
 

@@ -362,7 +362,7 @@ class Tracer:
                 gr.watch(tuple(roots.timed))
             if fc.counting:
                 fc.end()
-            if probe.active:
+            if probe.armed:
                 probe.end(n)
             if probe.pending:
                 probe.after_step(n)
@@ -371,7 +371,7 @@ class Tracer:
                 entering = roots.entering if roots is not None else None
                 if not fc.done and n < self.store.warmup_steps and fc.begin(models, entering):
                     return
-                if probe.pending and not probe.active:
+                if probe.pending and not probe.armed:
                     probe.begin(n, self.store.warmup_steps, models)
             if fc.done and not fc.counting and not probe.pending and not gr.calibrating and (
                 gr.watched or not self.ranks.in_use

@@ -1,0 +1,107 @@
+"""Python calls per step: the Python functions one warmup step called, the user's code and
+the libraries' apart, counted by cProfile's C profiler (no Python callback per call).
+
+Per-step Python work that no ATen count sees -- a JSON line built each step, a hand-written
+loop over the parameters, a tokenizer call -- is a count here. The step counted is the one
+after the counters' sampled step (tracer/counters.py), so that the counters' dispatch mode and
+hooks are not counted; traceml-ci's own functions are left out. The cyclic garbage collector
+is paused for that step: a collection's finalizers would run whatever another test left
+behind, at a moment set by allocations elsewhere -- not the step's calls. A profiler already
+in use (``sys.getprofile()``) is never replaced: nothing is counted then.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from traceml_ci.tracer.sites import LIBRARY, OWN, STDLIB, USER, Sites
+
+#: User functions named in the block (the most called first).
+TOP_FUNCTIONS = 5
+NOT_MEASURED_PROFILER = "a profiler is in use"
+
+
+class PythonCalls:
+    """``start()`` at the counted step's start, ``stop(sites)`` at its end; ``block`` then
+    holds the summary's ``counters.python`` (or ``reason`` why not)."""
+
+    def __init__(self) -> None:
+        self._profile: Any = None
+        self._gc_was_on = False
+        self.block: dict[str, Any] | None = None
+        self.reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self._profile is not None
+
+    def start(self) -> bool:
+        if sys.getprofile() is not None:
+            self.reason = NOT_MEASURED_PROFILER
+            return False
+        import cProfile
+
+        profile = cProfile.Profile(builtins=False)
+        self._gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            profile.enable()
+        except Exception:
+            self._resume_gc()
+            raise
+        self._profile = profile
+        return True
+
+    def stop(self, sites: Sites | None) -> None:
+        profile, self._profile = self._profile, None
+        if profile is None:
+            return
+        try:
+            profile.disable()
+        finally:
+            self._resume_gc()
+        self.block = calls_block(profile.getstats(), sites or Sites())
+
+    def abort(self) -> None:
+        """The run ended mid-step: stop counting, resume the collector, keep nothing."""
+        profile, self._profile = self._profile, None
+        if profile is not None:
+            try:
+                profile.disable()
+            finally:
+                self._resume_gc()
+
+    def _resume_gc(self) -> None:
+        if self._gc_was_on:
+            gc.enable()
+            self._gc_was_on = False
+
+
+def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
+    """The ``counters.python`` block from cProfile's entries: calls per step, the user's and
+    the libraries' (installed packages, torch, the standard library), the user functions
+    called most (``file:line`` of their ``def``)."""
+    user = library = 0
+    top: dict[str, tuple[int, str]] = {}
+    for entry in stats:
+        code = entry.code
+        if isinstance(code, str):  # a builtin (not profiled here)
+            continue
+        kind, shown = sites.where(code.co_filename)
+        n = int(entry.callcount)
+        if kind == OWN or not n:
+            continue
+        if kind == USER:
+            user += n
+            at = f"{shown}:{code.co_firstlineno}"
+            name = getattr(code, "co_qualname", code.co_name)
+            seen = top.get(at, (0, name))
+            top[at] = (seen[0] + n, name)
+        elif kind in (LIBRARY, STDLIB):
+            library += n
+    named = sorted(top.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_FUNCTIONS]
+    return {"per_step": user + library, "user": user, "library": library,
+            "top_user": [{"at": at, "function": name, "calls": n}
+                         for at, (n, name) in named]}
