@@ -270,3 +270,29 @@ def test_python_calls_are_not_judged_across_python_minor_versions() -> None:
     base["env"]["python"], head["env"]["python"] = "3.11.7", "3.12.1"
     row = compare(base, head).row("counters.python_calls_per_step")
     assert row.status is Status.OK and row.note == "not judged: Python 3.11 → 3.12"
+
+
+def test_more_allocations_regress_by_count_naming_the_phase() -> None:
+    base = {"per_step": 76, "bytes_per_step": 8792,
+            "by_phase": {"forward": [12, 2112], "backward": [32, 4704], "other": [32, 1976]}}
+    head = {"per_step": 84, "bytes_per_step": 10000,
+            "by_phase": {"forward": [12, 2112], "backward": [32, 4704], "other": [40, 3184]}}
+    row = _counter_rows(_with("allocs", base), _with("allocs", head))[
+        "counters.allocs_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == "+8 allocations per step, +1.21 kB in other +8"
+    bigger = dict(base, bytes_per_step=20000)  # same count, larger tensors: said, not judged
+    row = _counter_rows(_with("allocs", base), _with("allocs", bigger))[
+        "counters.allocs_per_step"]
+    assert row.status is Status.OK
+
+
+def test_the_ops_row_names_the_phase_that_ran_more() -> None:
+    def ops(n: int, optimizer: int) -> dict:
+        return {"per_step": n, "kinds": {"zero_": [optimizer, 0], "addmm": [n - optimizer, 1]},
+                "sites": ["train.py:20", "train.py:22"], "other": 0,
+                "by_phase": {"forward": n - optimizer, "optimizer": optimizer}}
+
+    row = _counter_rows(_with("ops", ops(10, 0)), _with("ops", ops(18, 8)))[
+        "counters.ops_per_step"]
+    assert row.cause == "+8 ATen ops per step in optimizer +8 (+8 zero_ per step at train.py:20)"

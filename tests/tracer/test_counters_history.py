@@ -231,3 +231,18 @@ def test_a_profiler_in_use_is_left_alone_and_nothing_is_counted(fresh_tracer) ->
         sys.setprofile(None)
     c = finish_and_load(tracer)["counters"]
     assert "python" not in c and tracer.counters.python.reason == pycalls.NOT_MEASURED_PROFILER
+
+
+def test_allocations_and_ops_are_split_by_phase(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    _accumulate(_model())
+    c = finish_and_load(tracer)["counters"]
+    allocs, ops = c["allocs"], c["ops"]
+    # the forward's three new tensors per micro-batch: Linear's output, ReLU's, Linear's
+    assert allocs["by_phase"]["forward"] == [ACCUM * 3, ACCUM * 4 * B * (HID + HID + OUT)]
+    assert set(ops["by_phase"]) == {"forward", "backward", "optimizer", "other"}
+    # SGD without momentum updates the parameters in place: ops, no new storage
+    assert ops["by_phase"]["optimizer"] > 0 and "optimizer" not in allocs["by_phase"]
+    assert allocs["per_step"] == sum(n for n, _ in allocs["by_phase"].values())
+    assert allocs["bytes_per_step"] == sum(b for _, b in allocs["by_phase"].values())
+    assert ops["per_step"] == sum(ops["by_phase"].values())

@@ -29,9 +29,10 @@ DATALOADER_SETTINGS: tuple[Setting, ...] = tuple(
 
 #: The counter rows whose causes are named, in priority order: what the code was told to do
 #: differently (optimizer), the collectives and validation forwards a step adds, how much work
-#: a step does (FLOPs), then what it does per step that costs (scalar reads, ATen ops, bytes
-#: and graphs kept, Python calls), then the model's size (said, never judged). A row that
-#: regressed is named before one that did not, whatever its place here.
+#: a step does (FLOPs), then what it does per step that costs (scalar reads, the input
+#: pipeline's ops per batch, ATen ops, bytes and graphs kept, Python calls), then the model's
+#: size (said, never judged). A row that regressed is named before one that did not, whatever
+#: its place here.
 COUNTER_ORDER: tuple[str, ...] = tuple(
     COUNTERS_PREFIX + name
     for name in (
@@ -40,7 +41,9 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
         "eval_forwards_with_grad_per_step",
         "flops_per_step",
         "syncs_per_step",
+        "input_ops_per_batch",
         "ops_per_step",
+        "allocs_per_step",
         "retained_bytes_per_step",
         "graph_nodes_kept_per_step",
         "python_calls_per_step",
@@ -49,17 +52,24 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
 )
 
 
-#: The ATen ops row follows from most other changes (AdamW runs more ops than SGD, a .item()
-#: runs _local_scalar_dense): it names the cause only where nothing surer did (a
-#: zero_grad(set_to_none=False), a foreach=False clip, a copy each step). Its row is judged
-#: all the same.
+#: The ATen ops, Python calls and allocations rows follow from most other changes (AdamW runs
+#: more ops, more of torch's Python and more allocations than SGD; a .item() runs
+#: _local_scalar_dense): they name the cause only where nothing surer did (a
+#: zero_grad(set_to_none=False), a foreach=False clip, a copy or a log line each step), and
+#: then only the first of them in this order. Their rows are judged all the same.
 OPS_ROW = COUNTERS_PREFIX + "ops_per_step"
+ECHO_ROWS = (OPS_ROW, COUNTERS_PREFIX + "python_calls_per_step",
+             COUNTERS_PREFIX + "allocs_per_step")
 
 
 def surest(rows: Iterable[Row]) -> list[Row]:
-    """``rows`` less the ATen ops row where another row is there to name the change."""
+    """``rows`` less the rows that echo another: every echo row where another row is there
+    to name the change, else all echo rows but the first (``ECHO_ROWS``' order)."""
     rows = list(rows)
-    return rows if len(rows) < 2 else [r for r in rows if r.name != OPS_ROW]
+    if any(r.name not in ECHO_ROWS for r in rows):
+        return [r for r in rows if r.name not in ECHO_ROWS]
+    present = [name for name in ECHO_ROWS if any(r.name == name for r in rows)]
+    return [r for r in rows if r.name == present[0]] if present else rows
 
 
 def known_causes(
@@ -84,8 +94,8 @@ def known_causes(
     by_name = {r.name: r for r in rows}
     named = sorted((r for r in (by_name.get(name) for name in COUNTER_ORDER)
                     if r is not None and r.cause), key=lambda r: r.status is not Status.REGRESSED)
-    if causes:  # a setting or a straggler names it already: the ops row would only echo it
-        named = [r for r in named if r.name != OPS_ROW]
+    if causes:  # a setting or a straggler names it already: the echo rows would only echo it
+        named = [r for r in named if r.name not in ECHO_ROWS]
     return causes + [r.cause for r in surest(named)]
 
 

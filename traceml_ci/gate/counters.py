@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceml_ci.gate import fmt
+from traceml_ci.gate.input_counts import input_row
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
@@ -46,8 +47,8 @@ def counter_rows(
     torches = (_minor(bv.doc, "torch"), _minor(hv.doc, "torch"))
     pythons = (_minor(bv.doc, "python"), _minor(hv.doc, "python"))
     rows: list[Row] = []
-    for make in (_syncs, _ops, _leak, _graph, _eval_grad, _collectives, _python, _optimizer,
-                 _flops, _params):
+    for make in (_syncs, _ops, _allocs, _leak, _graph, _eval_grad, _collectives, _python,
+                 _input, _optimizer, _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
@@ -202,7 +203,9 @@ def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     named = [f"{d:+d} {op} per step at {at}" for d, op, (_, at) in moves[:SITES_NAMED]]
     note = why = ""
     if hn != bn:
-        note = f"{hn - bn:+d} ATen ops per step" + (f" ({'; '.join(named)})" if named else "")
+        phases = _phase_moves(b.get("by_phase"), h.get("by_phase"))
+        note = (f"{hn - bn:+d} ATen ops per step{phases}"
+                + (f" ({'; '.join(named)})" if named else ""))
         fixes = [OP_FIXES[op] for d, op, _ in moves if d > 0 and op in OP_FIXES]
         if hn > bn:
             why = f": {fixes[0]}" if fixes else ": the step runs more ops than its baseline"
@@ -210,6 +213,43 @@ def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
         note = f"same ops per step, other kinds: {'; '.join(named)}"
     return _row("ops_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE, "ops/step",
                 "ops/step", hn > bn, hn < bn, note, why)
+
+
+def _phase_moves(b: Any, h: Any, index: int | None = None) -> str:
+    """`` in optimizer +8, backward +2``: the phases whose figure moved, the largest first
+    (``index``: of a ``[count, bytes]`` pair); "" when either side has none."""
+    if not isinstance(b, Mapping) or not isinstance(h, Mapping):
+        return ""
+
+    def at(block: Mapping[str, Any], phase: str) -> int:
+        v = block.get(phase)
+        if index is not None:
+            v = v[index] if isinstance(v, list) and len(v) > index else None
+        return _int(v) or 0
+
+    moves = sorted(((at(h, p) - at(b, p), p) for p in set(b) | set(h)),
+                   key=lambda m: (-abs(m[0]), m[1]))
+    said = [f"{p} {d:+d}" for d, p in moves if d]
+    return f" in {', '.join(said)}" if said else ""
+
+
+def _allocs(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """Allocations (new storages) per step, judged by their count -- the bytes follow the
+    batch's shapes and are said, not judged: more regress, by phase."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    note = why = ""
+    if hn != bn:
+        moved = (_int(h.get("bytes_per_step")) or 0) - (_int(b.get("bytes_per_step")) or 0)
+        size = f", {'+' if moved >= 0 else '-'}{_bytes(abs(moved))}" if moved else ""
+        note = (f"{hn - bn:+d} allocations per step{size}"
+                f"{_phase_moves(b.get('by_phase'), h.get('by_phase'), 0)}")
+        if hn > bn:
+            why = (": the step makes more tensors than its baseline (a copy, an upcast, a "
+                   "graph built for nothing?)")
+    return _row("allocs_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE, "allocs/step",
+                "allocs/step", hn > bn, hn < bn, note, why)
 
 
 def _bytes(n: float) -> str:
@@ -373,9 +413,14 @@ def _python(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
                 "calls/step", "calls/step", hn > bn, hn < bn, note, why)
 
 
+def _input(b: Mapping[str, Any], h: Mapping[str, Any]) -> Row | None:
+    """ATen ops per batch in the input pipeline (``counters.input``; gate/input_counts.py)."""
+    return input_row(b, h)
+
+
 #: Rows whose counts follow torch's own Python (its decompositions, its modules' code): not
 #: judged across torch minor versions.
-_BY_TORCH = (_ops, _graph, _python)
+_BY_TORCH = (_ops, _allocs, _graph, _python, _input)
 
 
 def _optimizer(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:

@@ -144,6 +144,14 @@ class CounterProbe:
         self.settings: dict[str, Any] | None = None
         self._fmode: Any = None
         self._fhook: Any = None
+        self._hooks: list[Any] = []
+        #: The phase the step is in (forward, optimizer, other; backward is autograd's own:
+        #: ``_in_backward() != -1``), for the ops and allocations by phase.
+        self._phase = "other"
+        self._in_backward: Callable[[], int] = lambda: -1
+        #: phase -> ATen ops; phase -> [allocations, bytes] (new storages, training thread).
+        self.phase_ops: dict[str, int] = {}
+        self.allocs: dict[str, list[int]] = {}
         #: (weakref(marker), op, file:line) of each graph node the sampled step made, in order.
         self._marks: list[tuple[Any, str, str]] = []
         self.graph: dict[str, Any] | None = None
@@ -188,7 +196,10 @@ class CounterProbe:
         t0 = time.perf_counter()
         try:
             import torch
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
 
             self._models = models
             self._thread = threading.get_ident()
@@ -196,6 +207,10 @@ class CounterProbe:
             self.settings = torch_settings(torch, models)
             self._patch(torch)
             self._hook = register_optimizer_step_post_hook(self._stepped)
+            self._hooks = [register_optimizer_step_pre_hook(self._stepping),
+                           torch.nn.modules.module.register_module_forward_hook(
+                               self._forward_post)]
+            self._in_backward = torch._C._current_graph_task_id
             self._mode = _mode_class()(self)
             self._mode.__enter__()
             self._fmode = _graph_mode_class()(self)
@@ -294,14 +309,23 @@ class CounterProbe:
             key = (finder.site(frame), op)
             self.reads[key] = self.reads.get(key, 0) + 1
 
+    def phase(self) -> str:
+        return "backward" if self._in_backward() != -1 else self._phase
+
     def note_op(self, op: str, frame: Any) -> None:
         finder = self._sites
         if finder is None:
             return
+        phase = self.phase()
+        self.phase_ops[phase] = self.phase_ops.get(phase, 0) + 1
         key = (op, finder.site(frame))
         self.ops[key] = self.ops.get(key, 0) + 1
 
     def note_new(self, storage: Any, nbytes: int, op: str, frame: Any) -> None:
+        if threading.get_ident() == self._thread:
+            tally = self.allocs.setdefault(self.phase(), [0, 0])
+            tally[0] += 1
+            tally[1] += nbytes
         finder = self._sites
         at = finder.site(frame) if finder is not None else "?"
         self._new.append((weakref.ref(storage), nbytes, op, at))
@@ -332,14 +356,15 @@ class CounterProbe:
         entry[1] += nbytes
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        """A traced model's forward in eval mode with autograd on: a validation forward
-        without ``torch.no_grad()`` (submodules in eval mode, a frozen norm, are not news)."""
+        """A traced model's forward begins; in eval mode with autograd on, it is a validation
+        forward without ``torch.no_grad()`` (submodules in eval mode, a frozen norm, are not
+        news)."""
         try:
-            if (
-                not module.training
-                and threading.get_ident() == self._thread
-                and any(module is m for m in self._models)
-            ):
+            if threading.get_ident() != self._thread or not any(
+                    module is m for m in self._models):
+                return
+            self._phase = "forward"
+            if not module.training:
                 import torch
 
                 if torch.is_grad_enabled():
@@ -349,7 +374,17 @@ class CounterProbe:
         except Exception:  # never into the user's step
             pass
 
+    def _forward_post(self, module: Any, args: Any, out: Any) -> None:
+        if any(module is m for m in self._models) and threading.get_ident() == self._thread:
+            self._phase = "other"
+
+    def _stepping(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self._thread:
+            self._phase = "optimizer"
+
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if threading.get_ident() == self._thread:
+            self._phase = "other"
         if not any(o is optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
 
@@ -362,10 +397,10 @@ class CounterProbe:
 
     def _restore(self) -> None:
         self.active = False
-        for hook in (self._fhook,):
+        for hook in (self._fhook, *self._hooks):
             if hook is not None:
                 hook.remove()
-        self._fhook = None
+        self._fhook, self._hooks = None, []
         fmode, self._fmode = self._fmode, None
         if fmode is not None:  # entered last: left first
             try:
@@ -406,7 +441,8 @@ class CounterProbe:
             "params": self.params,
         }
         found = {"optimizer": self.optimizer, "leak": self.leak, "flops": self.flops,
-                 "ops": ops_block(self.ops) if self.ops else None,
+                 "ops": ops_block(self.ops, self.phase_ops) if self.ops else None,
+                 "allocs": allocs_block(self.allocs),
                  "settings": self.settings or None, "graph": self.graph,
                  "eval_grad": eval_grad_block(self.eval_grad),
                  "collectives": collectives_block(self.collectives),
@@ -637,7 +673,16 @@ def _optimizer(optimizers: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def ops_block(ops: dict[tuple[str, str], int]) -> dict[str, Any]:
+def allocs_block(by_phase: dict[str, list[int]]) -> dict[str, Any]:
+    """The ``counters.allocs`` block: storages the step's ops allocated (new, not views or
+    in-place results) and their bytes, in all and by phase ``[count, bytes]``."""
+    return {"per_step": sum(n for n, _ in by_phase.values()),
+            "bytes_per_step": sum(b for _, b in by_phase.values()),
+            "by_phase": {p: list(v) for p, v in sorted(by_phase.items())}}
+
+
+def ops_block(ops: dict[tuple[str, str], int],
+              by_phase: dict[str, int] | None = None) -> dict[str, Any]:
     """The ``counters.ops`` block: ops per step, and per kind (the ``TOP_OP_KINDS`` run most)
     its count and the line that ran the most of it, as an index into ``sites``
     (``{"kinds": {"zero_": [62, 0]}, "sites": ["train.py:20"]}``); ``other``: the ops of the
@@ -659,8 +704,11 @@ def ops_block(ops: dict[tuple[str, str], int]) -> dict[str, Any]:
             sites.append(at)
         listed[op] = [n, index[at]]
     total = sum(kinds.values())
-    return {"per_step": total, "kinds": listed, "sites": sites,
-            "other": total - sum(n for _, n in top)}
+    out: dict[str, Any] = {"per_step": total, "kinds": listed, "sites": sites,
+                           "other": total - sum(n for _, n in top)}
+    if by_phase:
+        out["by_phase"] = dict(sorted(by_phase.items()))
+    return out
 
 
 def torch_settings(torch: Any, models: tuple[Any, ...]) -> dict[str, Any]:
