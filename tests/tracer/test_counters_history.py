@@ -109,6 +109,8 @@ def test_a_validation_forward_with_grad_is_counted_at_its_line(fresh_tracer, tmp
     # the kept validation losses hold their graphs: the three layers and the loss
     assert got["grad"]["graph"]["nodes_kept_per_step"] == 4
     assert got["grad"]["graph"]["newest"] == {"op": "mse_loss", "at": _at("marker:val")}
+    # the list that keeps them, named with the line that appends to it
+    assert got["grad"]["graph"]["held_by"] == {"name": "val_losses", "at": _at("marker:val")}
     assert got["no_grad"]["eval_grad"]["per_step"] == 0
     assert got["no_grad"]["graph"]["nodes_kept_per_step"] == 0
 
@@ -246,3 +248,55 @@ def test_allocations_and_ops_are_split_by_phase(fresh_tracer) -> None:
     assert allocs["per_step"] == sum(n for n, _ in allocs["by_phase"].values())
     assert allocs["bytes_per_step"] == sum(b for _, b in allocs["by_phase"].values())
     assert ops["per_step"] == sum(ops["by_phase"].values())
+
+
+class _Trainer:
+    """Keeps each step's output in an attribute: the holder is ``self.outputs``."""
+
+    def __init__(self) -> None:
+        self.model = _model()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.outputs: list[torch.Tensor] = []
+
+    def fit(self, steps: int = 10) -> None:
+        x, y = torch.randn(B, IN), torch.randn(B, OUT)
+        for _ in range(steps):
+            with traceml.trace_step(self.model):
+                out = self.model(x)
+                F.mse_loss(out, y).backward()
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.outputs.append(out)  # marker:self-append
+
+
+def test_an_output_kept_in_an_attribute_is_held_by_self_dot_it(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    _Trainer().fit()
+    graph = finish_and_load(tracer)["counters"]["graph"]
+    assert graph["nodes_kept_per_step"] == 3  # Linear, ReLU, Linear
+    assert graph["held_by"] == {"name": "self.outputs", "at": _at("marker:self-append")}
+
+
+SCRIPT = """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+kept = []
+for step in range(10):
+    with traceml.trace_step(model):
+        out = model(torch.randn(4, 8))
+        out.sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        kept.append(out)
+"""
+
+
+def test_a_module_level_loop_keeps_its_globals_while_its_holder_is_found(fresh_tracer) -> None:
+    """A script's loop runs in its module's frame, whose locals are its globals: they are read,
+    never emptied (the loop goes on using them)."""
+    tracer = fresh_tracer(warmup_steps=5)
+    scope = {"nn": nn, "torch": torch, "traceml": traceml}
+    exec(compile(SCRIPT, "<string>", "exec"), scope)  # noqa: S102 -- a user's script
+    assert len(scope["kept"]) == 10 and "model" in scope
+    graph = finish_and_load(tracer)["counters"]["graph"]
+    assert graph["held_by"] == {"name": "kept", "at": "<string>:11"}

@@ -42,10 +42,10 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
         "flops_per_step",
         "syncs_per_step",
         "input_ops_per_batch",
+        "graph_nodes_kept_per_step",
         "ops_per_step",
         "allocs_per_step",
         "retained_bytes_per_step",
-        "graph_nodes_kept_per_step",
         "python_calls_per_step",
         "parameters",
     )

@@ -29,8 +29,8 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
   validation forward without ``torch.no_grad()``), by line.
 * **Collectives**: the ``c10d`` ops the step ran (DDP's gradient all-reduces among them), with
   their bytes: a missing ``no_sync()`` under gradient accumulation is one more per micro-batch.
-* **Python calls**: on the step after the sampled one, the Python functions called, the
-  user's and the libraries' apart (tracer/pycalls.py).
+* **Python calls**: on the two steps after the sampled one (the fewer kept), the Python
+  functions called, the user's and the libraries' apart (tracer/pycalls.py).
 * **Ops**: every ATen op the step ran, by kind, each kind with the user's line that ran the
   most of it (``+62 zero_ per step at train.py:20``): a ``zero_grad(set_to_none=False)``, a
   ``foreach=False``, a copy of the state dict per step change what a step does, exactly.
@@ -54,6 +54,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer.holders import find_holder
 from traceml_ci.tracer.pycalls import PythonCalls
 from traceml_ci.tracer.sites import Sites
 
@@ -152,8 +153,9 @@ class CounterProbe:
         #: phase -> ATen ops; phase -> [allocations, bytes] (new storages, training thread).
         self.phase_ops: dict[str, int] = {}
         self.allocs: dict[str, list[int]] = {}
-        #: (weakref(marker), op, file:line) of each graph node the sampled step made, in order.
-        self._marks: list[tuple[Any, str, str]] = []
+        #: (weakref(marker), op, file:line, weakref(output)) of each graph node the sampled
+        #: step made, in order.
+        self._marks: list[tuple[Any, str, str, Any]] = []
         self.graph: dict[str, Any] | None = None
         #: file:line -> forwards of a traced model in eval mode with autograd on.
         self.eval_grad: dict[str, int] = {}
@@ -227,10 +229,11 @@ class CounterProbe:
         return True
 
     def _begin_python(self, step: int, warmup: int) -> None:
-        """Count Python calls on the step after the sampled one, a warmup step too."""
+        """Count Python calls on the steps after the sampled one, warmup steps too."""
         py = self.python
-        if (step != self.sampled_step + 1 or warmup <= step or self.reason is not None
-                or py.active or py.block is not None or py.reason is not None):
+        if (step != self.sampled_step + 1 + py.counted or py.counted >= py.STEPS
+                or warmup <= step or self.reason is not None or py.active
+                or py.reason is not None):
             return
         try:
             py.start()
@@ -274,6 +277,12 @@ class CounterProbe:
         marks, self._marks = self._marks, []
         try:
             self.graph = graph_block(marks, LEAK_AFTER_STEPS)
+            kept = [t for *_, ref in marks if (t := ref()) is not None]
+            if kept and self._sites is not None:  # who holds them, and where it stores
+                held = find_holder(kept, self._sites, sys._getframe(1))
+                if held is not None:
+                    self.graph["held_by"] = held
+            del kept
         except Exception as exc:
             self._warn(f"graph check failed ({exc!r})")
         try:
@@ -346,7 +355,8 @@ class CounterProbe:
             meta[GRAPH_MARK] = mark
             finder = self._sites
             self._marks.append((weakref.ref(mark), op,
-                                finder.site(frame) if finder is not None else "?"))
+                                finder.site(frame) if finder is not None else "?",
+                                weakref.ref(t)))
 
     def note_collective(self, op: str, nbytes: int, frame: Any) -> None:
         finder = self._sites
@@ -457,11 +467,11 @@ class _Mark:
     __slots__ = ("__weakref__",)
 
 
-def graph_block(marks: list[tuple[Any, str, str]], after_steps: int) -> dict[str, Any]:
+def graph_block(marks: list[tuple[Any, str, str, Any]], after_steps: int) -> dict[str, Any]:
     """The ``counters.graph`` block: the sampled step's graph nodes still alive
     ``after_steps`` steps later, the lines that made the most of them, and the newest one's
     (what holds the history: a running total's add, a kept output's op)."""
-    alive = [(op, at) for ref, op, at in marks if ref() is not None]
+    alive = [(op, at) for ref, op, at, _ in marks if ref() is not None]
     by_site: dict[str, int] = {}
     for _, at in alive:
         by_site[at] = by_site.get(at, 0) + 1
