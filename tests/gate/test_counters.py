@@ -305,3 +305,23 @@ def test_the_ops_row_names_the_phase_that_ran_more() -> None:
     row = _counter_rows(_with("ops", ops(10, 0)), _with("ops", ops(18, 8)))[
         "counters.ops_per_step"]
     assert row.cause == "+8 ATen ops per step in optimizer +8 (+8 zero_ per step at train.py:20)"
+
+
+def test_host_to_device_copies_regress_when_more_or_unpinned_and_a_cpu_run_has_no_device() -> None:
+    cpu = {"device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0,
+           "sites": []}
+    row = _counter_rows(_with("h2d", cpu), _with("h2d", cpu))["counters.h2d_copies_per_step"]
+    assert row.status is Status.OK and row.note == "no device: nothing to copy to"
+    pinned = {"device": "cuda", "per_step": 2, "bytes_per_step": 4096, "unpinned_per_step": 0,
+              "sites": [{"at": "train.py:30", "count": 2, "bytes": 4096}]}
+    lost = dict(pinned, unpinned_per_step=2)  # pin_memory turned off
+    row = _counter_rows(_with("h2d", pinned), _with("h2d", lost))["counters.h2d_copies_per_step"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == ("2 host-to-device copies per step, +2 of them from unpinned memory at "
+                         "train.py:30")
+    assert "pin_memory=True" in row.note
+    assert _counter_rows(_with("h2d", lost), _with("h2d", pinned))[
+        "counters.h2d_copies_per_step"].status is Status.IMPROVED
+    more = dict(pinned, per_step=3, bytes_per_step=6144)
+    assert _counter_rows(_with("h2d", pinned), _with("h2d", more))[
+        "counters.h2d_copies_per_step"].status is Status.REGRESSED

@@ -300,3 +300,35 @@ def test_a_module_level_loop_keeps_its_globals_while_its_holder_is_found(fresh_t
     assert len(scope["kept"]) == 10 and "model" in scope
     graph = finish_and_load(tracer)["counters"]["graph"]
     assert graph["held_by"] == {"name": "kept", "at": "<string>:11"}
+
+
+def test_host_to_device_copies_are_counted_by_line(fresh_tracer, monkeypatch) -> None:
+    """No GPU here: the meta device stands in for one (the dispatcher sees the same
+    ``_to_copy`` and ``copy_``)."""
+    monkeypatch.setattr(counters, "HOST_DEVICES", ("cpu",))
+    tracer = fresh_tracer(warmup_steps=5)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(B, IN), torch.randn(B, OUT)
+    staging = torch.empty(B, IN, device="meta")
+    for _ in range(10):
+        with traceml.trace_step(model):
+            x.to("meta")  # marker:to-device
+            staging.copy_(x)  # marker:copy-device
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    h2d = finish_and_load(tracer)["counters"]["h2d"]
+    nbytes = B * IN * 4
+    assert h2d == {"device": "cpu", "per_step": 2, "bytes_per_step": 2 * nbytes,
+                   "unpinned_per_step": 2,  # no accelerator: nothing can be pinned
+                   "sites": [{"at": _at("marker:to-device"), "count": 1, "bytes": nbytes},
+                             {"at": _at("marker:copy-device"), "count": 1, "bytes": nbytes}]}
+
+
+def test_a_cpu_run_makes_no_host_to_device_copy(fresh_tracer) -> None:
+    tracer = fresh_tracer(warmup_steps=5)
+    _accumulate(_model())
+    assert finish_and_load(tracer)["counters"]["h2d"] == {
+        "device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0,
+        "sites": []}

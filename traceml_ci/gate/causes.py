@@ -38,6 +38,7 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
     for name in (
         "optimizer",
         "collectives_per_step",
+        "h2d_copies_per_step",
         "eval_forwards_with_grad_per_step",
         "flops_per_step",
         "syncs_per_step",

@@ -47,8 +47,8 @@ def counter_rows(
     torches = (_minor(bv.doc, "torch"), _minor(hv.doc, "torch"))
     pythons = (_minor(bv.doc, "python"), _minor(hv.doc, "python"))
     rows: list[Row] = []
-    for make in (_syncs, _ops, _allocs, _leak, _graph, _eval_grad, _collectives, _python,
-                 _input, _optimizer, _flops, _params):
+    for make in (_syncs, _ops, _allocs, _leak, _graph, _eval_grad, _collectives, _h2d,
+                 _python, _input, _optimizer, _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
@@ -378,6 +378,36 @@ def _collectives(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
             why = f": {COLLECTIVES_FIX}"
     return _row("collectives_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
                 "calls/step", "calls/step", worse, not worse and (hb, hn) != (bb, bn), note, why)
+
+
+#: What to do about more host-to-device copies, or copies from unpinned memory.
+H2D_FIX = ("copy each batch once, from pinned memory: DataLoader(pin_memory=True) and "
+           "`.to(device, non_blocking=True)` (Tuning Guide: use pinned memory and non_blocking "
+           "host-to-device copies)")
+
+
+def _h2d(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """Host-to-device copies per step: more copies, or more of them from unpinned memory,
+    regress; a run on a CPU on both sides says there is no device."""
+    bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
+    if bn is None or hn is None:
+        return None
+    bu, hu = _int(b.get("unpinned_per_step")) or 0, _int(h.get("unpinned_per_step")) or 0
+    note = why = ""
+    worse, better = (hn, hu) > (bn, bu) and hn >= bn, (hn, hu) < (bn, bu) and hn <= bn
+    if b.get("device") == "cpu" and h.get("device") == "cpu" and not (bn or hn):
+        note = "no device: nothing to copy to"
+    elif hn != bn or hu != bu:
+        moved = (_int(h.get("bytes_per_step")) or 0) - (_int(b.get("bytes_per_step")) or 0)
+        size = f", {'+' if moved >= 0 else '-'}{_bytes(abs(moved))}" if moved else ""
+        unpinned = f", {hu - bu:+d} of them from unpinned memory" if hu != bu else ""
+        count = f"{hn - bn:+d}" if hn != bn else str(hn)
+        note = (f"{count} host-to-device copies per step{size}{unpinned}"
+                f"{_top_at(h if hn >= bn else b)}")
+        if worse:
+            why = f": {H2D_FIX}"
+    return _row("h2d_copies_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
+                "copies/step", "copies/step", worse, better, note, why)
 
 
 #: Python calls per step may move this much before the row is judged: the same code moved by

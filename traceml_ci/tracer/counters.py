@@ -31,6 +31,10 @@ few ``torch.Tensor`` methods are wrapped for that step alone (restored at its en
   their bytes: a missing ``no_sync()`` under gradient accumulation is one more per micro-batch.
 * **Python calls**: on the two steps after the sampled one (the fewer kept), the Python
   functions called, the user's and the libraries' apart (tracer/pycalls.py).
+* **Host-to-device copies**: copies from a host tensor to a device (``_to_copy`` and ``copy_``
+  as the dispatcher sees them, ``non_blocking`` or not), their bytes and how many came from
+  unpinned memory (Tuning Guide: pin memory, ``non_blocking=True``). A CPU run has none to
+  make: its block says ``device: cpu``.
 * **Ops**: every ATen op the step ran, by kind, each kind with the user's line that ran the
   most of it (``+62 zero_ per step at train.py:20``): a ``zero_grad(set_to_none=False)``, a
   ``foreach=False``, a copy of the state dict per step change what a step does, exactly.
@@ -72,6 +76,9 @@ TOP_MODULES = 5
 #: Op kinds listed with their counts (the most run first; the rest summed in ``other``): a
 #: step runs 20-80 kinds, ~20 bytes each in the summary.
 TOP_OP_KINDS = 128
+#: Device types that are the host (a copy between them is no host-to-device copy; ``meta``
+#: holds no data).
+HOST_DEVICES = ("cpu", "meta")
 #: ATen ops whose output dtype says what the step's matrix products ran in.
 MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution",
                         "mkldnn_convolution", "_mkldnn_linear", "mkldnn_linear"})
@@ -161,6 +168,8 @@ class CounterProbe:
         self.eval_grad: dict[str, int] = {}
         #: (c10d op, file:line) -> [calls, bytes] in the sampled step.
         self.collectives: dict[tuple[str, str], list[int]] = {}
+        #: file:line -> [copies, bytes, from unpinned memory]: host-to-device copies.
+        self.h2d: dict[str, list[int]] = {}
         #: Python calls, counted on the step after the sampled one (tracer/pycalls.py).
         self.python = PythonCalls()
 
@@ -358,6 +367,14 @@ class CounterProbe:
                                 finder.site(frame) if finder is not None else "?",
                                 weakref.ref(t)))
 
+    def note_h2d(self, nbytes: int, pinned: bool, frame: Any) -> None:
+        finder = self._sites
+        entry = self.h2d.setdefault(finder.site(frame) if finder is not None else "?",
+                                    [0, 0, 0])
+        entry[0] += 1
+        entry[1] += nbytes
+        entry[2] += 0 if pinned else 1
+
     def note_collective(self, op: str, nbytes: int, frame: Any) -> None:
         finder = self._sites
         key = (op, finder.site(frame) if finder is not None else "?")
@@ -456,7 +473,8 @@ class CounterProbe:
                  "settings": self.settings or None, "graph": self.graph,
                  "eval_grad": eval_grad_block(self.eval_grad),
                  "collectives": collectives_block(self.collectives),
-                 "python": self.python.block}
+                 "python": self.python.block,
+                 "h2d": h2d_block(self.h2d, (self.settings or {}).get("device"))}
         out.update((key, value) for key, value in found.items() if value is not None)
         return out
 
@@ -490,6 +508,17 @@ def eval_grad_block(by_site: dict[str, int]) -> dict[str, Any]:
     top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
     return {"per_step": sum(by_site.values()),
             "sites": [{"at": at, "count": n} for at, n in top]}
+
+
+def h2d_block(by_site: dict[str, list[int]], device: Any) -> dict[str, Any]:
+    """The ``counters.h2d`` block: host-to-device copies per step, their bytes, those from
+    unpinned memory, by line; ``device``: the run's (``cpu``: nothing to copy to)."""
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
+    return {"device": str(device or "cpu"),
+            "per_step": sum(v[0] for v in by_site.values()),
+            "bytes_per_step": sum(v[1] for v in by_site.values()),
+            "unpinned_per_step": sum(v[2] for v in by_site.values()),
+            "sites": [{"at": at, "count": n, "bytes": b} for at, (n, b, _) in top]}
 
 
 def collectives_block(found: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
@@ -555,7 +584,7 @@ def _mode_class() -> Any:
             except Exception:  # never into the user's step
                 pass
             try:  # on its own: a failure here loses no read and no new storage
-                self._kind(func, args, out)
+                self._kind(func, args, kwargs or {}, out)
             except Exception:
                 pass
             return out
@@ -589,7 +618,18 @@ def _mode_class() -> Any:
                     name = func.overloadpacket.__name__
                     probe.note_new(storage, nbytes, name, sys._getframe())
 
-        def _kind(self, func: Any, args: Any, out: Any) -> None:
+        def _h2d(self, name: str, args: Any, out: Any) -> None:
+            """A copy from a host tensor to a device: ``_to_copy(src, device=...)`` or
+            ``dst.copy_(src)``."""
+            src, dst = (args[0], out) if name == "_to_copy" else (args[1], args[0])
+            if not (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)):
+                return
+            if src.device.type in HOST_DEVICES and dst.device.type not in HOST_DEVICES:
+                pinned = src.device.type == "cpu" and src.is_pinned()
+                self.probe.note_h2d(src.numel() * src.element_size(), pinned,
+                                    sys._getframe())
+
+        def _kind(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
             """The op by kind, a collective's bytes, a matrix product's dtype (the training
             thread's only)."""
             probe = self.probe
@@ -597,6 +637,8 @@ def _mode_class() -> Any:
                 return
             name = func.overloadpacket.__name__
             probe.note_op(name, sys._getframe())
+            if name in ("_to_copy", "copy_"):
+                self._h2d(name, args, out)
             if func.namespace == "c10d":
                 nbytes = sum(t.untyped_storage().nbytes() for t in tree_leaves(args)
                              if isinstance(t, torch.Tensor) and t.layout == torch.strided)
