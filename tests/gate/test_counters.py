@@ -325,3 +325,17 @@ def test_host_to_device_copies_regress_when_more_or_unpinned_and_a_cpu_run_has_n
     more = dict(pinned, per_step=3, bytes_per_step=6144)
     assert _counter_rows(_with("h2d", pinned), _with("h2d", more))[
         "counters.h2d_copies_per_step"].status is Status.REGRESSED
+
+
+def test_a_new_graph_break_regresses_naming_its_reason() -> None:
+    clean = {"graphs": 1, "frames": 1, "graph_breaks": 0, "top_breaks": []}
+    broken = {"graphs": 2, "frames": 3, "graph_breaks": 1, "top_breaks": [
+        {"reason": "Failed to trace builtin operator: print", "count": 1}]}
+    row = _counter_rows(_with("compile", clean), _with("compile", broken))[
+        "counters.compile_graph_breaks"]
+    assert row.status is Status.REGRESSED
+    assert row.cause == ("torch.compile: +1 graph breaks, +2 frames compiled (recompiles) "
+                         "(Failed to trace builtin operator: print)")
+    assert "graph break" in row.note
+    assert _counter_rows(_with("compile", broken), _with("compile", clean))[
+        "counters.compile_graph_breaks"].status is Status.IMPROVED

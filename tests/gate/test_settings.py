@@ -72,7 +72,7 @@ def test_unchanged_settings_are_quiet_and_a_summary_without_them_has_no_row():
 TORCH = {"anomaly_detection": False, "deterministic_algorithms": False,
          "autograd_profiler": False, "cudnn_benchmark": False, "matmul_precision": "highest",
          "matmul_dtype": "float32", "device": "cpu", "optimizer_foreach": "default",
-         "optimizer_fused": "default", "optimizer_capturable": False,
+         "optimizer_fused": "default", "optimizer_capturable": False, "grad_scaler": False,
          "ddp_find_unused_parameters": False, "ddp_static_graph": False,
          "ddp_gradient_as_bucket_view": False, "ddp_bucket_cap_mb": 25.0}
 
@@ -95,6 +95,8 @@ def with_torch(**changes):
      "float32 matmul precision highest → high"),
     ("torch.matmul_dtype", "matmul_dtype", "bfloat16", Status.REGRESSED,
      "the dtype of the step's matrix products float32 → bfloat16"),
+    ("torch.grad_scaler", "grad_scaler", True, Status.REGRESSED,
+     "a GradScaler around optimizer.step False → True"),
     ("optimizer.foreach", "optimizer_foreach", False, Status.REGRESSED,
      "optimizer foreach default → False"),
     ("optimizer.foreach", "optimizer_foreach", True, Status.OK, "foreach is torch's default"),
@@ -117,7 +119,8 @@ def test_each_step_setting_has_its_direction_and_its_words(row, key, head, statu
         back = compare(with_torch(**{key: head}), with_torch()).row(f"settings.{row}")
         assert back.status in (Status.IMPROVED, Status.REGRESSED)  # a plain change either way
         assert back.status is Status.IMPROVED or row in {
-            "torch.matmul_precision", "torch.matmul_dtype", "ddp.bucket_cap_mb"}
+            "torch.matmul_precision", "torch.matmul_dtype", "ddp.bucket_cap_mb",
+            "torch.grad_scaler"}
 
 
 def test_a_custom_collate_fn_regresses_and_the_default_back_improves():

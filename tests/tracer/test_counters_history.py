@@ -332,3 +332,24 @@ def test_a_cpu_run_makes_no_host_to_device_copy(fresh_tracer) -> None:
     assert finish_and_load(tracer)["counters"]["h2d"] == {
         "device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0,
         "sites": []}
+
+
+def test_an_optimizer_stepped_by_a_grad_scaler_is_said(fresh_tracer, tmp_path) -> None:
+    got = {}
+    for scaled in (True, False):
+        tracer = fresh_tracer(warmup_steps=5, out_dir=tmp_path / str(scaled))
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu", enabled=scaled)
+        x, y = torch.randn(B, IN), torch.randn(B, OUT)
+        for _ in range(10):
+            with traceml.trace_step(model):
+                scaler.scale(F.mse_loss(model(x), y)).backward()
+                if scaled:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        got[scaled] = finish_and_load(tracer)["counters"]["settings"]["grad_scaler"]
+    assert got == {True: True, False: False}

@@ -110,7 +110,7 @@ def test_settings_are_read_as_the_code_set_them(fresh_tracer, tmp_path) -> None:
         "autograd_profiler": False, "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "matmul_precision": torch.get_float32_matmul_precision(), "device": "cpu",
         "optimizer_foreach": False, "optimizer_fused": "default",  # SGD has no capturable
-        "matmul_dtype": "float32",
+        "matmul_dtype": "float32", "grad_scaler": False,
     }
     with torch.autograd.set_detect_anomaly(True):
         anomaly = _counters(fresh_tracer, tmp_path / "anomaly")["settings"]

@@ -37,6 +37,7 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
     COUNTERS_PREFIX + name
     for name in (
         "optimizer",
+        "compile_graph_breaks",
         "collectives_per_step",
         "h2d_copies_per_step",
         "eval_forwards_with_grad_per_step",

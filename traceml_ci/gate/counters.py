@@ -48,7 +48,7 @@ def counter_rows(
     pythons = (_minor(bv.doc, "python"), _minor(hv.doc, "python"))
     rows: list[Row] = []
     for make in (_syncs, _ops, _allocs, _leak, _graph, _eval_grad, _collectives, _h2d,
-                 _python, _input, _optimizer, _flops, _params):
+                 _python, _input, _compile, _optimizer, _flops, _params):
         bb, hh = b.get(make.__name__.strip("_")), h.get(make.__name__.strip("_"))
         if isinstance(bb, Mapping) and isinstance(hh, Mapping):
             row = make(bb, hh)
@@ -396,8 +396,10 @@ def _h2d(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     note = why = ""
     worse, better = (hn, hu) > (bn, bu) and hn >= bn, (hn, hu) < (bn, bu) and hn <= bn
     if b.get("device") == "cpu" and h.get("device") == "cpu" and not (bn or hn):
-        note = "no device: nothing to copy to"
-    elif hn != bn or hu != bu:
+        row = _row("h2d_copies_per_step", bn, hn, 0.0, _EXACT, Kind.SLOPE, "copies/step",
+                   "copies/step", False, False, "")
+        return dataclasses.replace(row, note="no device: nothing to copy to")  # said, no cause
+    if hn != bn or hu != bu:
         moved = (_int(h.get("bytes_per_step")) or 0) - (_int(b.get("bytes_per_step")) or 0)
         size = f", {'+' if moved >= 0 else '-'}{_bytes(abs(moved))}" if moved else ""
         unpinned = f", {hu - bu:+d} of them from unpinned memory" if hu != bu else ""
@@ -408,6 +410,35 @@ def _h2d(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
             why = f": {H2D_FIX}"
     return _row("h2d_copies_per_step", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE,
                 "copies/step", "copies/step", worse, better, note, why)
+
+
+#: What to do about more graph breaks or recompiles under torch.compile.
+COMPILE_FIX = ("each graph break runs Python between compiled graphs and each recompile compiles "
+               "again: remove the breaking call or move it out of the compiled code, keep shapes "
+               "fixed or mark them dynamic (torch.compile troubleshooting: graph breaks, "
+               "recompilation)")
+
+
+def _compile(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
+    """torch.compile over the run: more graph breaks, or more frames compiled (recompiles),
+    regress, naming the new breaks' reasons."""
+    bn, hn = _int(b.get("graph_breaks")), _int(h.get("graph_breaks"))
+    bf, hf = _int(b.get("frames")), _int(h.get("frames"))
+    if bn is None or hn is None or bf is None or hf is None:
+        return None
+    worse, better = (hn, hf) > (bn, bf) and hn >= bn, (hn, hf) < (bn, bf) and hn <= bn
+    note = why = ""
+    if (hn, hf) != (bn, bf):
+        parts = [f"{hn - bn:+d} graph breaks"] if hn != bn else []
+        parts += [f"{hf - bf:+d} frames compiled (recompiles)"] if hf != bf else []
+        old = {str(x.get("reason")) for x in b.get("top_breaks") or [] if isinstance(x, Mapping)}
+        new = [str(x.get("reason")) for x in h.get("top_breaks") or []
+               if isinstance(x, Mapping) and str(x.get("reason")) not in old]
+        note = "torch.compile: " + ", ".join(parts) + (f" ({new[0]})" if new and worse else "")
+        if worse:
+            why = f": {COMPILE_FIX}"
+    return _row("compile_graph_breaks", bn, hn, float(hn - bn), _EXACT, Kind.SLOPE, "breaks",
+                "breaks", worse, better, note, why)
 
 
 #: Python calls per step may move this much before the row is judged: the same code moved by

@@ -160,6 +160,11 @@ SETTINGS: tuple[Setting, ...] = (
             "the dtype of the step's matrix products", _different,
             "the matrix products run in another dtype: autocast turned on or lost (Tuning "
             "Guide: use mixed precision); accepted by updating the baseline"),
+    Setting("torch.grad_scaler", _TORCH, "grad_scaler",
+            "a GradScaler around optimizer.step", _different,
+            "the loss scaling of float16 autocast was added or removed (Tuning Guide: use mixed "
+            "precision and AMP; float16 needs a GradScaler, bfloat16 does not); accepted by "
+            "updating the baseline"),
     Setting("optimizer.foreach", _TORCH, "optimizer_foreach",
             "optimizer foreach", _foreach,
             "foreach=False runs a Python loop of per-parameter kernels; leave foreach to torch "

@@ -58,6 +58,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer import compiled
 from traceml_ci.tracer.holders import find_holder
 from traceml_ci.tracer.pycalls import PythonCalls
 from traceml_ci.tracer.sites import Sites
@@ -159,6 +160,8 @@ class CounterProbe:
         self._in_backward: Callable[[], int] = lambda: -1
         #: phase -> ATen ops; phase -> [allocations, bytes] (new storages, training thread).
         self.phase_ops: dict[str, int] = {}
+        #: Whether an optimizer stepped in the sampled step was stepped by a GradScaler.
+        self._scaled = False
         self.allocs: dict[str, list[int]] = {}
         #: (weakref(marker), op, file:line, weakref(output)) of each graph node the sampled
         #: step made, in order.
@@ -172,6 +175,8 @@ class CounterProbe:
         self.h2d: dict[str, list[int]] = {}
         #: Python calls, counted on the step after the sampled one (tracer/pycalls.py).
         self.python = PythonCalls()
+        #: torch.compile's counts as the run starts (tracer/compiled.py).
+        self._compiled_at_start = _quietly(compiled.snapshot)
 
     @property
     def armed(self) -> bool:
@@ -267,6 +272,8 @@ class CounterProbe:
             self.params = _params(self._models, self._optimizers)
             self.optimizer = _optimizer(self._optimizers)
             self.settings = {**(self.settings or {}), **optimizer_settings(self._optimizers)}
+            if self._optimizers:
+                self.settings["grad_scaler"] = self._scaled
             if self.matmul_dtypes:
                 self.settings["matmul_dtype"] = max(self.matmul_dtypes.items(),
                                                     key=lambda kv: (kv[1], kv[0]))[0]
@@ -408,6 +415,10 @@ class CounterProbe:
     def _stepping(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread:
             self._phase = "optimizer"
+            try:  # stepped by a GradScaler (amp/grad_scaler.py's step calls it)?
+                self._scaled = self._scaled or _called_from(sys._getframe(1), _SCALER_FILE)
+            except Exception:
+                pass
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if threading.get_ident() == self._thread:
@@ -455,8 +466,12 @@ class CounterProbe:
 
     # -- the summary block -------------------------------------------------------------------
     def record(self) -> dict[str, Any] | None:
-        """The ``counters`` block (None: nothing measured)."""
+        """The ``counters`` block (None: nothing measured). Under torch.compile, where the
+        step is not sampled, its ``compile`` block alone."""
+        compile_counts = _quietly(lambda: compiled.compile_block(self._compiled_at_start))
         if not self.done or self.reason is not None or self.params is None:
+            if compile_counts is not None and self.reason == NOT_MEASURED_COMPILED:
+                return {"sampled_step": self.sampled_step, "compile": compile_counts}
             return None
         sites = sorted(self.reads.items(), key=lambda kv: (-kv[1], kv[0]))
         out: dict[str, Any] = {
@@ -474,9 +489,37 @@ class CounterProbe:
                  "eval_grad": eval_grad_block(self.eval_grad),
                  "collectives": collectives_block(self.collectives),
                  "python": self.python.block,
-                 "h2d": h2d_block(self.h2d, (self.settings or {}).get("device"))}
+                 "h2d": h2d_block(self.h2d, (self.settings or {}).get("device")),
+                 "compile": compile_counts}
         out.update((key, value) for key, value in found.items() if value is not None)
         return out
+
+
+#: The file whose ``step`` steps an optimizer for a GradScaler.
+_SCALER_FILE = ("amp", "grad_scaler.py")
+#: Frames looked at above an optimizer's step for a GradScaler's.
+_SCALER_DEPTH = 8
+
+
+def _called_from(frame: Any, tail: tuple[str, ...]) -> bool:
+    """Whether a frame within ``_SCALER_DEPTH`` of ``frame`` runs code from a file whose path
+    ends with ``tail``."""
+    suffix = "/".join(tail)
+    for _ in range(_SCALER_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.replace("\\", "/").endswith(suffix):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _quietly(read: Callable[[], Any]) -> Any:
+    """``read()``, or None if it raised (an optional count never costs the rest)."""
+    try:
+        return read()
+    except Exception:
+        return None
 
 
 class _Mark:
