@@ -353,3 +353,29 @@ def test_an_optimizer_stepped_by_a_grad_scaler_is_said(fresh_tracer, tmp_path) -
                 optimizer.zero_grad(set_to_none=True)
         got[scaled] = finish_and_load(tracer)["counters"]["settings"]["grad_scaler"]
     assert got == {True: True, False: False}
+
+
+def test_python_calls_leave_out_what_traceml_ci_calls() -> None:
+    """The tracer's housekeeping calls psutil on the training thread: a function only it
+    calls is left out whole, one the user's code calls too loses the tracer's calls."""
+    import json
+    import json.encoder
+    from collections import namedtuple
+
+    from traceml_ci.tracer import pycalls
+    from traceml_ci.tracer.sites import Sites
+
+    Entry = namedtuple("Entry", "code callcount calls")
+    Sub = namedtuple("Sub", "code callcount")
+    ours, shared = pycalls.calls_block.__code__, json.dumps.__code__
+    only_ours, user = json.encoder.JSONEncoder.encode.__code__, _fields.__code__
+    stats = [
+        Entry(ours, 1, [Sub(shared, 3), Sub(only_ours, 4)]),
+        Entry(user, 2, [Sub(shared, 2)]),
+        Entry(shared, 5, []),
+        Entry(only_ours, 4, []),
+        Entry("<built-in method len>", 9, []),
+    ]
+    block = pycalls.calls_block(stats, Sites())
+    assert block == {"per_step": 2 + 2, "user": 2, "library": 2, "top_user": [
+        {"at": _at("marker:fields-def"), "function": "_fields", "calls": 2}]}

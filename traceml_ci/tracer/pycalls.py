@@ -5,12 +5,13 @@ Per-step Python work that no ATen count sees -- a JSON line built each step, a h
 loop over the parameters, a tokenizer call -- is a count here. The two steps after the
 counters' sampled step (tracer/counters.py) are counted, so that the counters' dispatch mode and
 hooks are not, and the one with fewer calls is kept: work done once -- a lazy import, a cache
-filled on first use -- falls out. traceml-ci's own functions are left out. What is left can
-still move by a few calls between runs of the same code (a signal handler that runs on the
-training thread while a step is counted: +14 calls, measured): the gate's row has a floor
-(gate/counters.py). The cyclic garbage collector
-is paused for that step: a collection's finalizers would run whatever another test left
-behind, at a moment set by allocations elsewhere -- not the step's calls. A profiler already
+filled on first use -- falls out. traceml-ci's own functions are left out, with the calls
+they make (its housekeeping runs on the training thread when its clock says so: +14 calls in
+one step of three, measured, before they were left out). A signal handler or a finalizer of
+the user's can still run in a counted step: the gate's row has a floor (gate/counters.py).
+The cyclic garbage collector is paused for those steps: a collection's finalizers would run
+whatever another test left behind, at a moment set by allocations elsewhere -- not the step's
+calls. A profiler already
 in use (``sys.getprofile()``) is never replaced: nothing is counted then.
 """
 
@@ -93,17 +94,35 @@ class PythonCalls:
 def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
     """The ``counters.python`` block from cProfile's entries: calls per step, the user's and
     the libraries' (installed packages, torch, the standard library), the user functions
-    called most (``file:line`` of their ``def``)."""
+    called most (``file:line`` of their ``def``). traceml-ci's own calls are left out, and so
+    are the calls it makes: a function only traceml-ci (or such a function) calls is left out
+    whole (the tracer's housekeeping reads psutil on the training thread, at moments the clock
+    decides), one that others call too loses the calls traceml-ci's made."""
+    entries = [e for e in stats if not isinstance(e.code, str)]  # builtins are not profiled
+    kinds = {e.code: sites.where(e.code.co_filename) for e in entries}
+    callers: dict[Any, list[tuple[Any, int]]] = {}
+    for e in entries:
+        for sub in e.calls or ():
+            if not isinstance(sub.code, str):
+                callers.setdefault(sub.code, []).append((e.code, int(sub.callcount)))
+    ours = {code for code, (kind, _) in kinds.items() if kind == OWN}
+    grown = True
+    while grown:  # what only ours (or what only ours calls) calls is ours too
+        grown = False
+        for code, by in callers.items():
+            if code not in ours and by and all(c in ours for c, _ in by):
+                ours.add(code)
+                grown = True
     user = library = 0
     top: dict[str, tuple[int, str]] = {}
-    for entry in stats:
-        code = entry.code
-        if isinstance(code, str):  # a builtin (not profiled here)
+    for e in entries:
+        code = e.code
+        if code in ours:
             continue
-        kind, shown = sites.where(code.co_filename)
-        n = int(entry.callcount)
-        if kind == OWN or not n:
+        n = int(e.callcount) - sum(k for c, k in callers.get(code, ()) if c in ours)
+        if n <= 0:
             continue
+        kind, shown = kinds[code]
         if kind == USER:
             user += n
             at = f"{shown}:{code.co_firstlineno}"
