@@ -130,12 +130,20 @@ CHANGES: tuple[Change, ...] = (
            "a harmless rename of a local variable (must pass)",
            (CNN,), issue=(31,), harmless=True),
     Change("comment_line",
-           _e(TRAIN, "    model.train()\n    losses = []\n",
-              "    model.train()\n    # one loss per step, averaged at the end\n    losses = []\n"),
+           _e(TRAIN, "    model.train()\n    losses, progress = [], []\n",
+              "    model.train()\n    # one loss per step, averaged at the end\n"
+              "    losses, progress = [], []\n"),
            "a comment line added: every later line of train.py moves down one (must pass: the "
            "same counts at other lines)",
            (CNN, GPT2), issue=(31,), harmless=True),
     # -- issue 32: the Tuning Guide's items that run on a CPU ------------------------------
+    Change("progress_line_per_step",
+           _e(TRAIN, "                losses.append(loss.detach())\n",
+              "                losses.append(loss.detach())\n"
+              "                progress.append(progress_line(_epoch, model, optimizer))\n"),
+           "a JSON progress line built every step (it walks the model's parameters in Python): "
+           "per-step Python work that runs no ATen op",
+           (CNN,), ("progress_line", "Python calls")),
     Change("zero_grad_no_set_to_none",
            _e(TRAIN, _STEP + "                optimizer.zero_grad(set_to_none=True)\n",
               _STEP + "                optimizer.zero_grad(set_to_none=False)\n"),

@@ -23,6 +23,10 @@ from typing import Any
 
 from traceml_ci.tracer.sites import LIBRARY, OWN, STDLIB, USER, Sites
 
+#: Files whose calls are the input pipeline's, counted by its own counter (tracer/inputs.py):
+#: a DataLoader iterator's ``__next__`` inside a step polls its workers' queue as often as
+#: the clock lets it. What only they call is left out with them.
+INPUT_PIPELINE = ("torch/utils/data/dataloader.py",)
 #: User functions named in the block (the most called first).
 TOP_FUNCTIONS = 5
 NOT_MEASURED_PROFILER = "a profiler is in use"
@@ -95,7 +99,7 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
     """The ``counters.python`` block from cProfile's entries: calls per step, the user's and
     the libraries' (installed packages, torch, the standard library), the user functions
     called most (``file:line`` of their ``def``). traceml-ci's own calls are left out, and so
-    are the calls it makes: a function only traceml-ci (or such a function) calls is left out
+    are the calls it makes (and a DataLoader iterator's, ``INPUT_PIPELINE``): a function only traceml-ci (or such a function) calls is left out
     whole (the tracer's housekeeping reads psutil on the training thread, at moments the clock
     decides), one that others call too loses the calls traceml-ci's made."""
     entries = [e for e in stats if not isinstance(e.code, str)]  # builtins are not profiled
@@ -105,7 +109,8 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
         for sub in e.calls or ():
             if not isinstance(sub.code, str):
                 callers.setdefault(sub.code, []).append((e.code, int(sub.callcount)))
-    ours = {code for code, (kind, _) in kinds.items() if kind == OWN}
+    ours = {code for code, (kind, _) in kinds.items()
+            if kind == OWN or code.co_filename.replace("\\", "/").endswith(INPUT_PIPELINE)}
     grown = True
     while grown:  # what only ours (or what only ours calls) calls is ours too
         grown = False

@@ -4,6 +4,7 @@ see where its time goes; outside a traced test it costs next to nothing."""
 from __future__ import annotations
 
 import copy
+import json
 
 import torch
 import torch.nn.functional as F
@@ -13,12 +14,18 @@ from torch.utils.data import DataLoader
 import traceml_ci as traceml
 
 
+def progress_line(epoch: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
+    """One JSON line of training progress (written once per run)."""
+    return json.dumps({"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
+                       "parameters": sum(p.numel() for p in model.parameters())})
+
+
 def train_cnn(model: nn.Module, loader: DataLoader, epochs: int = 4,
               lr: float = 0.05) -> tuple[float, dict[str, torch.Tensor]]:
     """Classification with SGD; returns the mean loss and the final weights."""
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     model.train()
-    losses = []
+    losses, progress = [], []
     for _epoch in range(epochs):
         for images, labels in loader:
             with traceml.trace_step(model):
@@ -28,6 +35,7 @@ def train_cnn(model: nn.Module, loader: DataLoader, epochs: int = 4,
                 loss.backward()
                 optimizer.step()
                 losses.append(loss.detach())
+    progress.append(progress_line(epochs, model, optimizer))
     final_state = copy.deepcopy(model.state_dict())
     return float(sum(losses) / len(losses)), final_state
 
