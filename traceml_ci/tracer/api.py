@@ -101,6 +101,7 @@ def stop() -> None:
     if _tracer is not None:
         _tracer.stop_live()
         _tracer.patches.uninstall()
+        _tracer.inputs.discard()
         if _tracer.roots is not None:
             _tracer.roots.uninstall()
     _tracer = None

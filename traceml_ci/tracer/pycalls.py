@@ -99,9 +99,10 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
     """The ``counters.python`` block from cProfile's entries: calls per step, the user's and
     the libraries' (installed packages, torch, the standard library), the user functions
     called most (``file:line`` of their ``def``). traceml-ci's own calls are left out, and so
-    are the calls it makes (and a DataLoader iterator's, ``INPUT_PIPELINE``): a function only traceml-ci (or such a function) calls is left out
-    whole (the tracer's housekeeping reads psutil on the training thread, at moments the clock
-    decides), one that others call too loses the calls traceml-ci's made."""
+    are the calls it makes (and a DataLoader iterator's, ``INPUT_PIPELINE``): a function only
+    those (or such a function) call is left out whole -- the tracer's housekeeping reads
+    psutil on the training thread at moments the clock decides --, one that others call too
+    loses the calls those made."""
     entries = [e for e in stats if not isinstance(e.code, str)]  # builtins are not profiled
     kinds = {e.code: sites.where(e.code.co_filename) for e in entries}
     callers: dict[Any, list[tuple[Any, int]]] = {}

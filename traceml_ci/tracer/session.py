@@ -29,6 +29,7 @@ from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
 from traceml_ci.tracer.identity import Identity
+from traceml_ci.tracer.inputs import InputProbe
 from traceml_ci.tracer.live import LiveWriter, Window
 from traceml_ci.tracer.memory import RSS_INTERVAL_NS, CudaMemory, RssSampler, system_total_mb
 from traceml_ci.tracer.modules import ModuleSampler
@@ -129,6 +130,10 @@ class Tracer:
         self.flop_count = FlopCount(warn)
         #: Deterministic counters of one sampled warmup step (scalar reads, optimizer, leak).
         self.counters = CounterProbe(warn, root=config.root_dir)
+        #: The input pipeline's work on one batch, in DataLoader workers too (auto mode).
+        self.inputs = InputProbe(warn, root=config.root_dir)
+        if config.mode == "auto":
+            self.inputs.install()
         if zero_change and config.mode == "auto":  # steps close themselves: so do the counts
             self.counters.sampled_step += 1
             self.rec.on_close = self._implicit_boundary
@@ -233,10 +238,12 @@ class Tracer:
             self.store.tick_ns = self.module_sampler.tick_ns(RSS_INTERVAL_NS)
         if self.config.mode == "manual":
             self.patches.uninstall()
+            self.inputs.uninstall()
             if self.roots is not None:
                 self.roots.uninstall()
         else:
             self.patches.install()
+            self.inputs.install()
 
     def _reconfigure_live(self, old: TracerConfig) -> None:
         if not self.config.live:
@@ -258,6 +265,7 @@ class Tracer:
             self._warned = True
             warn(f"tracing stopped after an internal error ({exc!r}); training goes on")
         self.patches.uninstall()
+        self.inputs.uninstall()
         self.collectives.uninstall()
         self.copies.uninstall()
         self.grad_ready.close()
@@ -432,6 +440,7 @@ class Tracer:
         if status is not None:
             self.status = RunStatus(status)
         self.patches.uninstall()
+        self.inputs.uninstall()
         self.collectives.uninstall()
         self.copies.uninstall()
         self.grad_ready.close()
@@ -674,10 +683,14 @@ class Tracer:
         probe = self.counters
         try:
             probe.flops = flops_block(self.flop_count)
-            return probe.record()
+            block = probe.record()
         except Exception as exc:
             warn(f"counters left out ({exc!r})")
             return None
+        inputs = self.inputs.record()  # never raises
+        if block is not None and inputs is not None:
+            block["input"] = inputs
+        return block
 
     def note_eval(self, start_ns: int, end_ns: int) -> None:
         """An evaluation ran from ``start_ns`` to ``end_ns`` (``time.perf_counter_ns``)."""
