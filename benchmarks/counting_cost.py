@@ -1,9 +1,11 @@
-"""The sampled step's fixed cost: one step of each smoke job of benchmarks/cisuite (the CNN, the
+"""The counters' fixed cost: one step of each smoke job of benchmarks/cisuite (the CNN, the
 tiny GPT-2 with AdamW, the MLP) with the counter probe armed (tracer/counters.py: the ATen ops
-by kind and their lines, the settings, scalar reads, new storages) against the same step
-unarmed, side by side in one process. The probe arms on one warmup step of a run, never on an
-analysed one: this is what that one step costs more, the only cost the counters add (issue 32:
-at most 100 ms on these jobs).
+by kind, phase and line, allocations, the settings, scalar reads, new storages, graph nodes
+marked, collectives, copies) against the same step unarmed, and a step with its Python calls
+counted (tracer/pycalls.py: two such steps follow the sampled one), side by side in one
+process. The probe arms on warmup steps of a run, never on analysed ones: the sampled step's
+extra plus twice the Python-counted step's is what the counters cost a run (issue 32: at most
+100 ms on these jobs).
 
     .venv/bin/python benchmarks/counting_cost.py [--repeats 7]
 """
@@ -25,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "cisuite" / "mlrepo"))
 from mlrepo.models import MLP, SmallCNN, tiny_gpt2  # noqa: E402
 
 from traceml_ci.tracer.counters import CounterProbe  # noqa: E402
+from traceml_ci.tracer.pycalls import PythonCalls  # noqa: E402
 
 
 def cnn() -> tuple[torch.nn.Module, Callable[[], None]]:
@@ -81,12 +84,13 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     print(f"{'job':6} {'plain step ms':>14} {'armed step ms':>14} {'added ms':>9} "
-          f"{'ops/step':>9} {'kinds':>6}")
+          f"{'py step ms':>11} {'py added':>9} {'run adds ms':>12} {'ops/step':>9} "
+          f"{'kinds':>6} {'py calls':>9}")
     for name, make in (("cnn", cnn), ("gpt2", gpt2), ("mlp", mlp)):
         model, step = make()
         for _ in range(3):
             step()  # lazy state (the optimizer's) built, caches warm
-        plain, armed, ops, kinds = [], [], 0, 0
+        plain, armed, py, ops, kinds, calls = [], [], [], 0, 0, 0
         for _ in range(args.repeats):
             plain.append(timed(step))
             probe = CounterProbe(warn=lambda msg: print("warning:", msg, file=sys.stderr))
@@ -101,8 +105,18 @@ def main() -> None:
             block = probe.record() or {}
             ops, kinds = block["ops"]["per_step"], len(block["ops"]["kinds"])
             probe.close()
-        p, a = statistics.median(plain), statistics.median(armed)
-        print(f"{name:6} {p:14.2f} {a:14.2f} {a - p:9.1f} {ops:9d} {kinds:6d}")
+            count = PythonCalls()
+
+            def python(count: PythonCalls = count, step: Callable[[], None] = step) -> None:
+                assert count.start()
+                step()
+                count.stop(None)
+
+            py.append(timed(python))
+            calls = (count.block or {}).get("per_step", 0)
+        p, a, c = statistics.median(plain), statistics.median(armed), statistics.median(py)
+        print(f"{name:6} {p:14.2f} {a:14.2f} {a - p:9.1f} {c:11.2f} {c - p:9.1f} "
+              f"{a - p + 2 * (c - p):12.1f} {ops:9d} {kinds:6d} {calls:9d}")
 
 
 if __name__ == "__main__":

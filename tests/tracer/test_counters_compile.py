@@ -1,47 +1,64 @@
 """torch.compile's counts over a run (tracer/compiled.py): graph breaks and compiled frames,
-the run's own (what the process compiled before it is left out)."""
+the run's own (what the process compiled before it is left out). In a child process: a
+compiled frame turns the step counters off for the rest of a process, and would for the tests
+after this one."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
+from tests.cli.scripts import run_group
+from traceml_ci.summary.schema import summary_problems
+
+CHILD = """
+import sys
 import torch
 from torch import nn
-
 import traceml_ci as traceml
-from tests.tracer.conftest import finish_and_load
+from traceml_ci.tracer import api
+from traceml_ci.tracer.config import TracerConfig
+
+torch.set_num_threads(1)
 
 
-class _Printing(nn.Module):
-    """A forward with a graph break: a print between two layers."""
-
-    def __init__(self, breaks: bool) -> None:
+class Printing(nn.Module):
+    def __init__(self, breaks):
         super().__init__()
         self.a, self.b, self.breaks = nn.Linear(8, 8), nn.Linear(8, 1), breaks
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x):
         h = self.a(x)
         if self.breaks:
             print("", end="")  # a graph break
         return self.b(h)
 
 
-def _run(fresh_tracer, out_dir, breaks: bool) -> dict:
+for name, breaks in (("clean", False), ("broken", True)):
     torch.manual_seed(0)
-    model = _Printing(breaks)
+    model = Printing(breaks)
     step = torch.compile(model, backend="eager")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    tracer = fresh_tracer(warmup_steps=5, out_dir=out_dir)
+    tracer = api.start(TracerConfig(out_dir=sys.argv[1] + "/" + name, warmup_steps=5),
+                       at_exit=False)
     for _ in range(10):
         with traceml.trace_step(model):
             step(torch.randn(4, 8)).sum().backward()
             optimizer.step()
             optimizer.zero_grad()
-    return finish_and_load(tracer)["counters"]
+    tracer.finish()
+"""
 
 
-def test_a_graph_break_is_counted_with_its_reason_the_runs_own(fresh_tracer, tmp_path) -> None:
-    torch._dynamo.reset()
-    clean = _run(fresh_tracer, tmp_path / "clean", breaks=False)
-    broken = _run(fresh_tracer, tmp_path / "broken", breaks=True)
+def test_a_graph_break_is_counted_with_its_reason_the_runs_own(tmp_path: Path) -> None:
+    done = run_group([sys.executable, "-c", CHILD, str(tmp_path)], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    docs = {}
+    for name in ("clean", "broken"):
+        docs[name] = json.loads((tmp_path / name / "final_summary.json").read_text())
+        assert summary_problems(docs[name]) == []
+    clean, broken = docs["clean"]["counters"], docs["broken"]["counters"]
     # compiled: the step is not sampled, the compile block stands alone
     assert set(clean) == set(broken) == {"sampled_step", "compile"}
     assert clean["compile"]["graph_breaks"] == 0 and clean["compile"]["frames"] >= 1

@@ -91,10 +91,10 @@ def test_a_detached_total_keeps_nothing(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=5)
     _accumulate(_model())
     c = finish_and_load(tracer)["counters"]
-    assert c["graph"] == {"after_steps": counters.LEAK_AFTER_STEPS, "nodes_kept_per_step": 0,
-                          "top": []}
-    assert c["eval_grad"] == {"per_step": 0, "sites": []}
-    assert c["collectives"] == {"per_step": 0, "bytes_per_step": 0, "sites": []}
+    # nothing to name: no sites (the summary stays small)
+    assert c["graph"] == {"after_steps": counters.LEAK_AFTER_STEPS, "nodes_kept_per_step": 0}
+    assert c["eval_grad"] == {"per_step": 0}
+    assert c["collectives"] == {"per_step": 0, "bytes_per_step": 0}
 
 
 def test_a_validation_forward_with_grad_is_counted_at_its_line(fresh_tracer, tmp_path) -> None:
@@ -198,7 +198,7 @@ def test_python_calls_per_step_count_the_users_functions_exactly(fresh_tracer, t
         _logging_loop(n)
         got[n] = finish_and_load(tracer)["counters"]["python"]
     assert gc.isenabled()  # paused for the counted step only
-    assert got[0]["user"] == 0 and got[0]["top_user"] == []
+    assert got[0]["user"] == 0 and "top_user" not in got[0]
     assert got[3]["top_user"] == [
         {"at": _at("marker:log-def"), "function": "_log_line", "calls": 3},
         {"at": _at("marker:fields-def"), "function": "_fields", "calls": 3}]
@@ -330,8 +330,7 @@ def test_a_cpu_run_makes_no_host_to_device_copy(fresh_tracer) -> None:
     tracer = fresh_tracer(warmup_steps=5)
     _accumulate(_model())
     assert finish_and_load(tracer)["counters"]["h2d"] == {
-        "device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0,
-        "sites": []}
+        "device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0}
 
 
 def test_an_optimizer_stepped_by_a_grad_scaler_is_said(fresh_tracer, tmp_path) -> None:

@@ -21,6 +21,15 @@ import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load, marked_line
 from traceml_ci.tracer import inputs
 
+
+@pytest.fixture(autouse=True)
+def _no_compile_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another test in this process may have compiled (which turns the step counters, where
+    this block lives, off for the process): these tests run as a fresh process would."""
+    from traceml_ci.tracer import flops
+
+    monkeypatch.setattr(flops, "compile_in_use", lambda models=(), frames_before=0: False)
+
 N, DIM, B = 64, 4, 8
 HERE = os.path.relpath(__file__)
 FORK = "fork" in torch.multiprocessing.get_all_start_methods()

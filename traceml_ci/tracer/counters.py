@@ -75,8 +75,8 @@ LEAK_AFTER_STEPS = 3
 TOP_SITES = 5
 TOP_MODULES = 5
 #: Op kinds listed with their counts (the most run first; the rest summed in ``other``): a
-#: step runs 20-80 kinds, ~20 bytes each in the summary.
-TOP_OP_KINDS = 128
+#: step runs 20-80 kinds, ~20 bytes each in the summary, which stays under 8 KB.
+TOP_OP_KINDS = 40
 #: Device types that are the host (a copy between them is no host-to-device copy; ``meta``
 #: holds no data).
 HOST_DEVICES = ("cpu", "meta")
@@ -537,8 +537,9 @@ def graph_block(marks: list[tuple[Any, str, str, Any]], after_steps: int) -> dic
     for _, at in alive:
         by_site[at] = by_site.get(at, 0) + 1
     top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
-    out: dict[str, Any] = {"after_steps": after_steps, "nodes_kept_per_step": len(alive),
-                           "top": [{"at": at, "nodes": n} for at, n in top]}
+    out: dict[str, Any] = {"after_steps": after_steps, "nodes_kept_per_step": len(alive)}
+    if top:
+        out["top"] = [{"at": at, "nodes": n} for at, n in top]
     if alive:
         op, at = alive[-1]
         out["newest"] = {"op": op, "at": at}
@@ -549,28 +550,35 @@ def eval_grad_block(by_site: dict[str, int]) -> dict[str, Any]:
     """The ``counters.eval_grad`` block: a traced model's eval-mode forwards with autograd on,
     per step, by line."""
     top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
-    return {"per_step": sum(by_site.values()),
-            "sites": [{"at": at, "count": n} for at, n in top]}
+    return _with_sites({"per_step": sum(by_site.values())},
+                       [{"at": at, "count": n} for at, n in top])
 
 
 def h2d_block(by_site: dict[str, list[int]], device: Any) -> dict[str, Any]:
     """The ``counters.h2d`` block: host-to-device copies per step, their bytes, those from
     unpinned memory, by line; ``device``: the run's (``cpu``: nothing to copy to)."""
     top = sorted(by_site.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
-    return {"device": str(device or "cpu"),
-            "per_step": sum(v[0] for v in by_site.values()),
-            "bytes_per_step": sum(v[1] for v in by_site.values()),
-            "unpinned_per_step": sum(v[2] for v in by_site.values()),
-            "sites": [{"at": at, "count": n, "bytes": b} for at, (n, b, _) in top]}
+    return _with_sites({"device": str(device or "cpu"),
+                        "per_step": sum(v[0] for v in by_site.values()),
+                        "bytes_per_step": sum(v[1] for v in by_site.values()),
+                        "unpinned_per_step": sum(v[2] for v in by_site.values())},
+                       [{"at": at, "count": n, "bytes": b} for at, (n, b, _) in top])
 
 
 def collectives_block(found: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
     """The ``counters.collectives`` block: c10d ops per step, their bytes, the lines."""
     top = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
-    return {"per_step": sum(n for n, _ in found.values()),
-            "bytes_per_step": sum(b for _, b in found.values()),
-            "sites": [{"op": op, "at": at, "count": n, "bytes": b}
-                      for (op, at), (n, b) in top]}
+    return _with_sites({"per_step": sum(n for n, _ in found.values()),
+                        "bytes_per_step": sum(b for _, b in found.values())},
+                       [{"op": op, "at": at, "count": n, "bytes": b}
+                        for (op, at), (n, b) in top])
+
+
+def _with_sites(block: dict[str, Any], sites: list[dict[str, Any]]) -> dict[str, Any]:
+    """``block`` with its ``sites`` where there are any (the summary stays small)."""
+    if sites:
+        block["sites"] = sites
+    return block
 
 
 def _reader(probe: CounterProbe, op: str, original: Any) -> Any:

@@ -138,6 +138,7 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
         elif kind in (LIBRARY, STDLIB):
             library += n
     named = sorted(top.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_FUNCTIONS]
-    return {"per_step": user + library, "user": user, "library": library,
-            "top_user": [{"at": at, "function": name, "calls": n}
-                         for at, (n, name) in named]}
+    out: dict[str, Any] = {"per_step": user + library, "user": user, "library": library}
+    if named:
+        out["top_user"] = [{"at": at, "function": name, "calls": n} for at, (n, name) in named]
+    return out
