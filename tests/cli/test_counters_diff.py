@@ -110,12 +110,21 @@ def test_the_same_code_twice_passes_every_counter(runs, diff) -> None:
     assert set(counters) == {
         "counters.syncs_per_step",
         "counters.ops_per_step",
+        "counters.allocs_per_step",
         "counters.retained_bytes_per_step",
+        "counters.graph_nodes_kept_per_step",
+        "counters.eval_forwards_with_grad_per_step",
+        "counters.collectives_per_step",
+        "counters.h2d_copies_per_step",
+        "counters.python_calls_per_step",
         "counters.optimizer",
         "counters.flops_per_step",
         "counters.parameters",
     }
-    assert all(r["status"] == "ok" and r["note"] == "" for r in counters.values())
+    assert all(r["status"] == "ok" for r in counters.values())
+    # nothing said but that a CPU run has no device to copy to
+    assert {n: r["note"] for n, r in counters.items() if r["note"]} == {
+        "counters.h2d_copies_per_step": "no device: nothing to copy to"}
     assert counters["counters.syncs_per_step"]["delta"] == 0
 
 

@@ -238,3 +238,20 @@ def test_a_duplicate_key_is_one_clear_error_naming_where(tmp_path, content, wher
     with pytest.raises(InputError) as exc:
         read_json(_write(tmp_path, content))
     assert where in exc.value.problem, exc.value.problem
+
+
+def test_a_summary_is_written_one_key_a_line_with_small_rows_on_one() -> None:
+    from traceml_ci.summary.io import INLINE_CHARS, summary_text
+
+    doc = {"ops": {"kinds": {"addmm": [12, 0]}, "sites": ["train.py:9, the loop"]},
+           "modules": [{"name": "fc", "ms": 1.5}, {"name": "x" * INLINE_CHARS, "ms": 2.0}],
+           "empty": {}, "text": "a,  b\u2028"}
+    text = summary_text(doc)
+    assert json.loads(text) == doc  # the same JSON
+    lines = text.splitlines()
+    assert '   "addmm": [12, 0]' in lines  # a [count, site] pair on one line
+    assert '  "sites": ["train.py:9, the loop"]' in lines  # a string's text untouched
+    assert '  {"name": "fc", "ms": 1.5},' in lines
+    assert '   "ms": 2.0' in lines  # too long for one line: a key a line
+    with pytest.raises(ValueError):
+        summary_text({"x": float("nan")})
