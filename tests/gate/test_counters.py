@@ -339,3 +339,37 @@ def test_a_new_graph_break_regresses_naming_its_reason() -> None:
     assert "graph break" in row.note
     assert _counter_rows(_with("compile", broken), _with("compile", clean))[
         "counters.compile_graph_breaks"].status is Status.IMPROVED
+
+
+def test_an_improved_row_never_hides_the_one_that_regressed() -> None:
+    """A log line added each step (Python calls, an echo row) while a .item() went away."""
+    base, head = _doc(), _doc()
+    base["counters"]["python"] = {"per_step": 100, "user": 0, "library": 100}
+    head["counters"]["python"] = {"per_step": 500, "user": 400, "library": 100}
+    head["counters"]["syncs"] = {"per_step": 0, "sites": []}
+    c = compare(base, head)
+    assert c.verdict is Verdict.REGRESSION
+    assert c.causes[0].startswith("+400 Python calls per step")
+
+
+def test_python_calls_within_the_floor_are_said_never_a_cause() -> None:
+    base, head = _doc(), _doc()
+    base["counters"]["python"] = {"per_step": 100, "user": 0, "library": 100}
+    head["counters"]["python"] = {"per_step": 104, "user": 0, "library": 104}
+    c = compare(base, head)
+    row = c.row("counters.python_calls_per_step")
+    assert row.status is Status.OK and row.cause == "" and row.note.startswith("within the floor")
+    assert c.causes == []
+
+
+def test_a_component_that_rose_regresses_though_another_fell() -> None:
+    fewer_breaks = {"graphs": 1, "frames": 7, "graph_breaks": 0}
+    more_frames = _counter_rows(
+        _with("compile", {"graphs": 2, "frames": 1, "graph_breaks": 1}),
+        _with("compile", fewer_breaks))["counters.compile_graph_breaks"]
+    assert more_frames.status is Status.REGRESSED  # recompiles rose
+    pinned = {"device": "cuda", "per_step": 3, "bytes_per_step": 3, "unpinned_per_step": 0}
+    unpinned = {"device": "cuda", "per_step": 2, "bytes_per_step": 2, "unpinned_per_step": 2}
+    row = _counter_rows(_with("h2d", pinned), _with("h2d", unpinned))[
+        "counters.h2d_copies_per_step"]
+    assert row.status is Status.REGRESSED  # fewer copies, but from unpinned memory

@@ -106,3 +106,16 @@ def test_a_kind_whose_line_is_another_on_each_side_is_named_without_one() -> Non
         "+64 ATen ops per batch in the input pipeline (+1 convolution per sample at "
         "mlrepo/data.py:32 in SyntheticImages.__getitem__; +1 select per sample in "
         "SyntheticImages.__getitem__)")
+
+
+def test_a_collate_that_grew_among_the_kinds_not_listed_is_named_as_the_collate() -> None:
+    def block(collate: int) -> dict:
+        part = {"per_batch": 80, "kinds": {"copy_": [8, 0]}, "sites": ["data.py:9"], "other": 72}
+        grown = dict(part, per_batch=collate, other=collate - 8)
+        return {"batch": 2, "workers": 2, "samples": 8, "fetch": part, "collate": grown}
+
+    base, head = make(), make()
+    base["counters"] = {"sampled_step": 1, "input": block(80)}
+    head["counters"] = {"sampled_step": 1, "input": block(280)}
+    row = compare(base, head).row("counters.input_ops_per_batch")
+    assert row.status is Status.REGRESSED and "a heavier collate_fn" in row.note

@@ -249,8 +249,8 @@ def test_a_summary_is_written_one_key_a_line_with_small_rows_on_one() -> None:
     text = summary_text(doc)
     assert json.loads(text) == doc  # the same JSON
     lines = text.splitlines()
-    assert '   "addmm": [12, 0]' in lines  # a [count, site] pair on one line
-    assert '  "sites": ["train.py:9, the loop"]' in lines  # a string's text untouched
+    # a short block on one line, a string's own text untouched
+    assert ' "ops": {"kinds": {"addmm": [12, 0]}, "sites": ["train.py:9, the loop"]},' in lines
     assert '  {"name": "fc", "ms": 1.5},' in lines
     assert '   "ms": 2.0' in lines  # too long for one line: a key a line
     with pytest.raises(ValueError):

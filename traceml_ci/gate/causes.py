@@ -65,9 +65,16 @@ ECHO_ROWS = (OPS_ROW, COUNTERS_PREFIX + "python_calls_per_step",
 
 
 def surest(rows: Iterable[Row]) -> list[Row]:
-    """``rows`` less the rows that echo another: every echo row where another row is there
-    to name the change, else all echo rows but the first (``ECHO_ROWS``' order)."""
+    """``rows`` less the rows that echo another, the regressed rows and the others each on
+    their own (an improved row never hides the one regression): every echo row where another
+    row is there to name the change, else all echo rows but the first (``ECHO_ROWS``'
+    order). The regressed first."""
     rows = list(rows)
+    regressed = [r for r in rows if r.status is Status.REGRESSED]
+    return _unechoed(regressed) + _unechoed([r for r in rows if r.status is not Status.REGRESSED])
+
+
+def _unechoed(rows: list[Row]) -> list[Row]:
     if any(r.name not in ECHO_ROWS for r in rows):
         return [r for r in rows if r.name not in ECHO_ROWS]
     present = [name for name in ECHO_ROWS if any(r.name == name for r in rows)]
@@ -94,8 +101,8 @@ def known_causes(
     causes += [r.cause for r in rows
                if r.name.startswith(SETTINGS_PREFIX) and r.name not in loader_rows and r.cause]
     by_name = {r.name: r for r in rows}
-    named = sorted((r for r in (by_name.get(name) for name in COUNTER_ORDER)
-                    if r is not None and r.cause), key=lambda r: r.status is not Status.REGRESSED)
+    named = [r for r in (by_name.get(name) for name in COUNTER_ORDER)
+             if r is not None and r.cause]
     if causes:  # a setting or a straggler names it already: the echo rows would only echo it
         named = [r for r in named if r.name not in ECHO_ROWS]
     return causes + [r.cause for r in surest(named)]

@@ -130,8 +130,9 @@ def input_row(b: Mapping[str, Any], h: Mapping[str, Any]) -> Row | None:
         cause = (f"{hn - bn:+d} ATen ops per batch in the input pipeline"
                  + (f" ({'; '.join(named)})" if named else ""))
         if hn > bn:
-            grew = [m for m in moves if m[0] > 0]
-            part = grew[0][3] if grew else "fetch"
+            # the part whose ops per batch grew most (a Python collate's many small ops may
+            # all be among the kinds not listed)
+            part = max(("fetch", "collate"), key=lambda p: _part_ops(h, p) - _part_ops(b, p))
             if part == "collate":
                 why = f": a heavier collate_fn -- {COLLATE_FIX}"
             else:
@@ -143,3 +144,10 @@ def input_row(b: Mapping[str, Any], h: Mapping[str, Any]) -> Row | None:
     note = cause + why if cause else ""
     return Row(NAME, bn, hn, float(hn - bn), tol, status, unit, unit, None, note, cause,
                Evidence.COUNT)
+
+
+def _part_ops(block: Mapping[str, Any], part: str) -> int:
+    """The ATen ops per batch of one part (``fetch``, ``collate``) of an input block."""
+    entry = block.get(part)
+    value = entry.get("per_batch") if isinstance(entry, Mapping) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0

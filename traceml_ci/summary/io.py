@@ -164,33 +164,44 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-#: A container of scalars whose one-line form is at most this long is written on one line.
-INLINE_CHARS = 160
+#: An object or array whose one-line form fits in this many characters (less its indent) is
+#: written on one line.
+INLINE_CHARS = 120
 
 
 def summary_text(doc: dict[str, Any]) -> str:
     """A summary as written: one key a line, indented by one space a level (``indent=1``), but
-    an object or array of scalars on one line where it fits in ``INLINE_CHARS`` (a module's row,
-    an op kind's ``[count, site]``): the same JSON, a third smaller, still read line by line."""
+    an object or array on one line where it fits in ``INLINE_CHARS`` (a module's row, an op
+    kind's ``[count, site]``, a short block): the same JSON, a third smaller, still read line
+    by line."""
+    if not _str_keys(doc):  # json's own key rules (None -> "null", True -> "true", ...)
+        return json.dumps(doc, indent=1, allow_nan=False)
     return "".join(_text(doc, 0))
+
+
+def _str_keys(value: Any) -> bool:
+    """Whether every object in ``value`` has only ``str`` keys (what a summary has)."""
+    if isinstance(value, dict):
+        return all(type(k) is str for k in value) and all(_str_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_str_keys(v) for v in value)
+    return True
 
 
 def _text(value: Any, depth: int) -> Iterator[str]:
     if isinstance(value, (dict, list)) and value:
-        items = list(value.values()) if isinstance(value, dict) else value
-        if not any(isinstance(x, (dict, list)) and x for x in items):
-            flat = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
-            if len(flat) <= INLINE_CHARS:
-                yield flat
-                return
+        flat = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
+        if len(flat) <= INLINE_CHARS - depth:
+            yield flat
+            return
         pad, close = "\n" + " " * (depth + 1), "\n" + " " * depth
         opening, ending = ("{", "}") if isinstance(value, dict) else ("[", "]")
         yield opening
-        pairs = value.items() if isinstance(value, dict) else ((None, x) for x in value)
-        for i, (key, item) in enumerate(pairs):
+        keyed = isinstance(value, dict)
+        for i, (key, item) in enumerate(value.items() if keyed else enumerate(value)):
             yield ("," if i else "") + pad
-            if key is not None:
-                yield json.dumps(str(key), ensure_ascii=True) + ": "
+            if keyed:
+                yield json.dumps(key, ensure_ascii=True) + ": "
             yield from _text(item, depth + 1)
         yield close + ending
         return

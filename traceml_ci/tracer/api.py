@@ -102,6 +102,8 @@ def stop() -> None:
         _tracer.stop_live()
         _tracer.patches.uninstall()
         _tracer.inputs.discard()
+        _tracer.counters.close()
+        _tracer.flop_count.end()
         if _tracer.roots is not None:
             _tracer.roots.uninstall()
     _tracer = None

@@ -51,6 +51,7 @@ plain data in the summary's ``counters`` shape (docs/summary.md).
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -73,10 +74,13 @@ SAMPLED_STEP = 1
 LEAK_AFTER_STEPS = 3
 #: Sites / modules listed (the largest first); with the ops by kind the block stays near 2 KB.
 TOP_SITES = 5
+#: Lines listed in the blocks added for issue 32 (graph, eval_grad, h2d, collectives): the
+#: first names the cause, and the summary stays under 8 KB.
+TOP_LINES = 3
 TOP_MODULES = 5
 #: Op kinds listed with their counts (the most run first; the rest summed in ``other``): a
 #: step runs 20-80 kinds, ~20 bytes each in the summary, which stays under 8 KB.
-TOP_OP_KINDS = 24
+TOP_OP_KINDS = 32
 #: Device types that are the host (a copy between them is no host-to-device copy; ``meta``
 #: holds no data).
 HOST_DEVICES = ("cpu", "meta")
@@ -291,6 +295,13 @@ class CounterProbe:
         self._check_at = None
         new, self._new = self._new, []
         marks, self._marks = self._marks, []
+        try:  # what only a reference cycle keeps is garbage, gone when the collector says:
+            # alive now, it is collected first (a clean step leaves nothing: no collection)
+            if any(ref() is not None for ref, *_ in new) or any(
+                    ref() is not None for ref, *_ in marks):
+                gc.collect()
+        except Exception:
+            pass
         try:
             self.graph = graph_block(marks, LEAK_AFTER_STEPS)
             kept = [t for *_, ref in marks if (t := ref()) is not None]
@@ -346,8 +357,13 @@ class CounterProbe:
         key = (op, finder.site(frame))
         self.ops[key] = self.ops.get(key, 0) + 1
 
+    def ours(self) -> bool:
+        """Whether the calling thread runs the step: the training thread, or an autograd
+        engine's thread running a backward (CUDA's run on a thread per device)."""
+        return threading.get_ident() == self._thread or self._in_backward() != -1
+
     def note_new(self, storage: Any, nbytes: int, op: str, frame: Any) -> None:
-        if threading.get_ident() == self._thread:
+        if self.ours():
             tally = self.allocs.setdefault(self.phase(), [0, 0])
             tally[0] += 1
             tally[1] += nbytes
@@ -442,13 +458,13 @@ class CounterProbe:
         fmode, self._fmode = self._fmode, None
         if fmode is not None:  # entered last: left first
             try:
-                fmode.__exit__(None, None, None)
+                _leave(fmode, function=True)
             except Exception as exc:
                 self._warn(f"counters: {exc!r}")
         mode, self._mode = self._mode, None
         if mode is not None:
             try:
-                mode.__exit__(None, None, None)
+                _leave(mode, function=False)
             except Exception as exc:
                 self._warn(f"counters: {exc!r}")
         hook, self._hook = self._hook, None
@@ -514,6 +530,37 @@ def _called_from(frame: Any, tail: tuple[str, ...]) -> bool:
     return False
 
 
+def _leave(mode: Any, *, function: bool) -> None:
+    """Take ``mode`` off its stack. On top (as it should be): its own ``__exit__``. Under a
+    mode the user entered in the step and still has on: popped from under it, the user's
+    modes put back as they were (``__exit__`` would pop the user's instead)."""
+    import torch
+
+    if function:
+        stack, pop, push = (torch.overrides._get_current_function_mode_stack(),
+                            torch._C._pop_torch_function_stack,
+                            torch._C._push_on_torch_function_stack)
+    else:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        stack, pop, push = (_get_current_dispatch_mode_stack(),
+                            lambda: torch._C._pop_torch_dispatch_stack(None),
+                            torch._C._push_on_torch_dispatch_stack)
+    if not any(m is mode for m in stack):
+        return
+    if stack[-1] is mode:
+        mode.__exit__(None, None, None)
+        return
+    above = []
+    while True:
+        top = pop()
+        if top is mode:
+            break
+        above.append(top)
+    for m in reversed(above):
+        push(m)
+
+
 def _quietly(read: Callable[[], Any]) -> Any:
     """``read()``, or None if it raised (an optional count never costs the rest)."""
     try:
@@ -536,7 +583,7 @@ def graph_block(marks: list[tuple[Any, str, str, Any]], after_steps: int) -> dic
     by_site: dict[str, int] = {}
     for _, at in alive:
         by_site[at] = by_site.get(at, 0) + 1
-    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LINES]
     out: dict[str, Any] = {"after_steps": after_steps, "nodes_kept_per_step": len(alive)}
     if top:
         out["top"] = [{"at": at, "nodes": n} for at, n in top]
@@ -549,7 +596,7 @@ def graph_block(marks: list[tuple[Any, str, str, Any]], after_steps: int) -> dic
 def eval_grad_block(by_site: dict[str, int]) -> dict[str, Any]:
     """The ``counters.eval_grad`` block: a traced model's eval-mode forwards with autograd on,
     per step, by line."""
-    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SITES]
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LINES]
     return _with_sites({"per_step": sum(by_site.values())},
                        [{"at": at, "count": n} for at, n in top])
 
@@ -557,7 +604,9 @@ def eval_grad_block(by_site: dict[str, int]) -> dict[str, Any]:
 def h2d_block(by_site: dict[str, list[int]], device: Any) -> dict[str, Any]:
     """The ``counters.h2d`` block: host-to-device copies per step, their bytes, those from
     unpinned memory, by line; ``device``: the run's (``cpu``: nothing to copy to)."""
-    top = sorted(by_site.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
+    top = sorted(by_site.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_LINES]
+    if not by_site:  # none made (a CPU run always): the device alone says why
+        return {"device": str(device or "cpu"), "per_step": 0}
     return _with_sites({"device": str(device or "cpu"),
                         "per_step": sum(v[0] for v in by_site.values()),
                         "bytes_per_step": sum(v[1] for v in by_site.values()),
@@ -567,7 +616,7 @@ def h2d_block(by_site: dict[str, list[int]], device: Any) -> dict[str, Any]:
 
 def collectives_block(found: dict[tuple[str, str], list[int]]) -> dict[str, Any]:
     """The ``counters.collectives`` block: c10d ops per step, their bytes, the lines."""
-    top = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_SITES]
+    top = sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_LINES]
     return _with_sites({"per_step": sum(n for n, _ in found.values()),
                         "bytes_per_step": sum(b for _, b in found.values())},
                        [{"op": op, "at": at, "count": n, "bytes": b}
@@ -684,7 +733,7 @@ def _mode_class() -> Any:
             """The op by kind, a collective's bytes, a matrix product's dtype (the training
             thread's only)."""
             probe = self.probe
-            if threading.get_ident() != probe._thread:
+            if not probe.ours():
                 return
             name = func.overloadpacket.__name__
             probe.note_op(name, sys._getframe())

@@ -11,7 +11,8 @@ assigned.
 
 Reading a running function frame's ``f_locals`` before Python 3.13 leaves a snapshot of its
 locals on the frame, which would keep this step's objects alive until the function returns; the
-snapshot is emptied after the read (Python rebuilds it on the next read). From 3.13 on
+snapshot is emptied after the read (Python rebuilds it on the next read) -- unless the user's
+code holds it (``locals()`` returns that same dict): then it is left as it is. From 3.13 on
 ``f_locals`` is a live view and is only read.
 """
 
@@ -36,6 +37,8 @@ _STORES = frozenset({"append", "extend", "insert", "add", "appendleft", "update"
 _LOADS = frozenset({"LOAD_FAST", "LOAD_NAME", "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLASSDEREF",
                     "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST"})
 _SNAPSHOT_LOCALS = sys.version_info < (3, 13)
+#: References to an unheld snapshot while it is read: the frame's, ours, getrefcount's.
+_SNAPSHOT_REFS = 3
 
 
 def find_holder(kept: Iterable[Any], sites: Sites, frame: Any) -> dict[str, str] | None:
@@ -61,8 +64,14 @@ def find_holder(kept: Iterable[Any], sites: Sites, frame: Any) -> dict[str, str]
 def _name_in(frame: Any, ids: set[int]) -> str | None:
     optimized = bool(frame.f_code.co_flags & inspect.CO_OPTIMIZED)  # a function's frame
     local = frame.f_locals
+    # The snapshot is the dict ``locals()`` returns too: one the user's code holds (``hparams =
+    # locals()``) is theirs, never emptied. Unheld, it is referenced by the frame, ``local``
+    # and getrefcount's argument.
+    shared = sys.getrefcount(local) > _SNAPSHOT_REFS
     try:
         for name, value in list(local.items()):
+            if value is local:  # the user's ``locals()`` dict is no holder of its own
+                continue
             if _holds(value, ids):
                 return str(name)
             if name == "self":
@@ -72,7 +81,7 @@ def _name_in(frame: Any, ids: set[int]) -> str | None:
                         return f"self.{attr}"
         return None
     finally:
-        if optimized and _SNAPSHOT_LOCALS and isinstance(local, dict):
+        if optimized and _SNAPSHOT_LOCALS and isinstance(local, dict) and not shared:
             local.clear()  # the snapshot only: the function's own locals are untouched
 
 

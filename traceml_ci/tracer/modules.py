@@ -717,16 +717,15 @@ class ModuleSampler:
         rows = []
         for name, ms in top:
             shares = [100.0 * pm.get(name, 0.0) / r for r, _, pm, _ in kept]
-            rows.append(
-                {
-                    "name": name,
-                    "type": self.types.get(name, ""),
-                    "ms": round(ms / len(kept), 4),
-                    "share_pct": round(100.0 * ms / root, 2),
-                    # per-sample spread of the share: the gate's noise rule for modules
-                    "noise_pp": round(iqr(shares), 2) if len(shares) >= 4 else None,
-                }
-            )
+            row = {
+                "name": name,
+                "type": self.types.get(name, ""),
+                "ms": round(ms / len(kept), 4),
+                "share_pct": round(100.0 * ms / root, 2),
+            }
+            if len(shares) >= 4:  # per-sample spread of the share: the gate's noise rule for
+                row["noise_pp"] = round(iqr(shares), 2)  # modules (absent: too few samples)
+            rows.append(row)
         return round(root / len(kept), 4), len(samples) - len(kept), rows
 
     def leak_scale(self, kept: Sequence[_Record]) -> float:

@@ -12,7 +12,8 @@ the user's can still run in a counted step: the gate's row has a floor (gate/cou
 The cyclic garbage collector is paused for those steps: a collection's finalizers would run
 whatever another test left behind, at a moment set by allocations elsewhere -- not the step's
 calls. A profiler already
-in use (``sys.getprofile()``) is never replaced: nothing is counted then.
+in use (``sys.getprofile()``) is never replaced: nothing is counted then. Nor from Python 3.12
+on, where cProfile sees every thread's calls (``NOT_MEASURED_THREADS``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ from traceml_ci.tracer.sites import LIBRARY, OWN, STDLIB, USER, Sites
 #: the clock lets it. What only they call is left out with them.
 INPUT_PIPELINE = ("torch/utils/data/dataloader.py",)
 #: User functions named in the block (the most called first).
-TOP_FUNCTIONS = 5
+TOP_FUNCTIONS = 3
 NOT_MEASURED_PROFILER = "a profiler is in use"
+#: From Python 3.12 cProfile is built on sys.monitoring, which sees every thread (a
+#: pin-memory thread, a logger's): the count would follow their timing.
+NOT_MEASURED_THREADS = "Python 3.12+: cProfile counts every thread"
+_PER_THREAD = sys.version_info < (3, 12)
 
 
 class PythonCalls:
@@ -51,6 +56,9 @@ class PythonCalls:
         return self._profile is not None
 
     def start(self) -> bool:
+        if not _PER_THREAD:
+            self.reason = NOT_MEASURED_THREADS
+            return False
         if sys.getprofile() is not None:
             self.reason = NOT_MEASURED_PROFILER
             return False

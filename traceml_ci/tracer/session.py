@@ -269,6 +269,8 @@ class Tracer:
         self.collectives.uninstall()
         self.copies.uninstall()
         self.grad_ready.close()
+        self.counters.close()  # its modes, hooks and patches; the collector back on
+        self.flop_count.end()
         if self.roots is not None:
             self.roots.uninstall()
 
