@@ -170,10 +170,10 @@ INLINE_CHARS = 120
 
 
 def summary_text(doc: dict[str, Any]) -> str:
-    """A summary as written: one key a line, indented by one space a level (``indent=1``), but
-    an object or array on one line where it fits in ``INLINE_CHARS`` (a module's row, an op
-    kind's ``[count, site]``, a short block): the same JSON, a third smaller, still read line
-    by line."""
+    """A summary as written: indented by one space a level (``indent=1``), an object or array on
+    one line where it fits in ``INLINE_CHARS`` (a module's row, an op kind's ``[count, site]``,
+    a short block), and one whose items each fit, filled a line at a time (the op kinds, the
+    settings): the same JSON, a third smaller, still read line by line."""
     if not _str_keys(doc):  # json's own key rules (None -> "null", True -> "true", ...)
         return json.dumps(doc, indent=1, allow_nan=False)
     return "".join(_text(doc, 0))
@@ -196,8 +196,23 @@ def _text(value: Any, depth: int) -> Iterator[str]:
             return
         pad, close = "\n" + " " * (depth + 1), "\n" + " " * depth
         opening, ending = ("{", "}") if isinstance(value, dict) else ("[", "]")
-        yield opening
         keyed = isinstance(value, dict)
+        pieces = [(json.dumps(k, ensure_ascii=True) + ": " if keyed else "")
+                  + json.dumps(v, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
+                  for k, v in (value.items() if keyed else enumerate(value))]
+        if max(len(p) for p in pieces) < INLINE_CHARS - depth:  # each fits: filled lines
+            yield opening
+            line = ""
+            for i, piece in enumerate(pieces):
+                piece += "," if i < len(pieces) - 1 else ""
+                if line and len(line) + 1 + len(piece) > INLINE_CHARS - depth:
+                    yield pad + line
+                    line = piece
+                else:
+                    line = f"{line} {piece}" if line else piece
+            yield pad + line + close + ending
+            return
+        yield opening
         for i, (key, item) in enumerate(value.items() if keyed else enumerate(value)):
             yield ("," if i else "") + pad
             if keyed:
