@@ -155,6 +155,8 @@ class CounterProbe:
         #: dtype -> matrix products (MATMUL_OPS) that produced it in the sampled step.
         self.matmul_dtypes: dict[str, int] = {}
         self.settings: dict[str, Any] | None = None
+        #: The line of the op the dispatch mode is counting (None: not found yet).
+        self._here: str | None = None
         self._fmode: Any = None
         self._fhook: Any = None
         self._hooks: list[Any] = []
@@ -348,13 +350,21 @@ class CounterProbe:
     def phase(self) -> str:
         return "backward" if self._in_backward() != -1 else self._phase
 
+    def site(self, frame: Any) -> str:
+        """The user's line of the op being dispatched, found once per op (``_here``, reset by
+        the mode for each): its storages, its kind, its copy or collective share it."""
+        here = self._here
+        if here is None:
+            finder = self._sites
+            here = self._here = finder.site(frame) if finder is not None else "?"
+        return here
+
     def note_op(self, op: str, frame: Any) -> None:
-        finder = self._sites
-        if finder is None:
+        if self._sites is None:
             return
         phase = self.phase()
         self.phase_ops[phase] = self.phase_ops.get(phase, 0) + 1
-        key = (op, finder.site(frame))
+        key = (op, self.site(frame))
         self.ops[key] = self.ops.get(key, 0) + 1
 
     def ours(self) -> bool:
@@ -367,9 +377,7 @@ class CounterProbe:
             tally = self.allocs.setdefault(self.phase(), [0, 0])
             tally[0] += 1
             tally[1] += nbytes
-        finder = self._sites
-        at = finder.site(frame) if finder is not None else "?"
-        self._new.append((weakref.ref(storage), nbytes, op, at))
+        self._new.append((weakref.ref(storage), nbytes, op, self.site(frame)))
 
     def note_graph(self, out: Any, op: str, frame: Any) -> None:
         """Mark the graph nodes of a torch call's outputs (the training thread's)."""
@@ -391,16 +399,13 @@ class CounterProbe:
                                 weakref.ref(t)))
 
     def note_h2d(self, nbytes: int, pinned: bool, frame: Any) -> None:
-        finder = self._sites
-        entry = self.h2d.setdefault(finder.site(frame) if finder is not None else "?",
-                                    [0, 0, 0])
+        entry = self.h2d.setdefault(self.site(frame), [0, 0, 0])
         entry[0] += 1
         entry[1] += nbytes
         entry[2] += 0 if pinned else 1
 
     def note_collective(self, op: str, nbytes: int, frame: Any) -> None:
-        finder = self._sites
-        key = (op, finder.site(frame) if finder is not None else "?")
+        key = (op, self.site(frame))
         entry = self.collectives.setdefault(key, [0, 0])
         entry[0] += 1
         entry[1] += nbytes
@@ -679,6 +684,7 @@ def _mode_class() -> Any:
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             out = func(*args, **(kwargs or {}))
+            self.probe._here = None  # this op's line: found at most once
             try:
                 self._count(func, args, kwargs or {}, out)
             except Exception:  # never into the user's step
