@@ -21,7 +21,7 @@ from traceml_ci.gate.input_counts import input_row
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
-from traceml_ci.summary.view import SummaryLike, as_view, finite
+from traceml_ci.summary.view import SummaryLike, as_view, finite, op_kinds
 
 #: Row names start with this.
 PREFIX = COUNTERS_PREFIX
@@ -170,27 +170,13 @@ OP_FIXES: dict[str, str] = {
 }
 
 
-def _op_kinds(block: Mapping[str, Any]) -> tuple[dict[str, tuple[int, str]], int]:
-    """op -> (count, line) of the kinds listed, and the ops of kinds not listed."""
-    out: dict[str, tuple[int, str]] = {}
-    kinds, sites = block.get("kinds"), block.get("sites")
-    sites = sites if isinstance(sites, list) else []
-    for op, entry in kinds.items() if isinstance(kinds, Mapping) else ():
-        if isinstance(entry, list) and len(entry) == 2:
-            n, at = _int(entry[0]), _int(entry[1])
-            if n is not None:
-                line = sites[at] if at is not None and 0 <= at < len(sites) else "?"
-                out[str(op)] = (n, str(line))
-    return out, _int(block.get("other")) or 0
-
-
 def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     """ATen ops per step: more regress, naming the kinds that rose most and their lines (and
     the Tuning Guide's fix where it has one); fewer improve."""
     bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
     if bn is None or hn is None:
         return None
-    (bk, b_rest), (hk, h_rest) = _op_kinds(b), _op_kinds(h)
+    (bk, b_rest), (hk, h_rest) = op_kinds(b), op_kinds(h)
     moves = []
     for op in set(bk) | set(hk):
         if (op not in bk and b_rest) or (op not in hk and h_rest):

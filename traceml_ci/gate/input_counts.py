@@ -17,7 +17,7 @@ from typing import Any
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
-from traceml_ci.summary.view import finite
+from traceml_ci.summary.view import finite, op_kinds
 
 #: The row's name.
 NAME = COUNTERS_PREFIX + "input_ops_per_batch"
@@ -38,20 +38,6 @@ _EXACT = Rule(abs=0.0, direction=Direction.WORSE)
 def _int(x: Any) -> int | None:
     v = finite(x)
     return None if v is None else int(v)
-
-
-def _kinds(part: Mapping[str, Any]) -> tuple[dict[str, tuple[int, str]], int]:
-    """op -> (count, line) of the kinds a part lists, and the ops of the kinds not listed."""
-    out: dict[str, tuple[int, str]] = {}
-    kinds, sites = part.get("kinds"), part.get("sites")
-    sites = sites if isinstance(sites, list) else []
-    for op, entry in kinds.items() if isinstance(kinds, Mapping) else ():
-        if isinstance(entry, list) and len(entry) == 2:
-            n, at = _int(entry[0]), _int(entry[1])
-            if n is not None:
-                line = sites[at] if at is not None and 0 <= at < len(sites) else "?"
-                out[str(op)] = (n, str(line))
-    return out, _int(part.get("other")) or 0
 
 
 def _total(block: Mapping[str, Any]) -> int | None:
@@ -79,7 +65,7 @@ def _moves(b: Mapping[str, Any], h: Mapping[str, Any]) -> list[tuple[int, str, s
         bp, hp = b.get(part), h.get(part)
         if not isinstance(bp, Mapping) or not isinstance(hp, Mapping):
             continue
-        (bk, b_rest), (hk, h_rest) = _kinds(bp), _kinds(hp)
+        (bk, b_rest), (hk, h_rest) = op_kinds(bp), op_kinds(hp)
         for op in set(bk) | set(hk):
             if (op not in bk and b_rest) or (op not in hk and h_rest):
                 continue  # among the kinds not listed on that side: no honest difference

@@ -246,3 +246,21 @@ def module_label(row: Mapping[str, Any]) -> str:
     if isinstance(kind, str) and kind and name.rsplit(".", 1)[-1].isdigit():
         return f"{name} ({kind})"
     return name
+
+
+def op_kinds(block: Mapping[str, Any]) -> tuple[dict[str, tuple[int, str]], int]:
+    """A kinds block's (``counters.ops``, ``counters.input.fetch`` ...: tracer/counters.py's
+    ``kinds_block``) op -> (count, the line that ran the most of it) of the kinds listed, and
+    the ops of the kinds not listed."""
+    out: dict[str, tuple[int, str]] = {}
+    kinds, sites = block.get("kinds"), block.get("sites")
+    sites = sites if isinstance(sites, list) else []
+    for op, entry in kinds.items() if isinstance(kinds, Mapping) else ():
+        if isinstance(entry, list) and len(entry) == 2:
+            n, at = finite(entry[0]), finite(entry[1])
+            if n is not None:
+                i = int(at) if at is not None else -1
+                line = sites[i] if 0 <= i < len(sites) else "?"
+                out[str(op)] = (int(n), str(line))
+    rest = finite(block.get("other"))
+    return out, int(rest) if rest is not None else 0

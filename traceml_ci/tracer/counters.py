@@ -841,32 +841,38 @@ def allocs_block(by_phase: dict[str, list[int]]) -> dict[str, Any]:
 
 def ops_block(ops: dict[tuple[str, str], int],
               by_phase: dict[str, int] | None = None) -> dict[str, Any]:
-    """The ``counters.ops`` block: ops per step, and per kind (the ``TOP_OP_KINDS`` run most)
-    its count and the line that ran the most of it, as an index into ``sites``
-    (``{"kinds": {"zero_": [62, 0]}, "sites": ["train.py:20"]}``); ``other``: the ops of the
-    kinds not listed."""
+    """The ``counters.ops`` block: ops per step, per kind (the ``TOP_OP_KINDS`` run most)
+    as ``kinds_block`` lists them, and per phase."""
+    out = kinds_block(ops, TOP_OP_KINDS, "per_step")
+    if by_phase:
+        out["by_phase"] = dict(sorted(by_phase.items()))
+    return out
+
+
+def kinds_block(ops: dict[tuple[str, str], int], top: int, total: str) -> dict[str, Any]:
+    """``{total: n, "kinds": {"zero_": [62, 0]}, "sites": ["train.py:20"], "other": n}``:
+    ops in all, and per kind (the ``top`` run most) its count and, as an index into
+    ``sites``, the line that ran the most of it; ``other``: the ops of the kinds not listed.
+    The step's ops (``ops_block``) and the input pipeline's per batch (tracer/inputs.py)."""
     kinds: dict[str, int] = {}
     where: dict[str, tuple[int, str]] = {}
     for (op, at), n in ops.items():
         kinds[op] = kinds.get(op, 0) + n
         if (n, at) > where.get(op, (0, "")):
             where[op] = (n, at)
-    top = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_OP_KINDS]
+    listed = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     sites: list[str] = []
     index: dict[str, int] = {}
-    listed: dict[str, list[int]] = {}
-    for op, n in top:
+    out: dict[str, list[int]] = {}
+    for op, n in listed:
         at = where[op][1]
         if at not in index:
             index[at] = len(sites)
             sites.append(at)
-        listed[op] = [n, index[at]]
-    total = sum(kinds.values())
-    out: dict[str, Any] = {"per_step": total, "kinds": listed, "sites": sites,
-                           "other": total - sum(n for _, n in top)}
-    if by_phase:
-        out["by_phase"] = dict(sorted(by_phase.items()))
-    return out
+        out[op] = [n, index[at]]
+    count = sum(kinds.values())
+    return {total: count, "kinds": out, "sites": sites,
+            "other": count - sum(n for _, n in listed)}
 
 
 def torch_settings(torch: Any, models: tuple[Any, ...]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer.counters import kinds_block
 from traceml_ci.tracer.sites import OWN, STDLIB, USER, Sites
 
 #: The fetch counted, per fetching process (1-based): the first pays one-off costs.
@@ -88,7 +89,7 @@ class _Part:
         self.library_calls = 0
 
     def block(self, calls: bool) -> dict[str, Any]:
-        out = kinds_block(self.ops)
+        out = kinds_block(self.ops, TOP_INPUT_KINDS, "per_batch")
         if not out["other"]:
             del out["other"]
         out.update(allocs=self.allocs, alloc_bytes=self.alloc_bytes)
@@ -97,31 +98,6 @@ class _Part:
         if calls:
             out["calls"] = {"user": self.user_calls, "library": self.library_calls}
         return out
-
-
-def kinds_block(ops: dict[tuple[str, str], int], top: int = TOP_INPUT_KINDS) -> dict[str, Any]:
-    """``{"per_batch": n, "kinds": {"mul": [8, 0]}, "sites": ["data.py:20"], "other": n}``:
-    ops in all, and per kind (the ``top`` run most) its count and, as an index into ``sites``,
-    the line that ran the most of it; ``other``: the ops of the kinds not listed."""
-    kinds: dict[str, int] = {}
-    where: dict[str, tuple[int, str]] = {}
-    for (op, at), n in ops.items():
-        kinds[op] = kinds.get(op, 0) + n
-        if (n, at) > where.get(op, (0, "")):
-            where[op] = (n, at)
-    listed = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    sites: list[str] = []
-    index: dict[str, int] = {}
-    out: dict[str, list[int]] = {}
-    for op, n in listed:
-        at = where[op][1]
-        if at not in index:
-            index[at] = len(sites)
-            sites.append(at)
-        out[op] = [n, index[at]]
-    total = sum(kinds.values())
-    return {"per_batch": total, "kinds": out, "sites": sites,
-            "other": total - sum(n for _, n in listed)}
 
 
 class BatchCount:
