@@ -546,10 +546,11 @@ def judge(record: dict[str, Any], change: corpus.Change | None, reverse: bool) -
         record["matched_causes"] = sorted(set(hits))
         as_expected = record.get("exit_code") == 1 and cause_matched
     elif expected == "improved":
-        # a count or the verdict: a time or share that "improved" against a baseline recorded
-        # under more load says nothing about the change
+        # a count, a setting or the verdict: a time or share that "improved" against a
+        # baseline recorded under more load says nothing about the change
         improved = any(str(t.get("verdict")).lower() == "improved"
-                       or any(str(n).startswith("counters.") for n in t.get("improved") or [])
+                       or any(str(n).startswith(("counters.", "settings."))
+                              for n in t.get("improved") or [])
                        for t in targets)
         cause_matched = improved
         as_expected = not failed and improved
