@@ -247,7 +247,7 @@ def test_an_all_reduce_per_micro_batch_regresses_by_its_bytes() -> None:
 
 
 def test_more_python_calls_per_step_regress_past_the_floor_naming_the_users_functions() -> None:
-    from traceml_ci.gate.counters import PY_CALLS_FLOOR
+    from traceml_ci.gate.counters import PY_LIBRARY_FLOOR, PY_USER_FLOOR
 
     base = {"per_step": 242, "user": 0, "library": 242, "top_user": []}
     head = {"per_step": 542, "user": 300, "library": 242, "top_user": [
@@ -258,19 +258,23 @@ def test_more_python_calls_per_step_regress_past_the_floor_naming_the_users_func
     assert row.status is Status.REGRESSED
     assert row.cause == ("+300 Python calls per step (+150 fields() at train.py:7; +150 "
                          "log_line() at train.py:3)")
-    lib = dict(head, top_user=[], user=0, library=542)
-    row = _counter_rows(_with("python", base), _with("python", lib))[
-        "counters.python_calls_per_step"]
-    assert row.cause == "+300 Python calls per step (libraries +300)"
     assert _counter_rows(_with("python", head), _with("python", base))[
         "counters.python_calls_per_step"].status is Status.IMPROVED
-    # what the same code did between runs (a signal handler on the training thread): said
-    near = dict(base, per_step=242 + PY_CALLS_FLOOR, library=242 + PY_CALLS_FLOOR)
-    row = _counter_rows(_with("python", base), _with("python", near))[
+    # a few calls more of the user's own code: past its floor
+    few = dict(base, per_step=242 + PY_USER_FLOOR + 1, user=PY_USER_FLOOR + 1)
+    assert _counter_rows(_with("python", base), _with("python", few))[
+        "counters.python_calls_per_step"].status is Status.REGRESSED
+    # the libraries' calls follow what the code asks of them (a foreach clip groups its
+    # tensors in Python): within their floor, said, never a cause
+    lib = dict(base, per_step=242 + PY_LIBRARY_FLOOR, library=242 + PY_LIBRARY_FLOOR)
+    row = _counter_rows(_with("python", base), _with("python", lib))[
         "counters.python_calls_per_step"]
-    assert row.status is Status.OK
-    assert row.note == f"within the floor: +{PY_CALLS_FLOOR} Python calls per step (libraries " \
-                       f"+{PY_CALLS_FLOOR})"
+    assert row.status is Status.OK and row.cause == ""
+    assert row.note == (f"within the floor: +{PY_LIBRARY_FLOOR} Python calls per step "
+                        f"(libraries +{PY_LIBRARY_FLOOR})")
+    anomaly = dict(base, per_step=24000, library=24000)  # detect_anomaly's hooks
+    assert _counter_rows(_with("python", base), _with("python", anomaly))[
+        "counters.python_calls_per_step"].status is Status.REGRESSED
 
 
 def test_python_calls_are_not_judged_across_python_minor_versions() -> None:
@@ -355,7 +359,7 @@ def test_an_improved_row_never_hides_the_one_that_regressed() -> None:
 def test_python_calls_within_the_floor_are_said_never_a_cause() -> None:
     base, head = _doc(), _doc()
     base["counters"]["python"] = {"per_step": 100, "user": 0, "library": 100}
-    head["counters"]["python"] = {"per_step": 104, "user": 0, "library": 104}
+    head["counters"]["python"] = {"per_step": 104, "user": 3, "library": 101}
     c = compare(base, head)
     row = c.row("counters.python_calls_per_step")
     assert row.status is Status.OK and row.cause == "" and row.note.startswith("within the floor")
