@@ -377,3 +377,26 @@ def test_a_component_that_rose_regresses_though_another_fell() -> None:
     row = _counter_rows(_with("h2d", pinned), _with("h2d", unpinned))[
         "counters.h2d_copies_per_step"]
     assert row.status is Status.REGRESSED  # fewer copies, but from unpinned memory
+
+
+def test_a_fix_that_costs_a_few_ops_is_not_failed_for_them() -> None:
+    """``total + loss.detach()``: the graph kept goes 32 -> 0, four ``detach`` more run."""
+    kept = {"after_steps": 3, "nodes_kept_per_step": 32}
+    none = {"after_steps": 3, "nodes_kept_per_step": 0}
+
+    def ops(n: int) -> dict:
+        return {"per_step": n, "kinds": {"detach": [n - 100, 0], "addmm": [100, 0]},
+                "sites": ["train.py:70"], "other": 0}
+
+    base, head = _with("graph", kept), _with("graph", none)
+    base["counters"]["ops"], head["counters"]["ops"] = ops(110), ops(114)
+    c = compare(base, head)
+    assert c.verdict is Verdict.PASS
+    row = c.row("counters.ops_per_step")
+    assert row.status is Status.OK and row.note.endswith(
+        "; follows graph_nodes_kept_per_step, which improved")
+    assert c.row("counters.graph_nodes_kept_per_step").status is Status.IMPROVED
+    # ... but more ops with nothing surer improved still fail
+    still = _with("graph", none)
+    still["counters"]["ops"] = ops(110)
+    assert compare(still, head).verdict is Verdict.REGRESSION

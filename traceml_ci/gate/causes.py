@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from traceml_ci.gate.counters import ECHO_ROWS
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status
 from traceml_ci.gate.settings import PREFIX as SETTINGS_PREFIX
 from traceml_ci.gate.settings import SETTINGS, Setting
@@ -60,8 +61,6 @@ COUNTER_ORDER: tuple[str, ...] = tuple(
 #: zero_grad(set_to_none=False), a foreach=False clip, a copy or a log line each step), and
 #: then only the first of them in this order. Their rows are judged all the same.
 OPS_ROW = COUNTERS_PREFIX + "ops_per_step"
-ECHO_ROWS = (OPS_ROW, COUNTERS_PREFIX + "python_calls_per_step",
-             COUNTERS_PREFIX + "allocs_per_step")
 
 
 def surest(rows: Iterable[Row]) -> list[Row]:
