@@ -67,8 +67,10 @@ def _assert_h2d_matches(tracer: Any, watch: Stopwatch, doc: dict[str, Any]) -> N
     # may hit one step), against copies of several ms.
     assert median(truth) > 0.5
     assert median([abs(a - b) for a, b in zip(traced, truth, strict=True)]) < 0.3
+    # The summary is the traced column's median (a loaded runner spreads the steps, so the
+    # two medians of 14 steps may sit apart although most steps agree: compare like with like).
     st = doc["step_time"]
-    assert st["phase_ms"]["h2d"] == pytest.approx(median(truth), rel=0.25, abs=0.3)
+    assert st["phase_ms"]["h2d"] == pytest.approx(median(traced), abs=1e-3)
     assert st["h2d_pct"] > 0
     assert sum(st[f"{p}_pct"] for p in ("dataloader", "h2d", "forward", "backward",
                                         "optimizer", "other")) == pytest.approx(100, abs=0.1)
