@@ -311,6 +311,23 @@ def test_the_ops_row_names_the_phase_that_ran_more() -> None:
     assert row.cause == "+8 ATen ops per step in optimizer +8 (+8 zero_ per step at train.py:20)"
 
 
+def test_a_kind_one_side_does_not_list_moves_by_a_range_named_only_where_it_is_sure() -> None:
+    """A block lists its most run kinds: one not listed ran at most as often as the least run
+    listed one (here 4), so 28 zero_ in head against none listed in base is +24 to +28; a kind
+    that may not have moved at all is not named."""
+    def ops(kinds: dict) -> dict:  # 8 ops of kinds listed on neither side
+        return {"per_step": sum(n for n, _ in kinds.values()) + 8, "kinds": kinds,
+                "sites": ["train.py:20", "train.py:22"], "other": 8}
+
+    base = ops({"addmm": [40, 1], "view": [4, 1], "relu": [4, 1]})
+    head = ops({"addmm": [40, 1], "view": [4, 1], "zero_": [28, 0]})
+    row = _counter_rows(_with("ops", base), _with("ops", head))["counters.ops_per_step"]
+    assert row.status is Status.REGRESSED
+    assert "+24 to +28 zero_ per step at train.py:20" in row.cause
+    assert "set_to_none=True" in row.note
+    assert "relu" not in row.cause  # listed in base only, but it may be among head's rest (≤ 4)
+
+
 def test_host_to_device_copies_regress_when_more_or_unpinned_and_a_cpu_run_has_no_device() -> None:
     cpu = {"device": "cpu", "per_step": 0, "bytes_per_step": 0, "unpinned_per_step": 0,
            "sites": []}

@@ -102,7 +102,7 @@ def test_a_slower_submodule_is_named_with_its_share_in_the_failure_and_the_repor
     entry = smoke.baseline_summaries()["test_smoke.py::test_layers"]
     mods = entry["modules"]  # sampled every 20 ms by default in traced tests
     assert mods["every_s"] == 0.02 and mods["sampled_steps"] >= 4, mods
-    assert {m["name"] for m in mods["forward"]} >= {"embed", "layer.3", "head"}
+    assert "layer.3" in {m["name"] for m in mods["forward"]}  # the slowest listed (of ~10)
 
     smoke.monkeypatch.setenv("SLOW_LAYER_MS", "12")  # the change under review
     report = smoke.path / "report.md"

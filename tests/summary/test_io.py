@@ -241,17 +241,17 @@ def test_a_duplicate_key_is_one_clear_error_naming_where(tmp_path, content, wher
 
 
 def test_a_summary_is_written_one_key_a_line_with_small_rows_on_one() -> None:
-    from traceml_ci.summary.io import INLINE_CHARS, summary_text
+    from traceml_ci.summary.io import RECORD_CHARS, summary_text
 
     doc = {"ops": {"kinds": {"addmm": [12, 0]}, "sites": ["train.py:9, the loop"]},
-           "modules": [{"name": "fc", "ms": 1.5}, {"name": "x" * INLINE_CHARS, "ms": 2.0}],
+           "modules": [{"name": "fc", "ms": 1.5}, {"name": "x" * RECORD_CHARS, "ms": 2.0}],
            "empty": {}, "text": "a,  b\u2028"}
     text = summary_text(doc)
     assert json.loads(text) == doc  # the same JSON
     lines = text.splitlines()
     # a short block on one line, a string's own text untouched
-    assert ' "ops": {"kinds": {"addmm": [12, 0]}, "sites": ["train.py:9, the loop"]},' in lines
-    assert '  {"name": "fc", "ms": 1.5},' in lines
+    assert ' "ops": {"kinds":{"addmm":[12,0]},"sites":["train.py:9, the loop"]},' in lines
+    assert '  {"name":"fc","ms":1.5},' in lines
     assert '   "ms": 2.0' in lines  # too long for one line: a key a line
     with pytest.raises(ValueError):
         summary_text({"x": float("nan")})

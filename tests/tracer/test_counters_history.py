@@ -379,6 +379,34 @@ def test_python_calls_leave_out_what_traceml_ci_calls() -> None:
         {"at": _at("marker:fields-def"), "function": "_fields", "calls": 2}]}
 
 
+def test_python_calls_of_code_a_library_made_count_as_the_librarys() -> None:
+    """A dataclass's ``__init__`` is made at run time (its file: ``<string>``): called only by
+    a library it is the library's; ``exec``'d code the user's own code calls stays theirs."""
+    import dataclasses
+    import json
+    from collections import namedtuple
+
+    from traceml_ci.tracer import pycalls
+    from traceml_ci.tracer.sites import Sites
+
+    made = dataclasses.make_dataclass("Out", [("x", int)]).__init__.__code__
+    assert made.co_filename.startswith("<")
+    mine: dict = {}
+    exec(compile("def mine():\n    return 1\n", "<string>", "exec"), mine)
+    user_made, library, user = mine["mine"].__code__, json.dumps.__code__, _fields.__code__
+    Entry = namedtuple("Entry", "code callcount calls")
+    Sub = namedtuple("Sub", "code callcount")
+    stats = [
+        Entry(library, 4, [Sub(made, 4)]),
+        Entry(user, 2, [Sub(library, 4), Sub(user_made, 2)]),
+        Entry(made, 4, []),
+        Entry(user_made, 2, []),
+    ]
+    block = pycalls.calls_block(stats, Sites())
+    assert (block["user"], block["library"]) == (2 + 2, 4 + 4)
+    assert {r["function"] for r in block["top_user"]} == {"_fields", "mine"}
+
+
 def _keeps_with_its_locals_held(steps: int = 10) -> tuple[dict, list]:
     """A training function that holds its own ``locals()`` dict (a config idiom)."""
     lr = 0.01

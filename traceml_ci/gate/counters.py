@@ -21,7 +21,7 @@ from traceml_ci.gate.input_counts import input_row
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
-from traceml_ci.summary.view import SummaryLike, as_view, finite, op_kinds
+from traceml_ci.summary.view import SummaryLike, as_view, finite, op_kind_moves
 
 #: Row names start with this.
 PREFIX = COUNTERS_PREFIX
@@ -207,23 +207,16 @@ def _ops(b: Mapping[str, Any], h: Mapping[str, Any]) -> Any:
     bn, hn = _int(b.get("per_step")), _int(h.get("per_step"))
     if bn is None or hn is None:
         return None
-    (bk, b_rest), (hk, h_rest) = op_kinds(b), op_kinds(h)
-    moves = []
-    for op in set(bk) | set(hk):
-        if (op not in bk and b_rest) or (op not in hk and h_rest):
-            continue  # counted among the kinds not listed on that side: no honest difference
-        d = hk.get(op, (0, ""))[0] - bk.get(op, (0, ""))[0]
-        if d:
-            moves.append((d, op, (hk.get(op) if d > 0 else bk.get(op)) or (0, "?")))
+    moves = op_kind_moves(b, h)
     # the largest moves the way the total went first; of equal ones, a kind with a known fix
-    moves.sort(key=lambda m: (-m[0] if hn >= bn else m[0], m[1] not in OP_FIXES, m[1]))
-    named = [f"{d:+d} {op} per step at {at}" for d, op, (_, at) in moves[:SITES_NAMED]]
+    moves.sort(key=lambda m: (-m.change if hn >= bn else m.change, m.op not in OP_FIXES, m.op))
+    named = [f"{m.said()} {m.op} per step at {m.line}" for m in moves[:SITES_NAMED]]
     note = why = ""
     if hn != bn:
         phases = _phase_moves(b.get("by_phase"), h.get("by_phase"))
         note = (f"{hn - bn:+d} ATen ops per step{phases}"
                 + (f" ({'; '.join(named)})" if named else ""))
-        fixes = [OP_FIXES[op] for d, op, _ in moves if d > 0 and op in OP_FIXES]
+        fixes = [OP_FIXES[m.op] for m in moves if m.change > 0 and m.op in OP_FIXES]
         if hn > bn:
             why = f": {fixes[0]}" if fixes else ": the step runs more ops than its baseline"
     elif named:

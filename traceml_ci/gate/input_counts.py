@@ -17,7 +17,7 @@ from typing import Any
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.results import COUNTERS_PREFIX, Evidence, Row, Status, Tolerance
 from traceml_ci.gate.rules import Direction, Rule
-from traceml_ci.summary.view import finite, op_kinds
+from traceml_ci.summary.view import finite, op_kind_moves
 
 #: The row's name.
 NAME = COUNTERS_PREFIX + "input_ops_per_batch"
@@ -56,26 +56,20 @@ def _where(block: Mapping[str, Any], part: str) -> str:
 
 
 def _moves(b: Mapping[str, Any], h: Mapping[str, Any]) -> list[tuple[int, str, str, str]]:
-    """(change, op, line, part) per op kind and part that moved, where both sides list it (or
-    list every kind). The line is the side's that gained (lost) the ops: the line that ran the
-    most of that kind -- "" where the other side names another line for it (a kind run at
-    several lines: which of them moved the summary does not say)."""
+    """(change, op, line, part) per op kind and part that surely moved (summary/view.py's
+    ``op_kind_moves``; the change: the least it moved by). The line is the side's that gained
+    (lost) the ops: the line that ran the most of that kind -- "" where the other side names
+    another line for it (a kind run at several lines: which of them moved the summary does
+    not say)."""
     moves = []
     for part in PARTS:
         bp, hp = b.get(part), h.get(part)
         if not isinstance(bp, Mapping) or not isinstance(hp, Mapping):
             continue
-        (bk, b_rest), (hk, h_rest) = op_kinds(bp), op_kinds(hp)
-        for op in set(bk) | set(hk):
-            if (op not in bk and b_rest) or (op not in hk and h_rest):
-                continue  # among the kinds not listed on that side: no honest difference
-            d = hk.get(op, (0, ""))[0] - bk.get(op, (0, ""))[0]
-            if d:
-                mine, other = (hk, bk) if d > 0 else (bk, hk)
-                at = mine[op][1]
-                if op in other and other[op][1] != at:
-                    at = ""
-                moves.append((d, op, at, part))
+        for m in op_kind_moves(bp, hp):
+            other = m.base if m.change > 0 else m.head
+            at = "" if other is not None and other[1] != m.line else m.line
+            moves.append((m.change, m.op, at, part))
     return moves
 
 

@@ -167,12 +167,18 @@ def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
 #: An object or array whose one-line form fits in this many characters (less its indent) is
 #: written on one line.
 INLINE_CHARS = 120
+#: A record (an object of plain values: a module's row, a line's count) up to this long too:
+#: one line a record reads best, and a long name would spread it over four.
+RECORD_CHARS = 2 * INLINE_CHARS
+#: Within a line, json's compact separators: the file's lines and indents keep it readable.
+SEPARATORS = (",", ":")
 
 
 def summary_text(doc: dict[str, Any]) -> str:
     """A summary as written: indented by one space a level (``indent=1``), an object or array on
-    one line where it fits in ``INLINE_CHARS`` (a module's row, an op kind's ``[count, site]``,
-    a short block), and one whose items each fit, filled a line at a time (the op kinds, the
+    one line where it fits in ``INLINE_CHARS`` (an op kind's ``[count, site]``, a short block)
+    or a record in ``RECORD_CHARS`` (a module's row), and one whose items each fit, filled a
+    line at a time (the op kinds, the
     settings): the same JSON, a third smaller, still read line by line."""
     if not _str_keys(doc):  # json's own key rules (None -> "null", True -> "true", ...)
         return json.dumps(doc, indent=1, allow_nan=False)
@@ -190,26 +196,28 @@ def _str_keys(value: Any) -> bool:
 
 def _text(value: Any, depth: int) -> Iterator[str]:
     if isinstance(value, (dict, list)) and value:
-        flat = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
-        if len(flat) <= INLINE_CHARS - depth:
+        flat = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=SEPARATORS)
+        record = isinstance(value, dict) and not any(
+            isinstance(v, (dict, list)) for v in value.values())
+        if len(flat) <= (RECORD_CHARS if record else INLINE_CHARS) - depth:
             yield flat
             return
         pad, close = "\n" + " " * (depth + 1), "\n" + " " * depth
         opening, ending = ("{", "}") if isinstance(value, dict) else ("[", "]")
         keyed = isinstance(value, dict)
-        pieces = [(json.dumps(k, ensure_ascii=True) + ": " if keyed else "")
-                  + json.dumps(v, ensure_ascii=True, allow_nan=False, separators=(", ", ": "))
+        pieces = [(json.dumps(k, ensure_ascii=True) + SEPARATORS[1] if keyed else "")
+                  + json.dumps(v, ensure_ascii=True, allow_nan=False, separators=SEPARATORS)
                   for k, v in (value.items() if keyed else enumerate(value))]
         if max(len(p) for p in pieces) < INLINE_CHARS - depth:  # each fits: filled lines
             yield opening
             line = ""
             for i, piece in enumerate(pieces):
                 piece += "," if i < len(pieces) - 1 else ""
-                if line and len(line) + 1 + len(piece) > INLINE_CHARS - depth:
+                if line and len(line) + len(piece) > INLINE_CHARS - depth:
                     yield pad + line
                     line = piece
                 else:
-                    line = f"{line} {piece}" if line else piece
+                    line += piece
             yield pad + line + close + ending
             return
         yield opening

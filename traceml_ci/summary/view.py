@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from traceml_ci.summary.keys import PHASES, phases_in
@@ -264,3 +265,52 @@ def op_kinds(block: Mapping[str, Any]) -> tuple[dict[str, tuple[int, str]], int]
                 out[str(op)] = (int(n), str(line))
     rest = finite(block.get("other"))
     return out, int(rest) if rest is not None else 0
+
+
+@dataclass(frozen=True)
+class KindMove:
+    """How one op kind's count moved between two kinds blocks: at least ``low``, at most
+    ``high`` (equal where both sides list the kind); ``base`` / ``head``: that side's (count,
+    line), None where the kind is among the kinds it does not list."""
+
+    op: str
+    low: int
+    high: int
+    base: tuple[int, str] | None
+    head: tuple[int, str] | None
+
+    @property
+    def change(self) -> int:
+        """The move as one number: the least it rose by, or the least it fell by."""
+        return self.low if self.low > 0 else self.high
+
+    @property
+    def line(self) -> str:
+        """The line of the side that ran more of the kind."""
+        entry = self.head if self.change > 0 else self.base
+        return entry[1] if entry is not None else "?"
+
+    def said(self) -> str:
+        """``+28``, or ``+24 to +28`` where one side counts the kind among those not listed."""
+        return f"{self.low:+d}" if self.low == self.high else f"{self.low:+d} to {self.high:+d}"
+
+
+def op_kind_moves(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[KindMove]:
+    """The op kinds of two kinds blocks whose counts surely differ. A block lists its most run
+    kinds only, so a kind one side does not list ran there at most as often as its least run
+    listed kind (and no more than its ``other``): the move is a range, named where the whole
+    range lies on one side of 0."""
+    (bk, b_rest), (hk, h_rest) = op_kinds(base), op_kinds(head)
+
+    def bounds(kinds: dict[str, tuple[int, str]], rest: int, op: str) -> tuple[int, int]:
+        if op in kinds:
+            return kinds[op][0], kinds[op][0]
+        return 0, min([rest, *(n for n, _ in kinds.values())]) if rest > 0 else 0
+
+    moves = []
+    for op in sorted(set(bk) | set(hk)):
+        (b_lo, b_hi), (h_lo, h_hi) = bounds(bk, b_rest, op), bounds(hk, h_rest, op)
+        low, high = h_lo - b_hi, h_hi - b_lo
+        if low > 0 or high < 0:
+            moves.append(KindMove(op, low, high, bk.get(op), hk.get(op)))
+    return moves

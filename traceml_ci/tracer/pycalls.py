@@ -118,6 +118,11 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
         for sub in e.calls or ():
             if not isinstance(sub.code, str):
                 callers.setdefault(sub.code, []).append((e.code, int(sub.callcount)))
+    for code, by in callers.items():  # code a library made at run time ("<string>": a
+        # dataclass's __init__) and only libraries call counts as theirs, not the user's
+        if (kinds[code][0] == USER and code.co_filename.startswith("<") and by
+                and all(kinds.get(c, (USER, ""))[0] in (LIBRARY, STDLIB) for c, _ in by)):
+            kinds[code] = (LIBRARY, kinds[code][1])
     ours = {code for code, (kind, _) in kinds.items()
             if kind == OWN or code.co_filename.replace("\\", "/").endswith(INPUT_PIPELINE)}
     grown = True
