@@ -17,7 +17,7 @@ from typing import Any
 
 from traceml_ci.errors import InputError
 from traceml_ci.fsutil import atomic_write_text
-from traceml_ci.summary.io import read_json
+from traceml_ci.summary.io import read_json, summary_text
 from traceml_ci.summary.schema import json_type
 
 #: Version of the baseline-set file format ``{"schema_version", "tool", "summaries": {...}}``.
@@ -168,4 +168,4 @@ def write_baseline_set(
         "tool": {"name": "traceml-ci", "version": __version__},
         SET_KEY: {k: dict(summaries[k]) for k in sorted(summaries)},
     }
-    atomic_write_text(path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    atomic_write_text(path, summary_text(doc) + "\n")  # as a summary is: half of indent=1
