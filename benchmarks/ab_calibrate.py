@@ -106,7 +106,7 @@ def head_args(variant: str, base: list[dict[str, Any]]) -> list[str]:
 
 
 def record(out: Path, rounds: int, variants: list[str]) -> None:
-    from traceml_ci.gate.ab import Side, round_order
+    from traceml_ci.gate.ab.sequential import Side, round_order
 
     out.mkdir(parents=True, exist_ok=True)
     # A kill unwinds like Ctrl-C, so the hogs are stopped with us.
@@ -128,13 +128,13 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 
 
 def _side(rec: dict[str, Any]) -> Any:
-    from traceml_ci.gate.ab import SideFigures
+    from traceml_ci.gate.ab.sequential import SideFigures
 
     return SideFigures(rec["step_ms"], rec["shares"], phase_ms=rec.get("phase_ms"))
 
 
 def judge(out: Path, settings: Any) -> None:
-    from traceml_ci.gate.ab import RoundPair
+    from traceml_ci.gate.ab.sequential import RoundPair
 
     for variant in VARIANTS:
         path = out / f"{variant}.jsonl"
@@ -165,7 +165,7 @@ def main() -> int:
     if args.action == "record":
         record(args.out, args.rounds, args.variants.split(","))
         return 0
-    from traceml_ci.gate.ab import AbSettings
+    from traceml_ci.gate.ab.sequential import AbSettings
 
     given = {k: v for k, v in (("step_tol_pct", args.step_tolerance),
                                ("share_tol_pp", args.share_tolerance),

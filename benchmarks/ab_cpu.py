@@ -91,7 +91,7 @@ def head_args(variant: str, out: Path) -> list[str]:
 
 
 def record(out: Path, rounds: int, variants: list[str]) -> None:
-    from traceml_ci.gate.ab import Side, round_order
+    from traceml_ci.gate.ab.sequential import Side, round_order
 
     out.mkdir(parents=True, exist_ok=True)
     for variant in variants:
@@ -109,8 +109,8 @@ def record(out: Path, rounds: int, variants: list[str]) -> None:
 def gate_side(r: dict[str, Any], uncontended: bool = True) -> Any:
     """One recorded run as the gate reads it from a summary (a ``gate.ab.SideFigures``);
     ``uncontended=False``: without its uncontended windows, as the gate ran before them."""
-    from traceml_ci.gate.ab import SideFigures
-    from traceml_ci.gate.ab_rounds import uncontended_figures
+    from traceml_ci.gate.ab.rounds import uncontended_figures
+    from traceml_ci.gate.ab.sequential import SideFigures
 
     return SideFigures(r["step_ms"], r.get("shares") or {}, phase_ms=r.get("phase_ms"),
                        cpu_ms=r["cpu_ms"], cpu_reference_ms=r.get("cpu_reference_ms"),
@@ -121,7 +121,7 @@ def gate_side(r: dict[str, Any], uncontended: bool = True) -> Any:
 
 
 def report(out: Path, variants: list[str], rounds_max: int | None = None) -> None:
-    from traceml_ci.gate.ab import AbSettings, RoundPair, SideFigures
+    from traceml_ci.gate.ab.sequential import AbSettings, RoundPair, SideFigures
 
     def side(r: dict[str, Any], cpu: str) -> SideFigures:
         if cpu in ("gate", "whole run"):  # everything the gate reads from a summary

@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("--caps", default="6,12", help="the gate runs' caps, comma-separated")
     p.add_argument("recordings", nargs="+", metavar="KIND=RECORDING")
     args = p.parse_args()
-    from traceml_ci.gate.ab import AbSettings, RoundPair
+    from traceml_ci.gate.ab.sequential import AbSettings, RoundPair
 
     kinds: dict[str, list[list[RoundPair]]] = {}
     for spec in args.recordings:

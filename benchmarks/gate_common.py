@@ -139,7 +139,8 @@ def judge_sequential(bases: Sequence[dict[str, Any]], heads: Sequence[dict[str, 
                      rules: Any = None) -> dict[str, Any]:
     """The pytest plugin's policy, run on recorded summaries: a baseline of ``baseline_runs``
     runs combined (``--traceml-baseline-runs``); the head's first run judged, re-run while it
-    regresses or comes close (``traceml_ci.gate.confirm``, the same function the plugin calls),
+    regresses or comes close (``traceml_ci.gate.confirm``, the same function the plugin
+    calls),
     up to ``max_reruns`` times. Up to ``limit`` baseline groups × ``limit`` orders of head runs
     (with ``heads`` None: head runs drawn from the base runs outside the baseline group).
     Returns verdict counts (``pairs``: head jobs judged) and the mean runs per head job."""
@@ -194,7 +195,7 @@ def ab_gate_runs(pairs: Sequence[Any], settings: Any,
     ``every_start``: a run starts at every such round instead (overlapping runs: not
     independent, but every stretch of the recording is judged). Each run's ``AbResult`` and
     the rounds it took."""
-    from traceml_ci.gate.ab import RoundPair, decide
+    from traceml_ci.gate.ab.sequential import RoundPair, decide
 
     runs: list[tuple[Any, int]] = []
     i = 0

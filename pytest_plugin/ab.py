@@ -1,7 +1,7 @@
 """A/B mode (``--traceml-ab=REF``): each traced test run by child pytest processes in the
 base's worktree and in the head's tree, interleaved round by round, and judged by the same
-pipeline as ``traceml-ci ab`` (``traceml_ci.gate.ab``: rounds in ABBA order, paired intervals,
-the sequential decision); docs/pytest-plugin.md, "A/B mode".
+pipeline as ``traceml-ci ab`` (``traceml_ci.gate.ab.sequential``: rounds in ABBA order,
+paired intervals, the sequential decision); docs/pytest-plugin.md, "A/B mode".
 
 One round of one test is ``python -m pytest NODEID --traceml-ab-child=FILE`` once per side: the
 child traces the test as a plain session would (marker or ``run_script``), without gating, and
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_plugin.options import AB_CHILD_OPTION, Options, SetupError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traceml_ci.gate.ab import AbResult, AbSettings, Side, SideFigures
+    from traceml_ci.gate.ab.sequential import AbResult, AbSettings, Side, SideFigures
 
 #: The document a child writes: this version, what it collected, how it ended, what it traced.
 CHILD_DOC_VERSION = 1
@@ -91,9 +91,9 @@ class AbOutcome:
 
 def settings_of(options: Options, rules: Any = None) -> AbSettings:
     """The A/B settings: the options given, the session's tolerance rules (each round's pair
-    is compared by them), gate/ab.py's defaults for the rest."""
+    is compared by them), gate/ab/sequential.py's defaults for the rest."""
     from traceml_ci.errors import UsageError
-    from traceml_ci.gate.ab import AbSettings
+    from traceml_ci.gate.ab.sequential import AbSettings
 
     given = {"max_rounds": options.ab_rounds_max, "step_tol_pct": options.ab_step_tolerance,
              "share_tol_pp": options.ab_share_tolerance, "rules": rules}
@@ -315,7 +315,7 @@ class RoundRunner:
                  out: Path, log: Path) -> SideFigures:
         """The figures of the summary this test traced on one side (the same key each round)."""
         from traceml_ci.errors import InputError
-        from traceml_ci.gate.ab import SideFigures
+        from traceml_ci.gate.ab.sequential import SideFigures
 
         if not summaries:
             if name == "base" and number == 1:
@@ -346,8 +346,8 @@ def run_test(
     """Run one test's rounds until a verdict. Returns the outcome, the failure message when
     the test must fail (else ""), and the head's last summary (for --traceml-save). Raises
     NoBase (run the test here instead) or SideFailed."""
-    from traceml_ci.gate import ab_report
-    from traceml_ci.gate.ab import AbVerdict, run_rounds
+    from traceml_ci.gate.ab import report as ab_report
+    from traceml_ci.gate.ab.sequential import AbVerdict, run_rounds
 
     rounds = RoundRunner(ab, nodeid, work, preferred_key)
 
@@ -422,7 +422,7 @@ def session_line(outcomes: list[AbOutcome]) -> str | None:
 
 def to_json(outcomes: list[AbOutcome], ab: AbSession) -> dict[str, Any]:
     """The session's A/B document: the verdict, and per test its ``traceml-ci ab`` JSON."""
-    from traceml_ci.gate import ab_report
+    from traceml_ci.gate.ab import report as ab_report
     from traceml_ci.gate.fmt import json_safe
 
     tests = []
@@ -441,7 +441,7 @@ def to_json(outcomes: list[AbOutcome], ab: AbSession) -> dict[str, Any]:
 def render_markdown(outcomes: list[AbOutcome], ab: AbSession) -> str:
     """The report's A/B part: one line of totals, then each compared test's tables
     (``ab_report.render_markdown``) and the tests the base does not have."""
-    from traceml_ci.gate import ab_report
+    from traceml_ci.gate.ab import report as ab_report
     from traceml_ci.gate.fmt import markdown as md
 
     verdict = session_verdict(outcomes)

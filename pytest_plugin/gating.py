@@ -206,7 +206,7 @@ def _first_reason(comparison: Any) -> str:
     """The first cause the gate names (gate/causes.py: a DataLoader setting, a counter), else
     the reason naming the first regressed metric (rows are in a meaningful order: labels,
     shares, then times), else the first reason the gate gave."""
-    from traceml_ci.gate.render import shown_causes, text_causes
+    from traceml_ci.gate.render.comparison import shown_causes, text_causes
 
     causes = shown_causes(comparison)
     if causes:

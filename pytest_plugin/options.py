@@ -217,7 +217,7 @@ class Options:
     profile_steps: int = DEFAULT_PROFILE_STEPS
     profile_dir: Path | None = None
     module_sample_s: float = SMOKE_TEST_MODULE_SAMPLE_S
-    #: --traceml-ab: the base REF as given; the A/B settings left None take gate/ab.py's
+    #: --traceml-ab: the base REF as given; the A/B settings left None take gate/ab/sequential.py's
     #: defaults (AbSettings), which this start-up module does not import.
     ab: str | None = None
     ab_rounds_max: int | None = None

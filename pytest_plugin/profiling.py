@@ -24,7 +24,7 @@ from pytest_plugin.results import GateResult, Handling
 from pytest_plugin.state import TracemlState
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traceml_ci.gate.ops import ProfiledRun
+    from traceml_ci.gate.render.ops import ProfiledRun
 
 #: Runs the job once more, writing under ``out_dir``, with this many steps profiled.
 ProfileJob = Callable[[Path, int], object]
@@ -64,7 +64,7 @@ def _regressed(result: GateResult) -> bool:
 def _escalate(state: TracemlState, result: GateResult, message: str,
               job: ProfileJob) -> tuple[GateResult, str]:
     from traceml_ci.errors import InputError, one_line
-    from traceml_ci.gate.ops import text_section
+    from traceml_ci.gate.render.ops import text_section
     from traceml_ci.summary.profile import summary_top_ops
 
     try:
@@ -99,7 +99,7 @@ def take_profile(state: TracemlState, result: GateResult, job: ProfileJob) -> Pr
     """Run ``job`` once, profiled; its ProfiledRun (top ops, trace, seconds, bytes).
     ProfileFailed (one line) when the job failed or left no profile."""
     from traceml_ci.errors import InputError, one_line
-    from traceml_ci.gate.ops import ProfiledRun
+    from traceml_ci.gate.render.ops import ProfiledRun
     from traceml_ci.summary.profile import (
         TOP_OPS_FILENAME,
         TRACE_FILENAME,

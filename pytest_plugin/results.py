@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate import Comparison, Verdict
-    from traceml_ci.gate.ops import ProfiledRun
+    from traceml_ci.gate.render.ops import ProfiledRun
 
 
 class Handling(str, Enum):

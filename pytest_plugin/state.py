@@ -239,14 +239,14 @@ class TracemlState:
         """The report in A/B mode: the gate's marker line (the Action's comment replaces it),
         then the A/B results; a stored-baseline comparison is not made in this mode."""
         from pytest_plugin.ab import render_markdown
-        from traceml_ci.gate.render import MARKER
+        from traceml_ci.gate.render.comparison import MARKER
 
         assert self.ab is not None
         return f"{MARKER}\n" + render_markdown(list(self.ab_outcomes.values()), self.ab)
 
     def _profiles_markdown(self) -> str:
         """The report's section on regressed tests profiled (--traceml-profile-on-regression)."""
-        from traceml_ci.gate import ops
+        from traceml_ci.gate.render import ops
 
         runs = [r.profile for r in sorted(self.results.values(), key=lambda r: r.key)
                 if r.profile is not None and r.comparison is not None
@@ -260,7 +260,7 @@ class TracemlState:
     def profile_notes(self) -> list[str]:
         """Terminal lines: where each profile went, and each profile that could not be taken."""
         from traceml_ci.gate.fmt import plain
-        from traceml_ci.gate.ops import describe
+        from traceml_ci.gate.render.ops import describe
 
         lines = []
         for r in sorted(self.results.values(), key=lambda r: r.key):

@@ -15,7 +15,7 @@ import pytest
 
 from tests.gate.summaries import make, shift
 from traceml_ci.gate import compare, compare_sets, render_markdown
-from traceml_ci.gate.chart import MAX_JOBS, comparison_chart
+from traceml_ci.gate.render.chart import MAX_JOBS, comparison_chart
 from traceml_ci.summary.keys import PHASES
 
 HOSTILE = 'a"b`c[d]e{f}g\nh%%{init}%%;<i>&amp;#x1F;\u202e'

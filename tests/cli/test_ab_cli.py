@@ -20,7 +20,7 @@ from tests.cli.scripts import kill_group, run_group, run_together
 from traceml_ci.cli.ab import parse_command, side_env
 from traceml_ci.cli.main import main
 from traceml_ci.errors import UsageError
-from traceml_ci.gate.ab import DEFAULT_MAX_ROUNDS, HOST_CONFIRM_ROUNDS
+from traceml_ci.gate.ab.sequential import DEFAULT_MAX_ROUNDS, HOST_CONFIRM_ROUNDS
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 CLI = [sys.executable, "-m", "traceml_ci"]
@@ -139,7 +139,7 @@ def test_no_change_between_the_commits_is_never_a_regression(two_rounds) -> None
 
 def test_inconclusive_exits_0_unless_asked_to_fail() -> None:
     from traceml_ci.cli.ab import exit_code
-    from traceml_ci.gate.ab import AbVerdict
+    from traceml_ci.gate.ab.sequential import AbVerdict
 
     assert exit_code(AbVerdict.INCONCLUSIVE) == 0
     assert exit_code(AbVerdict.INCONCLUSIVE, "fail") == 7

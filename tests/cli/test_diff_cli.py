@@ -14,7 +14,7 @@ import pytest
 from tests.gate.summaries import DATA, TRACEML_AI, make, real, shift
 from traceml_ci.cli.main import main
 from traceml_ci.gate import write_baseline_set
-from traceml_ci.gate.render import MARKER
+from traceml_ci.gate.render.comparison import MARKER
 from traceml_ci.summary.model import RunStatus
 from traceml_ci.tracer.fallback import write_fallback_summary
 

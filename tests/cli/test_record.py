@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import kill_all
 from tests.gate.summaries import make, shift
 from traceml_ci.cli.main import main
-from traceml_ci.gate.inputs import write_baseline_set
+from traceml_ci.gate.inputs.files import write_baseline_set
 from traceml_ci.summary.store import HistoryStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ import sys
 import time
 from pathlib import Path
 from traceml_ci.cli.main import main
-import traceml_ci.cli.record, traceml_ci.gate.history, traceml_ci.summary.store
+import traceml_ci.cli.record, traceml_ci.gate.inputs.history, traceml_ci.summary.store
 db, me, other, files = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]
 
 def meet(stage):  # wait until the other writer reaches the same stage

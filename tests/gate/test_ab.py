@@ -1,4 +1,5 @@
-"""The A/B decision (gate/ab.py) on synthetic rounds: a clear slowdown is caught in few rounds,
+"""The A/B decision (gate/ab/sequential.py) on synthetic rounds: a clear slowdown is caught in
+few rounds,
 identical sides pass, alternating noise stays inconclusive at the cap -- never a pass and never a
 regression -- and the rounds run in ABBA order."""
 
@@ -17,8 +18,10 @@ from hypothesis import strategies as st
 from tests.gate.summaries import BASE_MS, make, shift
 from tests.gate.traced import item_site
 from traceml_ci.errors import ExitCode, InputError, UsageError
-from traceml_ci.gate import ab_report, fmt
-from traceml_ci.gate.ab import (
+from traceml_ci.gate import fmt
+from traceml_ci.gate.ab import report as ab_report
+from traceml_ci.gate.ab.intervals import CPU_METRIC, Status, quantile_for
+from traceml_ci.gate.ab.sequential import (
     DEFAULT_MAX_ROUNDS,
     REGRESSION_MIN_ROUNDS,
     AbSettings,
@@ -30,8 +33,7 @@ from traceml_ci.gate.ab import (
     round_order,
     run_rounds,
 )
-from traceml_ci.gate.ab_intervals import CPU_METRIC, Status, quantile_for
-from traceml_ci.gate.tdist import t_cdf, t_quantile
+from traceml_ci.gate.ab.tdist import t_cdf, t_quantile
 from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 
 SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0, "other": 5.0}

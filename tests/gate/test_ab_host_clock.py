@@ -1,4 +1,5 @@
-"""A/B on a host clock (gate/ab.py, docs/gate.md "The rule"): the first round's pair, compared
+"""A/B on a host clock (gate/ab/sequential.py, docs/gate.md "The rule"): the first round's
+pair, compared
 by the stored-baseline pipeline, decides; timings inform, and one past its band must show in
 every round (up to HOST_CONFIRM_ROUNDS) to fail."""
 
@@ -8,8 +9,14 @@ import copy
 
 from tests.gate.summaries import BASE_MS, make, shift
 from tests.gate.test_counters import COUNTERS
-from traceml_ci.gate import ab_report
-from traceml_ci.gate.ab import HOST_CONFIRM_ROUNDS, AbVerdict, Side, SideFigures, run_rounds
+from traceml_ci.gate.ab import report as ab_report
+from traceml_ci.gate.ab.sequential import (
+    HOST_CONFIRM_ROUNDS,
+    AbVerdict,
+    Side,
+    SideFigures,
+    run_rounds,
+)
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 

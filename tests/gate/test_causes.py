@@ -10,9 +10,10 @@ import html
 from tests.gate.traced import HOSTILE_FILE, HOSTILE_MODULE, item_site
 from traceml_ci.gate import fmt
 from traceml_ci.gate.causes import dataloader_change, known_causes
-from traceml_ci.gate.compare import Comparison, Status, Verdict, compare, compare_sets
-from traceml_ci.gate.html_report import Run, build_html
-from traceml_ci.gate.render import render_json, render_markdown, render_text
+from traceml_ci.gate.compare import Comparison, Status, Verdict, compare
+from traceml_ci.gate.render.comparison import render_json, render_markdown, render_text
+from traceml_ci.gate.render.html import Run, build_html
+from traceml_ci.gate.sets import compare_sets
 
 
 def _before_tables(text: str, wanted: str) -> None:

@@ -1,4 +1,4 @@
-"""The mermaid chart (gate/chart.py): golden text, size bound, sanitised labels, stacking.
+"""The mermaid chart (gate/render/chart.py): golden text, size bound, sanitised labels, stacking.
 
 That mermaid itself renders each chart is checked in tests/browser/test_render_in_chromium.py.
 """
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests import golden
 from tests.gate.summaries import BASE_MS, GOLDEN, make, real, shift
 from traceml_ci.gate import compare, compare_sets, render_markdown, render_text
-from traceml_ci.gate.chart import (
+from traceml_ci.gate.render.chart import (
     MAX_CHART_CHARS,
     MAX_JOBS,
     MAX_LABEL,
@@ -169,7 +169,7 @@ def test_without_the_wait_phase_the_legend_and_palette_are_the_five_phases():
 
 def test_html_bars_of_runs_with_and_without_the_wait_phase_each_add_up(tmp_path):
     pytest.importorskip("matplotlib", reason="the report extra (matplotlib) is not installed")
-    from traceml_ci.gate.html_report import _Charts
+    from traceml_ci.gate.render.html import _Charts
     from traceml_ci.summary.view import SummaryView
 
     svg = _Charts().splits([("ddp", SummaryView(make(WAIT_MS)).shares()),

@@ -105,7 +105,7 @@ def test_summaries_without_contention_are_judged_as_before():
 
 
 def test_the_note_reaches_every_report_format():
-    from traceml_ci.gate.render import render_json, render_markdown, render_text
+    from traceml_ci.gate.render.comparison import render_json, render_markdown, render_text
 
     c = compare(contended(make(), 1.0), contended(make(shift(dataloader=2.2)), 23.0))
     for text in (render_text(c, width=200), render_markdown(c), render_json(c)):

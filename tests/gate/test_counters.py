@@ -1,4 +1,5 @@
-"""gate/counters.py through compare(): exact rows, absent counters make none, the sentences."""
+"""gate/counted/counters.py through compare(): exact rows, absent counters make none, the
+sentences."""
 
 from __future__ import annotations
 
@@ -247,7 +248,7 @@ def test_an_all_reduce_per_micro_batch_regresses_by_its_bytes() -> None:
 
 
 def test_more_python_calls_per_step_regress_past_the_floor_naming_the_users_functions() -> None:
-    from traceml_ci.gate.counters import PY_LIBRARY_FLOOR, PY_USER_FLOOR
+    from traceml_ci.gate.counted.guide import PY_LIBRARY_FLOOR, PY_USER_FLOOR
 
     base = {"per_step": 242, "user": 0, "library": 242, "top_user": []}
     head = {"per_step": 542, "user": 300, "library": 242, "top_user": [

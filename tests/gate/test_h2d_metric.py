@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.summary.builders import summary_doc
 from traceml_ci.gate.compare import compare
-from traceml_ci.gate.render import render_markdown
+from traceml_ci.gate.render.comparison import render_markdown
 from traceml_ci.gate.results import Status, Verdict
 
 OWN = {"dataloader": 1.0, "forward": 4.0, "backward": 4.0, "optimizer": 1.0}

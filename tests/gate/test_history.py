@@ -8,8 +8,8 @@ import pytest
 
 from tests.gate.summaries import make, shift
 from traceml_ci.errors import InputError
-from traceml_ci.gate.history import collect, find_move, frame, render_history, sparkline
-from traceml_ci.gate.inputs import write_baseline_set
+from traceml_ci.gate.inputs.files import write_baseline_set
+from traceml_ci.gate.inputs.history import collect, find_move, frame, render_history, sparkline
 from traceml_ci.gate.metrics import BY_NAME
 
 
@@ -50,7 +50,7 @@ def test_markdown_names_the_run_where_the_dataloader_moved(tmp_path):
 
 
 def test_the_rolling_median_is_pandas_over_the_last_five_runs() -> None:
-    from traceml_ci.gate.history import rolling_median
+    from traceml_ci.gate.inputs.history import rolling_median
 
     assert rolling_median([1.0, 2.0, 100.0, 3.0, 4.0, 5.0]) == 4.0  # 2,100,3,4,5 -> 4
     assert rolling_median([None, 7.0]) == 7.0

@@ -1,4 +1,5 @@
-"""gate/input_counts.py through compare(): the input pipeline's ops per batch, compared exactly;
+"""gate/counted/input_pipeline.py through compare(): the input pipeline's ops per batch,
+compared exactly;
 a heavier augmentation regresses naming the op, its line and the Dataset's method, a lighter
 one improves; not judged across batch sizes, num_workers 0 / > 0, or torch minor versions."""
 

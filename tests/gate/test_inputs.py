@@ -17,7 +17,7 @@ from traceml_ci.gate import (
     read_baseline_set,
     write_baseline_set,
 )
-from traceml_ci.gate.inputs import InputKind, read_input, summary_problem
+from traceml_ci.gate.inputs.files import InputKind, read_input, summary_problem
 from traceml_ci.summary.schema import summary_problems
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.gate.summaries import make, shift
 from traceml_ci.gate import compare, render_markdown, render_text
-from traceml_ci.gate.modules import module_movers
+from traceml_ci.gate.timing.modules import module_movers
 from traceml_ci.summary.keys import TOP_MODULES
 
 

@@ -1,11 +1,12 @@
-"""gate/ops.py: the top-op and delta tables, escaped for their medium; no torch in the gate."""
+"""gate/render/ops.py: the top-op and delta tables, escaped for their medium; no torch in the
+gate."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from traceml_ci.gate.ops import ProfiledRun, markdown_section, text_section
+from traceml_ci.gate.render.ops import ProfiledRun, markdown_section, text_section
 from traceml_ci.summary.profile import top_ops
 
 HOSTILE = "evil|</table>@team #1 [x](https://e.vil) `code`\x1b[2J\n::error::boom"
@@ -59,7 +60,7 @@ def test_no_runs_no_section_and_no_base_no_deltas() -> None:
 
 
 def test_the_renderer_imports_no_torch() -> None:
-    code = ("import sys, traceml_ci.gate.ops, traceml_ci.summary.profile; "
+    code = ("import sys, traceml_ci.gate.render.ops, traceml_ci.summary.profile; "
             "print([m for m in ('torch', 'pandas', 'tabulate') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

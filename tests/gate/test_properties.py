@@ -18,8 +18,8 @@ from traceml_ci.gate import (
     render_markdown,
     render_text,
 )
-from traceml_ci.gate.inputs import summary_problem
-from traceml_ci.gate.render import MARKER
+from traceml_ci.gate.inputs.files import summary_problem
+from traceml_ci.gate.render.comparison import MARKER
 
 SETTINGS = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,8 @@ from traceml_ci.gate import (
     render_markdown,
     render_text,
 )
-from traceml_ci.gate.render import MARKER, md_escape, split_bar
+from traceml_ci.gate.fmt import markdown as md_escape
+from traceml_ci.gate.render.comparison import MARKER, split_bar
 
 
 def check_golden(name: str, text: str) -> None:

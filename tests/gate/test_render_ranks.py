@@ -7,7 +7,7 @@ from typing import Any
 from tests.gate.summaries import make, shift
 from tests.gate.test_render import check_golden
 from traceml_ci.gate import compare
-from traceml_ci.gate.render import render_markdown, render_text
+from traceml_ci.gate.render.comparison import render_markdown, render_text
 from traceml_ci.summary.ranks import merge_ranks
 
 

@@ -1,4 +1,5 @@
-"""Settings rows (gate/settings.py): a setting that changes cost, compared exactly; the worse
+"""Settings rows (gate/counted/settings.py): a setting that changes cost, compared exactly; the
+worse
 way regresses naming the setting and its fix, the way back improves, on any clock."""
 
 from __future__ import annotations

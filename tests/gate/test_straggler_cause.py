@@ -9,7 +9,7 @@ from typing import Any
 from tests.gate.summaries import make, shift
 from traceml_ci.gate import compare
 from traceml_ci.gate.causes import known_causes, straggler_change
-from traceml_ci.gate.render import render_markdown, render_text
+from traceml_ci.gate.render.comparison import render_markdown, render_text
 from traceml_ci.summary.ranks import merge_ranks
 
 #: A rank's step under a process group: its own work and the time it waits for the others.

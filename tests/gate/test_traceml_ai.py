@@ -197,7 +197,7 @@ def test_what_cannot_be_mapped_is_said_in_the_report(tmp_path, capsys, change, s
 def test_every_label_and_status_the_schema_accepts_has_a_mapping() -> None:
     """The schema says which memory labels and run statuses a 1.x summary may hold; the mapping
     must say what each becomes (None: no counterpart, reported as not mapped)."""
-    from traceml_ci.gate.traceml_ai import MEMORY_KINDS, RUN_STATUSES, SCHEMA
+    from traceml_ci.gate.inputs.traceml_ai import MEMORY_KINDS, RUN_STATUSES, SCHEMA
     from traceml_ci.summary.schema import load_schema
 
     props = load_schema(SCHEMA)["properties"]
@@ -209,7 +209,7 @@ def test_every_label_and_status_the_schema_accepts_has_a_mapping() -> None:
 
 @pytest.mark.parametrize("name", ["input_bound", "compute_bound"])
 def test_the_real_summaries_of_traceml_0_5_pass_the_check(name) -> None:
-    from traceml_ci.gate.traceml_ai import problems
+    from traceml_ci.gate.inputs.traceml_ai import problems
 
     assert problems(json.loads((TRACEML_AI / f"{name}.json").read_text())) == []
 

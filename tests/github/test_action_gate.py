@@ -267,7 +267,7 @@ class FakeAbPytest(FakePytest):
         from pytest_plugin.ab import AbOutcome
         from pytest_plugin.options import Options
         from pytest_plugin.state import TracemlState
-        from traceml_ci.gate.ab import RoundPair, SideFigures, decide
+        from traceml_ci.gate.ab.sequential import RoundPair, SideFigures, decide
 
         self.cmd = cmd
         given = dict(a.split("=", 1) for a in cmd if a.startswith("--traceml-") and "=" in a)

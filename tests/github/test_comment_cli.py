@@ -13,7 +13,7 @@ import pytest
 from tests.github.conftest import PR, REPO, TOKEN
 from tests.github.fake_github import FakeGitHub
 from traceml_ci.cli.main import main
-from traceml_ci.gate.render import MARKER as REPORT_MARKER
+from traceml_ci.gate.render.comparison import MARKER as REPORT_MARKER
 from traceml_ci.github.sticky import (
     COMMENT_LIMIT,
     CREATE_RECHECK_DELAY_S,

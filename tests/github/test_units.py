@@ -19,7 +19,7 @@ from traceml_ci.cli.action_gate import (
 )
 from traceml_ci.cli.comment import CommentMode, _without_report_marker
 from traceml_ci.gate import Verdict
-from traceml_ci.gate.render import MARKER
+from traceml_ci.gate.render.comparison import MARKER
 from traceml_ci.github.context import GitHubContext
 from traceml_ci.github.runner import (
     STEP_SUMMARY_LIMIT_BYTES,

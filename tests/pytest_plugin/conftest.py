@@ -142,8 +142,8 @@ def _preload() -> None:
     import pytest_plugin.state  # noqa: F401
     import pytest_plugin.terminal  # noqa: F401
     import traceml_ci.gate  # noqa: F401
-    import traceml_ci.gate.ops  # noqa: F401
-    import traceml_ci.gate.render  # noqa: F401
+    import traceml_ci.gate.render.comparison  # noqa: F401
+    import traceml_ci.gate.render.ops  # noqa: F401
     import traceml_ci.tracer.api  # noqa: F401
     import traceml_ci.tracer.env  # noqa: F401
     import traceml_ci.tracer.profiling  # noqa: F401

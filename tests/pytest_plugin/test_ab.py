@@ -17,7 +17,7 @@ import pytest
 
 from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
 from tests.cli.scripts import kill_group, run_group, run_together
-from traceml_ci.gate.ab import HOST_CONFIRM_ROUNDS
+from traceml_ci.gate.ab.sequential import HOST_CONFIRM_ROUNDS
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
 #: A tiny training loop whose forward spins (SPIN_NET) 1 ms; the head commit spins longer where

@@ -15,7 +15,7 @@ from tests.abrepo import commit
 
 CONFTEST = """
 import pytest_plugin.ab as ab
-from traceml_ci.gate.ab import Side, SideFigures
+from traceml_ci.gate.ab.sequential import Side, SideFigures
 
 SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0,
           "other": 5.0}

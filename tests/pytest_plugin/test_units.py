@@ -58,7 +58,7 @@ def test_result_round_trips_through_plain_data(summary_doc: dict[str, Any]) -> N
     assert back == compared and back.verdict is compared.verdict  # the same comparison
     from dataclasses import replace
 
-    from traceml_ci.gate.ops import ProfiledRun
+    from traceml_ci.gate.render.ops import ProfiledRun
     from traceml_ci.summary.profile import top_ops
 
     top = top_ops([("aten::mm", 3.0, None, 2)], steps=1, device="cpu")

@@ -34,7 +34,8 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
     base = _run(fresh_tracer, tmp_path, "base", [0.1, 0.1, 0.1, 3.0])
     moved = _run(fresh_tracer, tmp_path, "moved", [0.1, 3.0, 0.1, 0.1])
     # layer.3's backward 10x slower: backward's share rises by some 38 pp, well beyond the host
-    # clock's +25 pp band and CONTENTION_MAX_SHIFT_PP (gate/guards.py), the most the contention
+    # clock's +25 pp band and CONTENTION_MAX_SHIFT_PP (gate/timing/guards.py), the most the
+    # contention
     # guard excuses when other work shares the CPU.
     slower = _run(fresh_tracer, tmp_path, "slower", [0.1, 0.1, 0.1, 30.0])
 

@@ -4,7 +4,7 @@ machine, round after round, until a paired verdict (docs/gate.md, "A/B mode").
 The head is the working tree as it is; the base is REF checked out into a temporary git
 worktree (``gitwork.py``). Each run goes through the launcher, as ``traceml-ci run`` does, with
 its side's worktree as the working folder and on ``PYTHONPATH``; the statistics and the
-decision are ``gate/ab.py``, the report ``gate/ab_report.py``.
+decision are ``gate/ab/sequential.py``, the report ``gate/ab/report.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from traceml_ci.errors import (
     UsageError,
     one_line,
 )
-from traceml_ci.gate.ab import (
+from traceml_ci.gate.ab.sequential import (
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MIN_ROUNDS,
     DEFAULT_SHARE_TOL_PP,
@@ -248,7 +248,7 @@ class Sides:
             )
 
     def measure(self, side_name: str, number: int):
-        from traceml_ci.gate.ab import SideFigures
+        from traceml_ci.gate.ab.sequential import SideFigures
         from traceml_ci.summary.io import load_summary
         from traceml_ci.tracer.launch import LaunchSpec, launch
 
@@ -304,8 +304,8 @@ def _progress(result) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.fsutil import write_output
-    from traceml_ci.gate import ab_report
-    from traceml_ci.gate.ab import AbSettings, Side, run_rounds
+    from traceml_ci.gate.ab import report as ab_report
+    from traceml_ci.gate.ab.sequential import AbSettings, Side, run_rounds
     from traceml_ci.gate.rules import resolve_rules
     from traceml_ci.gitwork import resolve_base, toplevel, worktree
     from traceml_ci.tracer.launch import TORCH_MISSING, torch_available

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from traceml_ci.cli.comment import META_KIND, CommentMode
 from traceml_ci.errors import UsageError
 from traceml_ci.fsutil import write_output
-from traceml_ci.gate.ab import AbVerdict
+from traceml_ci.gate.ab.sequential import AbVerdict
 from traceml_ci.gate.compare import Verdict
 from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES as AB_INCONCLUSIVE
 
@@ -307,7 +307,7 @@ def _write_meta(
 def _append_summary(
     path: str, report: Path, job_id: str, verdict: Outcome, pytest_exit: int, reason: str
 ) -> None:
-    from traceml_ci.gate.render import MARKER
+    from traceml_ci.gate.render.comparison import MARKER
     from traceml_ci.github.runner import append_step_summary
 
     body = report.read_text(encoding="utf-8")
@@ -347,7 +347,7 @@ def _no_baseline_note(baseline: Path | None) -> str:
 
 
 def _fallback_report(verdict: Outcome, baseline: Path | None, pytest_exit: int) -> str:
-    from traceml_ci.gate.render import MARKER
+    from traceml_ci.gate.render.comparison import MARKER
 
     if verdict is NoVerdict.NO_BASELINE:
         text = f"**traceml-ci: no baseline yet.** {_no_baseline_note(baseline)}"

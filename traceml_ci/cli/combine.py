@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     from traceml_ci.errors import InputError
     from traceml_ci.fsutil import is_dir, missing, write_output
-    from traceml_ci.gate.inputs import InputKind, read_input
+    from traceml_ci.gate.inputs.files import InputKind, read_input
     from traceml_ci.summary.repeats import combine_repeats, runs_of
 
     docs = []

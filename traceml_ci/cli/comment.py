@@ -84,7 +84,7 @@ def _read_body(path: str) -> str:
 
 def _without_report_marker(report: str) -> str:
     """The report less the gate's generic first-line marker: the job's own marker replaces it."""
-    from traceml_ci.gate.render import MARKER
+    from traceml_ci.gate.render.comparison import MARKER
 
     lines = report.lstrip("\ufeff").splitlines()
     if lines and lines[0].strip() == MARKER:
@@ -109,6 +109,34 @@ def _read_meta(path: str) -> dict[str, Any]:
     return data
 
 
+def _pull_request(args: argparse.Namespace, ctx: Any, meta: dict[str, Any]) -> tuple[str, int]:
+    """The repository and pull request to comment on: the options', else the meta file's, else
+    the workflow's."""
+    repo = args.repo or ctx.repository
+    if not repo:
+        raise UsageError("no repository: pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
+    if not _REPO.match(repo):
+        raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
+    if args.pr is not None and args.pr <= 0:
+        raise UsageError(f"--pr {args.pr} is not a pull request number")
+    number = args.pr if args.pr is not None else meta.get("pr") or ctx.pull_request_number()
+    if number is None:
+        raise UsageError(
+            f"no pull request number: pass --pr N (event {ctx.event_name or 'unknown'} names none)"
+        )
+    return repo, number
+
+
+def _expected_head(args: argparse.Namespace, ctx: Any, meta: dict[str, Any]) -> str | None:
+    """The head commit the pull request must still have for the comment to be posted."""
+    expect = args.expect_head_sha
+    if not expect and ctx.event_name == "workflow_run" and args.pr is None and meta:
+        # The PR number came from an artifact a pull request's code could write: trust it only
+        # if that PR's head is the commit this workflow_run is about.
+        expect = (ctx.event.get("workflow_run") or {}).get("head_sha")
+    return expect
+
+
 def run(args: argparse.Namespace) -> int:
     from traceml_ci.github.client import GitHubClient
     from traceml_ci.github.context import GitHubContext
@@ -124,29 +152,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "GITHUB_TOKEN is not set: pass a token with pull-requests: write in the environment"
         )
-    repo = args.repo or ctx.repository
-    if not repo:
-        raise UsageError("no repository: pass --repo OWNER/NAME or set GITHUB_REPOSITORY")
-    if not _REPO.match(repo):
-        raise UsageError(f"--repo {repo!r} is not OWNER/NAME")
-    if args.pr is not None and args.pr <= 0:
-        raise UsageError(f"--pr {args.pr} is not a pull request number")
-    number = args.pr if args.pr is not None else meta.get("pr") or ctx.pull_request_number()
-    if number is None:
-        raise UsageError(
-            f"no pull request number: pass --pr N (event {ctx.event_name or 'unknown'} names none)"
-        )
+    repo, number = _pull_request(args, ctx, meta)
     if args.meta and os.path.islink(args.body):
         raise InputError(args.body, "is a symbolic link; refusing it")
     report = _read_body(args.body)
     if not report.strip():
         raise InputError(args.body, "the comment body is empty")
     marker = marker_for(args.marker or meta.get("marker") or ctx.job or "default")
-    expect = args.expect_head_sha
-    if not expect and ctx.event_name == "workflow_run" and args.pr is None and meta:
-        # The PR number came from an artifact a pull request's code could write: trust it only
-        # if that PR's head is the commit this workflow_run is about.
-        expect = (ctx.event.get("workflow_run") or {}).get("head_sha")
+    expect = _expected_head(args, ctx, meta)
 
     client = GitHubClient(token=ctx.token, api_url=ctx.api_url)
     if expect:

@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: bool) -> str:
-    from traceml_ci.gate import render as r
+    from traceml_ci.gate.render import comparison as r
 
     if fmt == "json":
         return r.render_json(result)
@@ -87,7 +87,7 @@ def render(result: Comparison | SetComparison, fmt: str, *, width: int, colour: 
 
 
 def run(args: argparse.Namespace) -> int:
-    from traceml_ci.gate.inputs import read_input
+    from traceml_ci.gate.inputs.files import read_input
     from traceml_ci.gate.judge import judge
     from traceml_ci.gate.rules import resolve_rules
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         from traceml_ci.fsutil import write_output
         from traceml_ci.gate.fmt import plain
-        from traceml_ci.gate.render import shown_causes
+        from traceml_ci.gate.render.comparison import shown_causes
 
         write_output(args.output, report)
         # The headline's first cause, when it names one (gate/causes.py), beside the verdict.

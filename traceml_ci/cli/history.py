@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if args.db is None and (args.branch is not None or args.last is not None):
         raise UsageError("history: --branch and --last read a database: add --db FILE")
 
-    from traceml_ci.gate.history import collect, collect_db, render_history, sort_points
+    from traceml_ci.gate.inputs.history import collect, collect_db, render_history, sort_points
     from traceml_ci.gate.rules import resolve_rules
 
     rules = resolve_rules(args.tolerances)

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.errors import InputError
     from traceml_ci.fsutil import is_dir
     from traceml_ci.gate import fmt
-    from traceml_ci.gate.history import collect
+    from traceml_ci.gate.inputs.history import collect
     from traceml_ci.summary.store import record_runs
 
     for raw in args.summaries:  # files only: a folder's stray JSON would be skipped silently

@@ -4,7 +4,7 @@ One input: its run (or each job of a baseline set). Two inputs: BASE and HEAD co
 ``diff`` does, drawn side by side. Three or more: each run, and the trend across them in the
 order given. ``--db FILE``: the runs recorded in a history database (``traceml-ci record``),
 oldest first, drawn as runs and their trend. The page is built by
-traceml_ci/gate/html_report.py (matplotlib, the ``report`` extra), imported only when this
+traceml_ci/gate/render/html.py (matplotlib, the ``report`` extra), imported only when this
 command runs.
 """
 
@@ -56,7 +56,7 @@ def _load(given: str) -> tuple[str, dict[str, dict]]:
     from pathlib import Path
 
     from traceml_ci.fsutil import is_dir, missing
-    from traceml_ci.gate.inputs import read_input
+    from traceml_ci.gate.inputs.files import read_input
 
     path = Path(given)
     if is_dir(path):
@@ -72,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise MissingDependencyError(MATPLOTLIB_MISSING) from None
     from traceml_ci.fsutil import write_output
-    from traceml_ci.gate.html_report import Run, build_html
+    from traceml_ci.gate.render.html import Run, build_html
 
     loaded = [_load(x) for x in args.inputs]
     if args.db:
-        from traceml_ci.gate.history import collect_db
+        from traceml_ci.gate.inputs.history import collect_db
 
         points = collect_db(args.db, name=args.name, branch=args.branch, last=args.last)
         loaded += [(f"{args.db} ({p.label})", {p.series: p.summary}) for p in points]

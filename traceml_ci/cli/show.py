@@ -173,7 +173,7 @@ def _ranks(block: Any) -> list[Any]:
     from rich.text import Text
 
     from traceml_ci.gate.fmt import plain
-    from traceml_ci.gate.ranks_text import headline_line, rank_headers, rank_rows, straggler_line
+    from traceml_ci.gate.render.ranks import headline_line, rank_headers, rank_rows, straggler_line
 
     if not isinstance(block, Mapping):
         return []

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def check(path: str) -> tuple[str, list[str]]:
     """What the file at ``path`` is (for the "valid" line) and its problems (empty if valid)."""
     from traceml_ci.errors import InputError
-    from traceml_ci.gate.inputs import (
+    from traceml_ci.gate.inputs.files import (
         InputKind,
         check_summary,
         entry_where,
@@ -53,7 +53,7 @@ def check(path: str) -> tuple[str, list[str]]:
                     problems.append(exc.problem)
             return f"baseline set of {len(entries)} summaries", problems
         if kind is InputKind.TRACEML_AI:
-            from traceml_ci.gate.traceml_ai import problems
+            from traceml_ci.gate.inputs.traceml_ai import problems
 
             found = problems(doc)  # each field, as for ours (diff names the first)
             if found:

@@ -12,18 +12,17 @@ from traceml_ci.gate.compare import (
     Status,
     Verdict,
     compare,
-    compare_sets,
-    set_comparison,
 )
-from traceml_ci.gate.inputs import (
+from traceml_ci.gate.inputs.files import (
     BASELINE_SET_VERSION,
     load_input,
     read_baseline_set,
     write_baseline_set,
 )
 from traceml_ci.gate.judge import judge
-from traceml_ci.gate.render import render_json, render_markdown, render_text
+from traceml_ci.gate.render.comparison import render_json, render_markdown, render_text
 from traceml_ci.gate.rules import DEFAULT_RULES, Rule, Rules, load_rules
+from traceml_ci.gate.sets import compare_sets, set_comparison
 
 __all__ = [
     "BASELINE_SET_VERSION",

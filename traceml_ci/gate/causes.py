@@ -1,10 +1,12 @@
 """What a comparison knows changed between base and head, named the way a headline names it:
-a setting (gate/settings.py), a new straggler (which rank, in which phase, who waits for it), the
+a setting (gate/counted/settings.py), a new straggler (which rank, in which phase, who waits
+for it), the
 optimizer, the FLOPs per step and the modules that moved them, the scalar reads per step and
 their lines, the bytes kept from each step, the parameters.
 
 Pure: two summaries and the comparison's rows in, short plain strings out, the surest first.
-The counters' wording is theirs (each counter row's ``cause``, gate/counters.py), defined once;
+The counters' wording is theirs (each counter row's ``cause``, gate/counted/counters.py),
+defined once;
 only the DataLoader's is written here. The strings hold text from the summaries (module names,
 file paths): each renderer escapes them for its medium.
 """
@@ -14,15 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from traceml_ci.gate.counters import ECHO_ROWS
+from traceml_ci.gate.counted.counters import ECHO_ROWS
+from traceml_ci.gate.counted.settings import PREFIX as SETTINGS_PREFIX
+from traceml_ci.gate.counted.settings import SETTINGS, Setting
 from traceml_ci.gate.results import COUNTERS_PREFIX, Row, Status
-from traceml_ci.gate.settings import PREFIX as SETTINGS_PREFIX
-from traceml_ci.gate.settings import SETTINGS, Setting
 from traceml_ci.summary.ranks import BALANCED, phase_excess_ms
 from traceml_ci.summary.view import SummaryLike, as_view, finite
 
 #: The DataLoader's settings (``step_time.dataloader``), named together in one cause, in the
-#: order gate/settings.py compares them. ``device`` is the run's, not the loader's: a changed
+#: order gate/counted/settings.py compares them. ``device`` is the run's, not the loader's: a
+#: changed
 #: device is the environment fingerprint's (gate/context.py).
 DATALOADER_SETTINGS: tuple[Setting, ...] = tuple(
     s for s in SETTINGS if s.block == ("step_time", "dataloader")

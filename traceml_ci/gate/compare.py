@@ -23,15 +23,8 @@ from traceml_ci.gate.context import (
     measurement_notes,
     run_name,
 )
-from traceml_ci.gate.counters import counter_rows
-from traceml_ci.gate.guards import (
-    CONTENTION_MAX_SHIFT_PP,
-    LOAD_GUARD_METRIC,
-    LOAD_GUARD_QUANTILE,
-    SHARE_ONLY_MAX_MS_GROWTH_PCT,
-    apply_guards,
-    contention_bound_pp,
-)
+from traceml_ci.gate.counted.counters import counter_rows
+from traceml_ci.gate.counted.settings import setting_rows
 from traceml_ci.gate.judging import (
     HOST_BAND_CPU_PCT,
     HOST_BAND_SHARE_PP,
@@ -50,8 +43,14 @@ from traceml_ci.gate.results import (
     verdict_of,
 )
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
-from traceml_ci.gate.sets import MAX_KEYS_LISTED, compare_sets, set_comparison
-from traceml_ci.gate.settings import setting_rows
+from traceml_ci.gate.timing.guards import (
+    CONTENTION_MAX_SHIFT_PP,
+    LOAD_GUARD_METRIC,
+    LOAD_GUARD_QUANTILE,
+    SHARE_ONLY_MAX_MS_GROWTH_PCT,
+    apply_guards,
+    contention_bound_pp,
+)
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 from traceml_ci.summary.view import SummaryLike, as_view
 
@@ -63,7 +62,6 @@ __all__ = [
     "HOST_BAND_CPU_PCT",
     "LOAD_GUARD_METRIC",
     "LOAD_GUARD_QUANTILE",
-    "MAX_KEYS_LISTED",
     "NOISE_CAP_TOLERANCES",
     "REPORT_VERSION",
     "SHARE_ONLY_MAX_MS_GROWTH_PCT",
@@ -74,10 +72,8 @@ __all__ = [
     "Tolerance",
     "Verdict",
     "compare",
-    "compare_sets",
     "contention_bound_pp",
     "env_differences",
-    "set_comparison",
 ]
 
 

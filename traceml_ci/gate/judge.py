@@ -37,6 +37,6 @@ def judge(
 
         (b,), (h,) = base.values(), head.values()
         return compare(b, h, rules, allow_env_mismatch=allow_env_mismatch)
-    from traceml_ci.gate.compare import compare_sets
+    from traceml_ci.gate.sets import compare_sets
 
     return compare_sets(base, head, rules, allow_env_mismatch=allow_env_mismatch)

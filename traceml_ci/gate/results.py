@@ -13,7 +13,7 @@ from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import Kind
 from traceml_ci.gate.rules import Direction, Rule
 
-#: The rows of the deterministic counters (gate/counters.py) are named ``counters.*``.
+#: The rows of the deterministic counters (gate/counted/counters.py) are named ``counters.*``.
 COUNTERS_PREFIX = "counters."
 
 #: Version of the JSON report (``--format json``). 1.1: each row says its ``evidence``.
@@ -37,7 +37,7 @@ class Evidence(str, Enum):
     the noise rules; a time on a host clock informs, and fails alone only far past what load
     can do; memory is measured bytes and gates under its tolerance."""
 
-    COUNT = "count"  # an exact counter of one sampled step (gate/counters.py)
+    COUNT = "count"  # an exact counter of one sampled step (gate/counted/counters.py)
     SETTING = "setting"  # a setting that changes cost: a change fails until accepted
     DEVICE_CLOCK = "device clock"  # timed with device events (CUDA): decides
     HOST_CLOCK = "host clock"  # timed on the host: informs (docs/gate.md, "The rule")
@@ -274,7 +274,7 @@ def describe(row: Row) -> str:
     change = f"{fmt.value(row.base, row.unit)} → {fmt.value(row.head, row.unit)}"
     d = fmt.delta(row.delta, row.delta_unit)
     detail = "; ".join(x for x in (d, f"tolerance {row.tolerance}" if row.tolerance else "") if x)
-    # A counter's row carries the sentence that says what changed (gate/counters.py); any
+    # A counter's row carries the sentence that says what changed (gate/counted/counters.py); any
     # other regressed row's note says what moved it (the sampled modules a forward or backward
     # share names, a label's change): the line must say it whole, not only a table cell that
     # a terminal's width may wrap.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from traceml_ci.gate.compare import compare
 from traceml_ci.gate.results import Comparison, SetComparison, Verdict
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
 from traceml_ci.summary.view import SummaryLike
@@ -30,8 +31,6 @@ def compare_sets(
 ) -> SetComparison:
     """Compare baseline sets key by key. Keys only in head are *added* (no baseline yet: fine);
     keys only in base are *removed* (a warning). Any regressed key makes a regression."""
-    from traceml_ci.gate.compare import compare  # the pipeline re-exports this module
-
     common = [k for k in base if k in head]
     items = {
         k: compare(base[k], head[k], rules, allow_env_mismatch=allow_env_mismatch) for k in common

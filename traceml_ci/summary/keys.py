@@ -96,7 +96,7 @@ THREAD_SPLIT_KEYS: tuple[str, ...] = ("on_cpu_ms", "cpu_wait_ms", "blocked_ms")
 UNCONTENDED_KEYS: tuple[str, ...] = ("cpu_ms", "on_cpu_ms", "blocked_ms")
 
 #: Sampled modules listed per direction in a summary's ``modules`` block (the slowest): a
-#: shorter list means every timed module is there (tracer/modules.py, gate/modules.py). Eight
+#: shorter list means every timed module is there (tracer/modules.py, gate/timing/modules.py). Eight
 #: keep a GPT-2 smoke job's summary under 8 KB; the FLOPs by module (counted) name the rest.
 TOP_MODULES = 8
 

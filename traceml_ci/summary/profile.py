@@ -3,7 +3,7 @@
 Pure data, standard library only. The tracer writes it from ``torch.profiler``'s
 ``key_averages()`` after a few profiled steps (``tracer/profiling.py``); the pytest plugin reads
 it, stores it in a baseline entry (``--traceml-profile``) and compares two of them
-(``op_deltas``); the gate renders it (``gate/ops.py``). This module knows its key names.
+(``op_deltas``); the gate renders it (``gate/render/ops.py``). This module knows its key names.
 """
 
 from __future__ import annotations

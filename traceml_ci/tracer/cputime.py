@@ -4,7 +4,7 @@ Wall time per step is what a loaded runner moves most: a step waits for a CPU as
 machine's other work makes it. The CPU time the job itself spent per step moves far less
 (measured on a 2-core VM beside two busy loops, A/A rounds: the per-round log ratio's spread
 of the wall median ~48 %, of the CPU time per step ~17 %), so A/B mode judges it too
-(gate/ab.py, ``step_cpu``).
+(gate/ab/sequential.py, ``step_cpu``).
 
 Which CPU: the process's (all threads: torch's intra-op pool does a step's work too) minus our
 own threads' (the live writer, the NVML sampler: named ``traceml-ci-*``) where the platform
@@ -21,7 +21,7 @@ runnable but waiting for one; Linux with schedstats). Per analysed step that spl
 window's wall time three ways: the thread on a CPU, waiting for a CPU (the machine's other
 work: contention), and neither -- blocked: sleeping, reading, waiting for DataLoader workers,
 torch's intra-op pool or a device. Contention moves only the wait; the code moves the other
-two, so A/B mode judges wall time without the wait (gate/ab_intervals.py).
+two, so A/B mode judges wall time without the wait (gate/ab/intervals.py).
 
 Contention moves the CPU time too: a thread that shares its CPU in slices finds its caches
 cold, and the CPU reference (tracer/cpuref.py) slows by a different factor than the job
@@ -31,7 +31,7 @@ under ``QUIET_WAIT`` of its wall time for a CPU, and the process's threads toget
 training thread waiting for a preempted pool thread is blocked, not runnable):
 ``uncontended()``, the same figures over those windows only, which A/B mode prefers when
 both sides have enough of them
-(gate/ab_rounds.py; A/A per-round spread of the CPU per reference 4.7 % -> 3.7 %,
+(gate/ab/rounds.py; A/A per-round spread of the CPU per reference 4.7 % -> 3.7 %,
 docs/gate.md).
 """
 

@@ -8,7 +8,7 @@ hooks are not, and the one with fewer calls is kept: work done once -- a lazy im
 filled on first use -- falls out. traceml-ci's own functions are left out, with the calls
 they make (its housekeeping runs on the training thread when its clock says so: +14 calls in
 one step of three, measured, before they were left out). A signal handler or a finalizer of
-the user's can still run in a counted step: the gate's row has a floor (gate/counters.py).
+the user's can still run in a counted step: the gate's row has a floor (gate/counted/counters.py).
 The cyclic garbage collector is paused for those steps: a collection's finalizers would run
 whatever another test left behind, at a moment set by allocations elsewhere -- not the step's
 calls. A profiler already
@@ -103,6 +103,42 @@ class PythonCalls:
             self._gc_was_on = False
 
 
+def _callers(entries: list[Any]) -> dict[Any, list[tuple[Any, int]]]:
+    """Each profiled function's callers and how often each called it."""
+    callers: dict[Any, list[tuple[Any, int]]] = {}
+    for e in entries:
+        for sub in e.calls or ():
+            if not isinstance(sub.code, str):
+                callers.setdefault(sub.code, []).append((e.code, int(sub.callcount)))
+    return callers
+
+
+def _count_made_code_as_libraries(kinds: dict[Any, tuple[str, str]],
+                                  callers: dict[Any, list[tuple[Any, int]]]) -> None:
+    """Code a library made at run time ("<string>": a dataclass's ``__init__``) and only
+    libraries call counts as theirs, not the user's."""
+    for code, by in callers.items():
+        if (kinds[code][0] == USER and code.co_filename.startswith("<") and by
+                and all(kinds.get(c, (USER, ""))[0] in (LIBRARY, STDLIB) for c, _ in by)):
+            kinds[code] = (LIBRARY, kinds[code][1])
+
+
+def _ours(kinds: dict[Any, tuple[str, str]],
+          callers: dict[Any, list[tuple[Any, int]]]) -> set[Any]:
+    """traceml-ci's functions and a DataLoader iterator's, and what only those (or what only
+    such a function) call."""
+    ours = {code for code, (kind, _) in kinds.items()
+            if kind == OWN or code.co_filename.replace("\\", "/").endswith(INPUT_PIPELINE)}
+    grown = True
+    while grown:
+        grown = False
+        for code, by in callers.items():
+            if code not in ours and by and all(c in ours for c, _ in by):
+                ours.add(code)
+                grown = True
+    return ours
+
+
 def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
     """The ``counters.python`` block from cProfile's entries: calls per step, the user's and
     the libraries' (installed packages, torch, the standard library), the user functions
@@ -113,25 +149,9 @@ def calls_block(stats: Any, sites: Sites) -> dict[str, Any]:
     loses the calls those made."""
     entries = [e for e in stats if not isinstance(e.code, str)]  # builtins are not profiled
     kinds = {e.code: sites.where(e.code.co_filename) for e in entries}
-    callers: dict[Any, list[tuple[Any, int]]] = {}
-    for e in entries:
-        for sub in e.calls or ():
-            if not isinstance(sub.code, str):
-                callers.setdefault(sub.code, []).append((e.code, int(sub.callcount)))
-    for code, by in callers.items():  # code a library made at run time ("<string>": a
-        # dataclass's __init__) and only libraries call counts as theirs, not the user's
-        if (kinds[code][0] == USER and code.co_filename.startswith("<") and by
-                and all(kinds.get(c, (USER, ""))[0] in (LIBRARY, STDLIB) for c, _ in by)):
-            kinds[code] = (LIBRARY, kinds[code][1])
-    ours = {code for code, (kind, _) in kinds.items()
-            if kind == OWN or code.co_filename.replace("\\", "/").endswith(INPUT_PIPELINE)}
-    grown = True
-    while grown:  # what only ours (or what only ours calls) calls is ours too
-        grown = False
-        for code, by in callers.items():
-            if code not in ours and by and all(c in ours for c, _ in by):
-                ours.add(code)
-                grown = True
+    callers = _callers(entries)
+    _count_made_code_as_libraries(kinds, callers)
+    ours = _ours(kinds, callers)
     user = library = 0
     top: dict[str, tuple[int, str]] = {}
     for e in entries:

@@ -1,5 +1,5 @@
 """One A/B round's figures: what one run of a side contributes (read from its summary), and
-the pair's per-round differences that gate/ab.py judges.
+the pair's per-round differences that gate/ab/sequential.py judges.
 
 Where both runs split their CPU time by contention (``step_time.uncontended``: the windows
 where the training thread hardly waited for a CPU; tracer/cputime.py), the load-proof ratios

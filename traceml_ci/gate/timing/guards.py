@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.metrics import BY_NAME
-from traceml_ci.gate.modules import (
+from traceml_ci.gate.results import Row, Status, with_status
+from traceml_ci.gate.rules import Rules
+from traceml_ci.gate.timing.modules import (
     MIN_MOVE_WITHIN_PP,
     MODULE_PHASES,
     describe_movers,
     module_movers,
 )
-from traceml_ci.gate.results import Row, Status, with_status
-from traceml_ci.gate.rules import Rules
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, PHASES
 from traceml_ci.summary.view import SummaryView
 
@@ -199,7 +199,7 @@ def name_modules(
     rows: list[Row], base: SummaryView, head: SummaryView, noise_factor: float
 ) -> tuple[list[Row], list[str]]:
     """A forward or backward share that regressed or warns says which sampled modules moved
-    (gate/modules.py); where the phase held still, modules that moved within it beyond their
+    (gate/timing/modules.py); where the phase held still, modules that moved within it beyond their
     noise are a line of context. Module times are sampled: they never decide a verdict."""
     out, context = [], []
     for row in rows:

@@ -1,4 +1,5 @@
-"""Student's t distribution for A/B's intervals (gate/ab.py): its CDF in closed form and its
+"""Student's t distribution for A/B's intervals (gate/ab/sequential.py): its CDF in closed form
+and its
 quantiles by bisection, so the gate needs no scipy."""
 
 from __future__ import annotations

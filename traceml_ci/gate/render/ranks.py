@@ -1,6 +1,6 @@
 """A merged summary's ``distributed`` block as text: the per-rank table's headers and rows, whose
 split heads the job, and the straggler line with what to look at next. Unescaped strings: each
-medium escapes them (gate/fmt.py), as gate/render.py and ``traceml-ci show`` do."""
+medium escapes them (gate/fmt.py), as gate/render/comparison.py and ``traceml-ci show`` do."""
 
 from __future__ import annotations
 

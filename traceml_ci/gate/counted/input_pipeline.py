@@ -6,7 +6,7 @@ Not judged (said, never failed) where the two runs' counts do not measure the sa
 batch of another size (ops per batch follow it; the batch_size setting row names that change),
 or ``num_workers`` 0 on one side and more on the other (torch's default collate stacks into
 shared memory in a worker: other ops, same code; the num_workers row names it). Nor across
-torch minor versions (gate/counters.py: its decompositions change).
+torch minor versions (gate/counted/counters.py: its decompositions change).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from typing import Any
 
 from traceml_ci._version import __version__
 from traceml_ci.gate import causes, fmt
-from traceml_ci.gate.chart import phase_colour
 from traceml_ci.gate.compare import Comparison, SetComparison, Status, Verdict
-from traceml_ci.gate.render import shown_causes
+from traceml_ci.gate.render.chart import phase_colour
+from traceml_ci.gate.render.comparison import shown_causes
 from traceml_ci.summary.keys import phase_union
 from traceml_ci.summary.view import SummaryView
 

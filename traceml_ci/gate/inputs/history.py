@@ -55,7 +55,7 @@ def collect(paths: Iterable[str | os.PathLike[str]]) -> list[RunPoint]:
     """Load summaries from files and folders (folders: every ``*.json`` below them that is a
     summary or a baseline set; other JSON there is skipped). Sorted by series, then run start.
     A file named explicitly must be readable and valid: InputError otherwise."""
-    from traceml_ci.gate.inputs import InputKind, read_input
+    from traceml_ci.gate.inputs.files import InputKind, read_input
 
     points: list[RunPoint] = []
     for raw in paths:
@@ -95,7 +95,7 @@ def collect_db(db: str | os.PathLike[str], *, name: str | None = None,
     """The runs recorded in a history database (``traceml-ci record``), as :func:`collect`
     gives them for files: ``name`` keeps one series, ``branch`` one branch, ``last`` the newest
     N runs. Each stored summary is validated again (the file could have been edited)."""
-    from traceml_ci.gate.inputs import check_summary
+    from traceml_ci.gate.inputs.files import check_summary
     from traceml_ci.summary.store import HistoryStore
 
     with HistoryStore(db, create=False) as store:
@@ -208,16 +208,15 @@ def render_history(points: Sequence[RunPoint], rules: Rules = DEFAULT_RULES, *,
 def _markdown(df: Any, rules: Rules) -> str:
     from tabulate import tabulate
 
-    from traceml_ci.gate.render import md_escape
 
     out: list[str] = []
     for series, group in df.groupby("series", sort=True):
         runs = list(group["run"])
-        title = md_escape(series or "(unnamed run)")
+        title = fmt.markdown(series or "(unnamed run)")
         span = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
         first, last = group["started_at"].iloc[0], group["started_at"].iloc[-1]
         if first and last:
-            span += f", {md_escape(first)} → {md_escape(last)}"
+            span += f", {fmt.markdown(first)} → {fmt.markdown(last)}"
         out += [f"### {title}", "", span, ""]
         table = []
         for m in HISTORY_METRICS:
@@ -232,11 +231,13 @@ def _markdown(df: Any, rules: Rules) -> str:
                 change = f"{fmt_value(move.before, m)} → {fmt_value(move.after, m)}"
                 d = fmt.delta(move.delta, "" if m.kind is Kind.LABEL else
                               ("%" if m.relative else "pp" if m.kind is Kind.PCT else m.unit))
-                moved = f"{md_escape(move.at)}: {md_escape(change)}" + (f" ({d})" if d else "")
+                moved = (f"{fmt.markdown(move.at)}: {fmt.markdown(change)}"
+                         + (f" ({d})" if d else ""))
             level = None if m.kind is Kind.LABEL else rolling_median(values)
             table.append([
-                m.name, md_escape(fmt_value(present[0], m)), md_escape(fmt_value(present[-1], m)),
-                "" if level is None else md_escape(fmt_value(level, m)),
+                m.name, fmt.markdown(fmt_value(present[0], m)),
+                fmt.markdown(fmt_value(present[-1], m)),
+                "" if level is None else fmt.markdown(fmt_value(level, m)),
                 "" if m.kind is Kind.LABEL else sparkline(values), moved,
             ])
         headers = ["metric", "first", "last", f"median, last {ROLLING_RUNS}", "trend",

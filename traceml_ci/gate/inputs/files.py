@@ -56,7 +56,7 @@ def summary_problem(doc: Any) -> str | None:
 def check_summary(doc: Any, path: str, where: str = "") -> tuple[dict[str, Any], bool]:
     """Validate (or map) one summary; returns it and whether it was mapped from traceml-ai.
     InputError(path, "WHERE: problem") when it is unusable (``validate`` reports the same)."""
-    from traceml_ci.gate import traceml_ai
+    from traceml_ci.gate.inputs import traceml_ai
 
     prefix = f"{where}: " if where else ""
     if isinstance(doc, dict) and traceml_ai.is_traceml_ai(doc):
@@ -82,7 +82,7 @@ def _key_for(summary: Mapping[str, Any], path: Path) -> str:
 
 def input_kind(doc: Mapping[str, Any]) -> InputKind:
     """What a parsed input document is: the one place that tells sets, ours and traceml-ai's."""
-    from traceml_ci.gate import traceml_ai
+    from traceml_ci.gate.inputs import traceml_ai
 
     if SET_KEY in doc and "step_time" not in doc:
         return InputKind.SET

@@ -146,22 +146,9 @@ class _Mapping:
         return average
 
 
-def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, Any]:
-    """Our summary dict for a traceml-ai one; InputError(path, one line) when a field it reads
-    is wrong (:func:`problems`) or it has no step times."""
-    from traceml_ci.summary.diagnose import diagnose_step_time
-    from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
-
-    found = problems(doc)
-    if found:
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise InputError(path, found[0] + more)
-    version = doc["schema_version"]
-    m = _Mapping(doc)
-    st = doc.get("step_time")
-    step = m.stat(st, "step_time_ms")
-    if step is None or step <= 0:
-        raise InputError(path, "traceml-ai summary has no step_time figures to map")
+def _phases(m: _Mapping, st: Any, step: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Each phase's ms and % of the step; a phase without its figure falls into other, and the
+    rows it decides are said unmapped."""
     parts = {
         "dataloader": m.stat(st, "input_wait_ms"),
         "forward": m.stat(st, "forward_ms"),
@@ -185,6 +172,14 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
     phase_ms["other"] = max(step - sum(phase_ms.values()), 0.0)
     pct = {k: round(v / step * 100.0, 2) for k, v in phase_ms.items()}
     pct["other"] = round(max(100.0 - sum(pct[k] for k in PHASES if k != "other"), 0.0), 2)
+    return phase_ms, pct
+
+
+def _steps_and_label(m: _Mapping, st: Any, pct: dict[str, float]) -> tuple[int, int, str]:
+    """(steps analysed, steps in all, our diagnosis of the shares: theirs, where it differs,
+    is said in a note)."""
+    from traceml_ci.summary.diagnose import diagnose_step_time
+    from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
 
     analyzed = _get(st, "global", "window", "steps_analyzed")
     analyzed = analyzed if isinstance(analyzed, int) else 0
@@ -195,9 +190,11 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
     if their_label is not None and their_label != label:
         m.notes.append(f"step_time.diagnosis re-derived as {label} "
                        f"(traceml-ai said {their_label})")
-    clock = _get(st, "global", "window", "diagnosis_clock")
+    return analyzed, total_steps, label
 
-    mem = doc.get("step_memory")
+
+def _memory_label(m: _Mapping, mem: Any) -> str:
+    """Their memory diagnosis as ours (NO_DATA, said unmapped, where it has no equivalent)."""
     their_mem = _get(mem, "diagnosis", "kind")
     mem_label = MEMORY_KINDS.get(their_mem) if their_mem is not None else None
     if mem_label is None:
@@ -205,6 +202,37 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
         m.unmapped.append(f"step_memory.diagnosis ({their_mem}: {why})" if their_mem
                           else f"step_memory.diagnosis ({why})")
         mem_label = "NO_DATA"
+    return mem_label
+
+
+def _run_status(m: _Mapping, doc: Mapping[str, Any]) -> str:
+    """Their run's status as ours (a run not finished: interrupted, said in a note)."""
+    run_status = _get(doc, "run_context", "run", "status")
+    status = RUN_STATUSES.get(run_status, "completed") if run_status else "completed"
+    if run_status in ("starting", "running"):
+        m.notes.append(f"run_context.run.status {run_status} mapped as interrupted (the run had "
+                       "not finished)")
+    return status
+
+
+def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, Any]:
+    """Our summary dict for a traceml-ai one; InputError(path, one line) when a field it reads
+    is wrong (:func:`problems`) or it has no step times."""
+    found = problems(doc)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise InputError(path, found[0] + more)
+    version = doc["schema_version"]
+    m = _Mapping(doc)
+    st = doc.get("step_time")
+    step = m.stat(st, "step_time_ms")
+    if step is None or step <= 0:
+        raise InputError(path, "traceml-ai summary has no step_time figures to map")
+    phase_ms, pct = _phases(m, st, step)
+    analyzed, total_steps, label = _steps_and_label(m, st, pct)
+    clock = _get(st, "global", "window", "diagnosis_clock")
+    mem = doc.get("step_memory")
+    mem_label = _memory_label(m, mem)
     rss = _worst(doc.get("process"), "ram_bytes")
     if rss is None:
         m.unmapped.append("step_memory.peak_rss_mb")
@@ -218,12 +246,7 @@ def map_summary(doc: Mapping[str, Any], path: str | None = None) -> dict[str, An
         m.unmapped.append("step_time.step_ms.mean")
     m.unmapped += ["step_time.noise", "step_ms p10/p90", "env (python, torch, platform)",
                    "throughput.samples_per_s"]
-
-    run_status = _get(doc, "run_context", "run", "status")
-    status = RUN_STATUSES.get(run_status, "completed") if run_status else "completed"
-    if run_status in ("starting", "running"):
-        m.notes.append(f"run_context.run.status {run_status} mapped as interrupted (the run had "
-                       "not finished)")
+    status = _run_status(m, doc)
     duration = finite(doc.get("duration_s"))
     if duration is None:
         m.unmapped.append("run.duration_s")

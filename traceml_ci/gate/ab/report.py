@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab import AbResult, AbVerdict
-from traceml_ci.gate.ab_intervals import Interval, Status
-from traceml_ci.gate.lead import decided_line, timings_line
-from traceml_ci.gate.render import markdown_causes, text_causes
+from traceml_ci.gate.ab.intervals import Interval, Status
+from traceml_ci.gate.ab.sequential import AbResult, AbVerdict
+from traceml_ci.gate.render.comparison import markdown_causes, text_causes
+from traceml_ci.gate.render.lead import decided_line, timings_line
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
 AB_JSON_VERSION = "1"

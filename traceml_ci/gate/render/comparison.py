@@ -14,8 +14,8 @@ from typing import Any
 
 from traceml_ci.gate import causes, fmt
 from traceml_ci.gate.compare import Comparison, Row, SetComparison, Status, Verdict
-from traceml_ci.gate.lead import lead_lines
-from traceml_ci.gate.ranks_text import (
+from traceml_ci.gate.render.lead import lead_lines
+from traceml_ci.gate.render.ranks import (
     headline_line,
     rank_headers,
     rank_rows,
@@ -49,10 +49,6 @@ VERDICT_STYLE = {
     Verdict.PASS: "bold green", Verdict.WARN: "bold yellow", Verdict.REGRESSION: "bold red",
     Verdict.INCOMPARABLE: "bold magenta",
 }
-
-#: The markdown escaping helper (defined, with the other media's, in gate/fmt.py).
-md_escape = fmt.markdown
-
 
 # --- shared pieces -------------------------------------------------------------------------
 
@@ -103,8 +99,8 @@ def markdown_causes(items: Sequence[str], *, passed: bool) -> list[str]:
         return []
     title = f"{label}:" if passed else f"**{label}:**"
     if len(items) == 1:
-        return [f"{title} {md_escape(items[0])}", ""]
-    return [title, "", *(f"- {md_escape(x)}" for x in items), ""]
+        return [f"{title} {fmt.markdown(items[0])}", ""]
+    return [title, "", *(f"- {fmt.markdown(x)}" for x in items), ""]
 
 
 def text_causes(items: Sequence[str], *, passed: bool) -> list[str]:
@@ -167,15 +163,15 @@ def _md_ranks(c: Comparison) -> list[str]:
     n = max(int(b.get("world_size") or 0) for _, b in sides)
     out = [f"<details><summary>Ranks ({n})</summary>", ""]
     for side, block in sides:
-        out += [f"**{side}**: {md_escape(straggler_line(block))}", ""]
+        out += [f"**{side}**: {fmt.markdown(straggler_line(block))}", ""]
         step = straggler_next_step(block)
         if step and (block.get("straggler") or {}).get("rank") is not None:
-            out += [f"→ {md_escape(step)}", ""]
-        rows = [[md_escape(x) for x in row] for row in rank_rows(block)]
+            out += [f"→ {fmt.markdown(step)}", ""]
+        rows = [[fmt.markdown(x) for x in row] for row in rank_rows(block)]
         if rows:
             out += [fmt.github_table(rows, rank_headers(block)), ""]
         if headline_line(block):
-            out += [md_escape(headline_line(block)), ""]
+            out += [fmt.markdown(headline_line(block)), ""]
         if block.get("ranks_not_listed"):
             out += [f"*…and {int(block['ranks_not_listed'])} more ranks (quantiles in the "
                     "summary)*", ""]
@@ -188,13 +184,13 @@ def _md_ranks(c: Comparison) -> list[str]:
 def _md_rows(rows: list[Row]) -> str:
     table = [
         [
-            md_escape(r.name),
-            md_escape(fmt.value(r.base, r.unit)),
-            md_escape(fmt.value(r.head, r.unit)),
-            md_escape(_delta(r)),
-            md_escape(str(r.tolerance)) if r.tolerance else "—",
+            fmt.markdown(r.name),
+            fmt.markdown(fmt.value(r.base, r.unit)),
+            fmt.markdown(fmt.value(r.head, r.unit)),
+            fmt.markdown(_delta(r)),
+            fmt.markdown(str(r.tolerance)) if r.tolerance else "—",
             (f"{STATUS_ICON[r.status]} {r.status.value}".strip()
-             + (f" — {md_escape(r.note)}" if r.note else "")),
+             + (f" — {fmt.markdown(r.note)}" if r.note else "")),
         ]
         for r in rows
     ]
@@ -206,12 +202,12 @@ def _md_comparison(c: Comparison, width: int, *, heading: str | None = None) -> 
     if heading:
         out += [heading, ""]
     out += markdown_causes(shown_causes(c), passed=c.verdict is Verdict.PASS)
-    out += [md_escape(x) for x in lead_lines(c)] + ([""] if lead_lines(c) else [])
+    out += [fmt.markdown(x) for x in lead_lines(c)] + ([""] if lead_lines(c) else [])
     if c.base_run or c.head_run:
-        base, head = md_escape(c.base_run or "?"), md_escape(c.head_run or "?")
+        base, head = fmt.markdown(c.base_run or "?"), fmt.markdown(c.head_run or "?")
         out += [f"base *{base}* → head *{head}*", ""]
     if c.notes:  # the rows themselves say what regressed
-        out += [f"- {md_escape(r)}" for r in c.notes] + [""]
+        out += [f"- {fmt.markdown(r)}" for r in c.notes] + [""]
     shown = [r for r in c.rows if r.changed]
     folded = [r for r in c.rows if not r.changed]
     if shown:
@@ -234,23 +230,23 @@ def render_markdown(c: Comparison | SetComparison, *, width: int = BAR_WIDTH,
     """GitHub-flavoured markdown for a PR comment. First line: ``<!-- traceml-ci:report -->``;
     then the one-line verdict, the changed rows, the phase split as before/after bars, and the
     unchanged rows folded under ``<details>``. ``width``: bar width in characters."""
-    head = f"**{VERDICT_ICON[c.verdict]} traceml-ci {md_escape(_headline(c))}**"
+    head = f"**{VERDICT_ICON[c.verdict]} traceml-ci {fmt.markdown(_headline(c))}**"
     out = [MARKER, head, ""]
     if isinstance(c, Comparison):
         out += _md_comparison(c, width)
     else:
         out += _md_set(c, width, max_chars)
     out += _md_chart(c, max_chars - sum(len(x) + 1 for x in out))
-    out.append(f"<sub>rules: {md_escape(c.rules_source)}</sub>")
+    out.append(f"<sub>rules: {fmt.markdown(c.rules_source)}</sub>")
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-# --- markdown: the mermaid chart (gate/chart.py) -------------------------------------------
+# --- markdown: the mermaid chart (gate/render/chart.py) -------------------------------------------
 
 
 def _md_chart(c: Comparison | SetComparison, budget: int) -> list[str]:
     """The phase-split chart under the tables, if there is a split to draw and room for it."""
-    from traceml_ci.gate import chart
+    from traceml_ci.gate.render import chart
 
     drawn = chart.comparison_chart(c)
     if drawn is None:
@@ -280,11 +276,11 @@ def _md_key_table(
         changed = [r for r in item.rows if r.status in (Status.REGRESSED, Status.WARN,
                                                         Status.MISSING, Status.IMPROVED)]
         what = ", ".join(
-            f"{md_escape(r.name)} {md_escape(_delta(r))}".strip() for r in changed[:3]
+            f"{fmt.markdown(r.name)} {fmt.markdown(_delta(r))}".strip() for r in changed[:3]
         ) + (f" (+{len(changed) - 3} more)" if len(changed) > 3 else "")
-        row = [md_escape(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}"]
+        row = [fmt.markdown(key), f"{VERDICT_ICON[item.verdict]} {item.verdict.value}"]
         if with_causes:
-            named = "; ".join(md_escape(x) for x in item.causes[:CAUSES_IN_ROW])
+            named = "; ".join(fmt.markdown(x) for x in item.causes[:CAUSES_IN_ROW])
             more = len(item.causes) - CAUSES_IN_ROW
             row.append((named + (f" (+{more} more)" if more > 0 else "")) or "—")
         row.append(what or "—")
@@ -297,10 +293,10 @@ def _md_key_table(
 
 
 def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
-    out: list[str] = [md_escape(x) for x in lead_lines(c)]
+    out: list[str] = [fmt.markdown(x) for x in lead_lines(c)]
     out += [""] if out else []
     if c.reasons:
-        out += [f"- {md_escape(r)}" for r in c.reasons] + [""]
+        out += [f"- {fmt.markdown(r)}" for r in c.reasons] + [""]
     ranked = sorted(c.items.items(), key=lambda kv: _VERDICT_ORDER[kv[1].verdict])
     flagged = [(k, v) for k, v in ranked if v.verdict is not Verdict.PASS]
     passed = [(k, v) for k, v in ranked if v.verdict is Verdict.PASS]
@@ -321,7 +317,7 @@ def _md_set(c: SetComparison, width: int, max_chars: int) -> list[str]:
     used = sum(len(x) + 1 for x in out)
     for key, item in flagged:
         section = _md_comparison(
-            item, width, heading=f"#### {VERDICT_ICON[item.verdict]} {md_escape(key)}"
+            item, width, heading=f"#### {VERDICT_ICON[item.verdict]} {fmt.markdown(key)}"
         )
         size = sum(len(x) + 1 for x in section)
         if used + size > max_chars:

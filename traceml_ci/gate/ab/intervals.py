@@ -1,4 +1,4 @@
-"""A/B's metric intervals: per-round differences of the paired rounds (gate/ab.py) as
+"""A/B's metric intervals: per-round differences of the paired rounds (gate/ab/sequential.py) as
 Student-t intervals, each judged against its tolerance -- step time and step CPU time as %
 change of the ratio (from the mean log ratio), each phase share as pp of change."""
 
@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from traceml_ci.gate.tdist import t975, t_quantile
+from traceml_ci.gate.ab.tdist import t975, t_quantile
 from traceml_ci.summary.keys import phase_union
 
 if TYPE_CHECKING:
-    from traceml_ci.gate.ab_rounds import RoundPair
+    from traceml_ci.gate.ab.rounds import RoundPair
 
 #: The intervals' two-sided confidence level, for the metrics together: each of the m metrics
 #: judged gets 1 - 0.05/m (Bonferroni), so noise moves any one of them past its bound in at
@@ -64,7 +64,7 @@ class Interval:
     #: head's steps faster).
     time_grew: bool | None = None
     #: False: the metric can clear but never regress -- the wall clock on a contended CPU,
-    #: where a move is the load's as much as the code's (gate/ab.py).
+    #: where a move is the load's as much as the code's (gate/ab/sequential.py).
     can_regress: bool = True
 
     @property
