@@ -347,7 +347,8 @@ def run_test(
     the test must fail (else ""), and the head's last summary (for --traceml-save). Raises
     NoBase (run the test here instead) or SideFailed."""
     from traceml_ci.gate.ab import report as ab_report
-    from traceml_ci.gate.ab.sequential import AbVerdict, run_rounds
+    from traceml_ci.gate.ab.sequential import run_rounds
+    from traceml_ci.gate.results import Verdict
 
     rounds = RoundRunner(ab, nodeid, work, preferred_key)
 
@@ -357,18 +358,18 @@ def run_test(
               file=sys.stderr, flush=True)
 
     result = run_rounds(rounds.measure, ab.settings, on_round=progress)
-    verdict = result.verdict or AbVerdict.INCONCLUSIVE
+    verdict = result.verdict or Verdict.INCONCLUSIVE
     detail = result.reason()
     if rounds.other_keys:
         detail += (f" ({rounds.key} compared; {len(rounds.other_keys)} other summar"
                    f"{'y' if len(rounds.other_keys) == 1 else 'ies'} of this test not)")
-    lenient = verdict is AbVerdict.INCONCLUSIVE and ab.options.ab_inconclusive != "fail"
+    lenient = verdict is Verdict.INCONCLUSIVE and ab.options.ab_inconclusive != "fail"
     outcome = AbOutcome(nodeid, rounds.key or preferred_key, verdict.value, detail, result,
                         enforced=not (report_only or lenient))
     message = ""
     if outcome.fails:
         table = ab_report.render_text(result, ab.describe()).rstrip()
-        if verdict is AbVerdict.REGRESSION:
+        if verdict is Verdict.REGRESSION:
             head = f"traceml: A/B regression for {nodeid} against {ab.describe()}"
             hint = ("The head's runs were slower than the base's, paired round by round; if "
                     "that is intended, accept it in review.")

@@ -138,13 +138,13 @@ def test_no_change_between_the_commits_is_never_a_regression(two_rounds) -> None
 
 
 def test_inconclusive_exits_0_unless_asked_to_fail() -> None:
-    from traceml_ci.cli.ab import exit_code
-    from traceml_ci.gate.ab.sequential import AbVerdict
+    from traceml_ci.cli.diff import exit_code
+    from traceml_ci.gate.results import Verdict
 
-    assert exit_code(AbVerdict.INCONCLUSIVE) == 0
-    assert exit_code(AbVerdict.INCONCLUSIVE, "fail") == 7
-    assert exit_code(AbVerdict.REGRESSION, "pass") == 1
-    assert exit_code(AbVerdict.PASS, "fail") == 0
+    assert exit_code(Verdict.INCONCLUSIVE) == 0
+    assert exit_code(Verdict.INCONCLUSIVE, "fail") == 7
+    assert exit_code(Verdict.REGRESSION, "pass") == 1
+    assert exit_code(Verdict.PASS, "fail") == 0
 
 
 def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(two_rounds) -> None:

@@ -51,8 +51,9 @@ def test_the_table_is_defined_once_and_only_regression_is_1() -> None:
     from traceml_ci.cli.diff import exit_code
     from traceml_ci.gate import Verdict
 
-    # diff's verdicts map onto the one table (no aliases of its own)
-    assert [exit_code(v) for v in Verdict] == [0, 0, 1, 3], list(Verdict)
+    # the verdicts (diff's and A/B's: one type) map onto the one table (no aliases of their own)
+    assert [exit_code(v) for v in Verdict] == [0, 0, 1, 3, 0], list(Verdict)
+    assert exit_code(Verdict.INCONCLUSIVE, "fail") == ExitCode.INCONCLUSIVE
 
 
 def test_a_crash_inside_a_command_is_one_line_and_exit_4(tmp_path, monkeypatch, capsys) -> None:

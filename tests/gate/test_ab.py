@@ -25,7 +25,6 @@ from traceml_ci.gate.ab.sequential import (
     DEFAULT_MAX_ROUNDS,
     REGRESSION_MIN_ROUNDS,
     AbSettings,
-    AbVerdict,
     RoundPair,
     Side,
     SideFigures,
@@ -34,6 +33,7 @@ from traceml_ci.gate.ab.sequential import (
     run_rounds,
 )
 from traceml_ci.gate.ab.tdist import t_cdf, t_quantile
+from traceml_ci.gate.results import Verdict
 from traceml_ci.summary.keys import PHASES, PHASES_WITH_WAIT
 
 SHARES = {"dataloader": 10.0, "forward": 40.0, "backward": 35.0, "optimizer": 10.0, "other": 5.0}
@@ -91,7 +91,7 @@ def test_a_clear_20pct_slowdown_regresses_within_5_rounds(noise, base_ms) -> Non
             lambda n: 1.2 * base_ms * (1 + noise[2 * n - 1]),
         )
     )
-    assert result.verdict is AbVerdict.REGRESSION
+    assert result.verdict is Verdict.REGRESSION
     assert 3 <= len(result.rounds) <= 5
     assert [iv.label for iv in result.regressed] == ["step time"]
     assert result.reason().startswith(f"regression after {len(result.rounds)} rounds: step time")
@@ -102,7 +102,7 @@ def test_a_clear_20pct_slowdown_regresses_within_5_rounds(noise, base_ms) -> Non
 
 def test_identical_sides_pass_at_the_minimum() -> None:
     result = run_rounds(_measuring(lambda n: 25.0, lambda n: 25.0))
-    assert (result.verdict, len(result.rounds)) == (AbVerdict.PASS, 2)
+    assert (result.verdict, len(result.rounds)) == (Verdict.PASS, 2)
     assert {iv.status for iv in result.intervals} == {Status.CLEARED}
     assert [iv.metric for iv in result.intervals] == ["step_time", *SHARES]
 
@@ -110,7 +110,7 @@ def test_identical_sides_pass_at_the_minimum() -> None:
 def test_alternating_15pct_noise_is_inconclusive_at_the_cap_never_pass_or_regression() -> None:
     # the head is 15 % slower in odd rounds and 15 % faster in even ones: no consistent change
     result = run_rounds(_measuring(lambda n: 10.0, lambda n: 10.0 * (1.15 if n % 2 else 0.85)))
-    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE
     assert len(result.rounds) == DEFAULT_MAX_ROUNDS
     reason = result.reason()
     assert reason.startswith(f"inconclusive after {DEFAULT_MAX_ROUNDS} rounds: step time ")
@@ -123,14 +123,14 @@ def test_the_cap_is_honoured_and_undecided_rounds_carry_no_verdict() -> None:
     assert decide(_rounds(pairs[:1])).verdict is None  # one round: no spread to judge by
     assert decide(_rounds(pairs)).verdict is None  # two, below the cap: another round
     capped = decide(_rounds(pairs), AbSettings(max_rounds=2))
-    assert capped.verdict is AbVerdict.INCONCLUSIVE
+    assert capped.verdict is Verdict.INCONCLUSIVE
 
 
 def test_a_share_that_grows_regresses_named_even_when_step_time_holds() -> None:
     result = run_rounds(
         _measuring(lambda n: 10.0, lambda n: 10.0 + 0.01 * n, forward=46.0, backward=29.0)
     )
-    assert result.verdict is AbVerdict.REGRESSION
+    assert result.verdict is Verdict.REGRESSION
     assert [iv.metric for iv in result.regressed] == ["forward"]
     assert "forward share +6.0 pp" in result.reason()
 
@@ -138,7 +138,7 @@ def test_a_share_that_grows_regresses_named_even_when_step_time_holds() -> None:
 def test_a_clearly_faster_head_passes() -> None:
     # the gate is one-sided: the evidence only has to rule out a regression past the tolerance
     result = run_rounds(_measuring(lambda n: 10.0, lambda n: 8.0 * (1 + 0.001 * n)))
-    assert result.verdict is AbVerdict.PASS
+    assert result.verdict is Verdict.PASS
     assert result.step is not None and result.step.high < -15.0
 
 
@@ -160,9 +160,9 @@ def test_rounds_all_within_tolerance_never_regress(rounds) -> None:
     # interval can put its lower bound past the tolerance (the mean is at most the largest round)
     pairs = [(_fig(10.0), _fig(10.0 * r, forward=40.0 + d, backward=35.0 - d)) for r, d in rounds]
     result = decide(_rounds(pairs), AbSettings(max_rounds=8))
-    assert result.verdict is not AbVerdict.REGRESSION
+    assert result.verdict is not Verdict.REGRESSION
     if len(rounds) < 8:
-        assert result.verdict in (None, AbVerdict.PASS)
+        assert result.verdict in (None, Verdict.PASS)
 
 
 @settings(max_examples=300, deadline=None)
@@ -220,7 +220,7 @@ def test_a_scalar_read_added_per_step_fails_the_ab_naming_its_line(traced) -> No
         )
 
     result = run_rounds(measure)
-    assert (result.verdict, len(result.rounds)) == (AbVerdict.REGRESSION, 1)
+    assert (result.verdict, len(result.rounds)) == (Verdict.REGRESSION, 1)
     assert result.host_clock and result.intervals == ()
     said = item_site()
     assert result.causes == (said,)
@@ -249,7 +249,7 @@ def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced)
     rounds = _rounds([(SideFigures(10.0, SHARES, summary=base),
                        SideFigures(10.0, SHARES, summary=workers0)), *same[1:]])
     result = decide(rounds)
-    assert result.verdict is AbVerdict.REGRESSION
+    assert result.verdict is Verdict.REGRESSION
     assert result.causes == ("DataLoader num_workers 2 → 0",)
     assert ab_report.render_text(result).splitlines()[1] == "cause: DataLoader num_workers 2 → 0"
     assert [r.name for r in result.counters.regressed] == ["settings.dataloader.num_workers"]
@@ -257,7 +257,7 @@ def test_ab_counters_come_from_the_summaries_and_only_a_regression_fails(traced)
     assert decide(_rounds(same)).counters.rows == () and decide(_rounds(same)).causes == ()
     # The same code on both sides: every counter row ok, no cause.
     equal = decide(_rounds([(SideFigures(10.0, SHARES, summary=base),) * 2, *same[1:]]))
-    assert equal.verdict is AbVerdict.PASS and equal.causes == ()
+    assert equal.verdict is Verdict.PASS and equal.causes == ()
     assert equal.counters.rows and not equal.counters.regressed
 
 
@@ -278,7 +278,7 @@ def test_two_rounds_that_agree_on_a_large_shift_are_not_yet_a_regression() -> No
              (_fig(10.0), _fig(14.2, forward=50.5, backward=24.5))]
     two = decide(_rounds(pairs), AbSettings(max_rounds=6))
     assert two.verdict is None
-    assert decide(_rounds(pairs), AbSettings(max_rounds=2)).verdict is AbVerdict.INCONCLUSIVE
+    assert decide(_rounds(pairs), AbSettings(max_rounds=2)).verdict is Verdict.INCONCLUSIVE
 
 
 
@@ -298,14 +298,14 @@ def test_a_share_that_rose_while_its_phase_got_faster_is_not_a_regression() -> N
     result = decide(_rounds(pairs), AbSettings(max_rounds=5))
     [dl] = [iv for iv in result.intervals if iv.metric == "dataloader"]
     assert dl.low > dl.tolerance and dl.time_grew is False and dl.status is Status.UNDECIDED
-    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE
     assert "its phase got faster" in result.reason()
     # the same share shift with the phase's time grown is the regression it looks like
     grown = [(_with_phase_ms(_fig(10.0, **base)),
               _with_phase_ms(_fig(10.0 * 1.05, dataloader=26.0 + d, backward=19.0 - d)))
              for _, d in moved]
     again = decide(_rounds(grown), AbSettings(max_rounds=5))
-    assert again.verdict is AbVerdict.REGRESSION
+    assert again.verdict is Verdict.REGRESSION
     assert [iv.metric for iv in again.regressed] == ["dataloader"]
 
 
@@ -350,7 +350,7 @@ def test_a_cpu_slowdown_regresses_as_step_cpu_while_wall_time_is_too_noisy() -> 
     ]
     verdicts = [decide(_rounds(pairs[:n])) for n in range(2, 7)]
     first = next(r for r in verdicts if r.verdict is not None)
-    assert first.verdict is AbVerdict.REGRESSION
+    assert first.verdict is Verdict.REGRESSION
     assert len(first.rounds) == REGRESSION_MIN_ROUNDS  # not before: two rounds can agree by luck
     assert [iv.metric for iv in first.regressed] == [CPU_METRIC]
     assert first.cpu is not None and first.cpu.low > 5.0
@@ -365,7 +365,7 @@ def test_unchanged_cpu_does_not_pass_a_head_whose_wall_time_is_undecided() -> No
             10.0 * (1.15 if (n % 2) == (side is Side.HEAD) else 0.85), 8.0
         )
     )
-    assert result.verdict is AbVerdict.INCONCLUSIVE
+    assert result.verdict is Verdict.INCONCLUSIVE
     assert result.cpu is not None and result.cpu.status is Status.CLEARED
     assert "step time" in result.reason() and "step CPU time" not in result.reason()
 
@@ -480,7 +480,7 @@ def test_a_contended_a_a_passes_on_the_figures_load_cannot_move() -> None:
     not judge, where before it was inconclusive."""
     result = decide(_contended_rounds())
     assert result.contended and result.cpu_wait_pct is not None and result.cpu_wait_pct > 50
-    assert result.verdict is AbVerdict.PASS, result.reason()
+    assert result.verdict is Verdict.PASS, result.reason()
     # wall time and the shares the load moved need not clear (they could still fail the head
     # on strong evidence): the wall clock's own interval is far too wide to have cleared
     assert {"step_time", "dataloader", "forward"} <= result.excused
@@ -517,7 +517,7 @@ def test_load_that_fell_on_the_heads_runs_is_never_a_regression() -> None:
     step = result.step
     assert step is not None and step.low > step.tolerance  # what the wall clock saw
     assert step.status is Status.UNDECIDED and not step.can_regress
-    assert result.verdict is AbVerdict.PASS, result.reason()
+    assert result.verdict is Verdict.PASS, result.reason()
     assert not result.regressed
     assert f"(step time {step.estimate:+.1f}%, not judged: the load fell on both sides' runs)" \
         in result.reason()
@@ -544,7 +544,7 @@ def test_a_streak_of_load_on_the_heads_runs_waits_for_more_rounds() -> None:
     assert streak.step.low > streak.step.tolerance and "not judged" not in streak.reason()
     after = decide(rounds)
     assert "step_time" in after.excused
-    assert after.verdict is AbVerdict.PASS, after.reason()
+    assert after.verdict is Verdict.PASS, after.reason()
 
 
 def test_load_that_only_ever_fell_on_the_heads_runs_stays_judged() -> None:
@@ -556,7 +556,7 @@ def test_load_that_only_ever_fell_on_the_heads_runs_stays_judged() -> None:
                       for i in range(6)])
     result = decide(rounds)
     assert result.contended and result.cpu_wait_pct is not None and result.cpu_wait_pct > 15
-    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert result.verdict is Verdict.REGRESSION, result.reason()
     assert [iv.metric for iv in result.regressed] == ["step_time"]
     assert result.step is not None and result.step.can_regress
 
@@ -571,7 +571,7 @@ def test_the_same_rounds_without_the_split_stay_inconclusive() -> None:
     rounds = [RoundPair(r.number, strip(r.base), strip(r.head)) for r in _contended_rounds()]
     result = decide(rounds, AbSettings(max_rounds=len(rounds)))  # judged at the cap
     assert not result.contended
-    assert result.verdict is AbVerdict.INCONCLUSIVE, result.reason()
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reason()
 
 
 def test_an_uncontended_cpu_still_needs_the_wall_clock_and_shares_cleared() -> None:
@@ -588,7 +588,7 @@ def test_an_uncontended_cpu_still_needs_the_wall_clock_and_shares_cleared() -> N
                       for i, (lb, lh) in enumerate(_LOAD)])
     result = decide(rounds)
     assert result.cpu_wait_pct == 0.0 and not result.contended
-    assert result.verdict is not AbVerdict.PASS, result.reason()
+    assert result.verdict is not Verdict.PASS, result.reason()
 
 
 def _slowed(speed: float, wiggle: float, *, extra_on_cpu: float = 0.0) -> SideFigures:
@@ -619,7 +619,7 @@ def test_a_cpu_that_ran_slower_for_one_side_counts_as_contended() -> None:
     assert result.cpu_wait_pct == 0.0
     assert result.cpu_speed_moved_pct == pytest.approx(43.0, abs=0.5)
     assert result.contended and "step_time" in result.excused
-    assert result.verdict is AbVerdict.PASS, result.reason()
+    assert result.verdict is Verdict.PASS, result.reason()
     assert "the CPU ran 43 % slower for one side of a round" in result.reason()
     assert "waited" not in result.reason()
     assert ab_report.to_json(result)["cpu_speed_moved_pct"] == pytest.approx(43.0, abs=0.5)
@@ -631,7 +631,7 @@ def test_a_cpu_that_ran_slower_for_one_side_counts_as_contended() -> None:
     held = decide(steady, AbSettings(max_rounds=len(steady)))  # judged at the cap
     assert held.cpu_speed_moved_pct == 0.0 and not held.contended
     assert "step_time" not in held.excused
-    assert held.verdict is AbVerdict.INCONCLUSIVE, held.reason()
+    assert held.verdict is Verdict.INCONCLUSIVE, held.reason()
     # a reference on one side only says nothing of the machine's speed
     one_sided = [dataclasses.replace(r, base=dataclasses.replace(r.base, cpu_reference_ms=None))
                  for r in rounds]
@@ -647,7 +647,7 @@ def test_a_head_costlier_on_a_cpu_that_ran_slower_for_one_side_is_a_regression()
                       for i, (b, h) in enumerate(_SPEEDS)])
     result = decide(rounds)
     assert result.contended
-    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert result.verdict is Verdict.REGRESSION, result.reason()
     assert {"step_cpu", "step_unloaded"} <= {iv.metric for iv in result.regressed}
 
 
@@ -656,7 +656,7 @@ def test_more_blocked_time_on_a_contended_cpu_is_a_regression() -> None:
     its CPU unchanged: step time without CPU waits +25 %, whatever the wall clock says."""
     result = decide(_contended_rounds(
         lambda load, i: _loaded(10.0, load, blocked=4.0, wiggle=0.01 * (-1) ** i)))
-    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert result.verdict is Verdict.REGRESSION, result.reason()
     moved = {iv.metric: iv for iv in result.regressed}
     assert "step_unloaded" in moved and "step_cpu" not in moved
     assert 20.0 < moved["step_unloaded"].estimate < 30.0
@@ -671,7 +671,7 @@ def test_a_slower_cpu_alone_is_divided_out_by_the_reference() -> None:
     for r in rounds:
         assert r.unloaded_ratio == pytest.approx(1.0, abs=0.03)
         assert r.cpu_ratio == pytest.approx(1.0, abs=0.03)
-    assert decide(rounds).verdict is AbVerdict.PASS
+    assert decide(rounds).verdict is Verdict.PASS
 
 
 def test_a_share_that_clearly_moved_still_fails_a_head_on_a_contended_cpu() -> None:
@@ -690,7 +690,7 @@ def test_a_share_that_clearly_moved_still_fails_a_head_on_a_contended_cpu() -> N
     # the load moved the dataloader share by up to ±5 pp a round; the change by 20 pp
     result = decide(rounds)
     assert result.contended
-    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert result.verdict is Verdict.REGRESSION, result.reason()
     assert [iv.metric for iv in result.regressed] == ["dataloader"]
     assert "dataloader share +" in result.reason()
 
@@ -726,7 +726,7 @@ def test_the_load_proof_ratios_come_from_both_sides_uncontended_windows() -> Non
                  for r in same]
     assert max(abs(r.cpu_ratio - 1.0) for r in whole_run) > 0.2  # what the skew does unaided
     passed = decide(same)
-    assert passed.verdict is AbVerdict.PASS, passed.reason()
+    assert passed.verdict is Verdict.PASS, passed.reason()
     # the report shows the CPU ms the ratios are of, marked, and says what the mark means
     text = ab_report.render_text(passed)
     quiet_ms = f"{same[0].base.uncontended['cpu_ms']:.2f}*"
@@ -739,7 +739,7 @@ def test_the_load_proof_ratios_come_from_both_sides_uncontended_windows() -> Non
     costlier = _rounds([(skewed(lb, i, 6.0), skewed(lh, i + 1, 7.2))
                         for i, (lb, lh) in enumerate(_LOAD)])
     result = decide(costlier)
-    assert result.verdict is AbVerdict.REGRESSION, result.reason()
+    assert result.verdict is Verdict.REGRESSION, result.reason()
     assert CPU_METRIC in {iv.metric for iv in result.regressed}
 
 

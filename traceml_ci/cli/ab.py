@@ -35,31 +35,19 @@ from traceml_ci.gate.ab.sequential import (
     DEFAULT_MIN_ROUNDS,
     DEFAULT_SHARE_TOL_PP,
     DEFAULT_STEP_TOL_PCT,
-    AbVerdict,
 )
+from traceml_ci.gate.results import Verdict
 from traceml_ci.gitwork import side_env
 from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES
 
 #: Where the runs' summaries and the report go unless --out says.
 DEFAULT_AB_OUT = os.path.join("traceml-out", "ab")
 
-#: The verdict's exit code: 1 only for a regression. Inconclusive is no evidence of one: 0 with
-#: a note, unless ``--inconclusive fail`` asks for its own code (docs/gate.md, "The rule").
-EXIT_CODES: Mapping[AbVerdict, ExitCode] = {
-    AbVerdict.PASS: ExitCode.OK,
-    AbVerdict.REGRESSION: ExitCode.REGRESSION,
-    AbVerdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-}
 #: What ``--inconclusive`` accepts (no warning here: a command has only its exit code); the
 #: first is the default.
 INCONCLUSIVE_CHOICES = tuple(p for p in AB_INCONCLUSIVE_POLICIES if p != "warn")
 
 
-def exit_code(verdict: AbVerdict, inconclusive: str = INCONCLUSIVE_CHOICES[0]) -> int:
-    """The exit code of an A/B's verdict; inconclusive passes unless told to fail."""
-    if verdict is AbVerdict.INCONCLUSIVE and inconclusive != "fail":
-        return int(ExitCode.OK)
-    return int(EXIT_CODES[verdict])
 
 #: What may stand before the script: the interpreter (the runs use traceml-ci's own, as
 #: ``traceml-ci run`` does).
@@ -354,4 +342,6 @@ def run(args: argparse.Namespace) -> int:
         print(ab_report.render_markdown(result, args.base), end="")
     else:
         print(ab_report.render_text(result, args.base), end="")
-    return exit_code(result.verdict or AbVerdict.INCONCLUSIVE, args.inconclusive)
+    from traceml_ci.cli.diff import exit_code
+
+    return exit_code(result.verdict or Verdict.INCONCLUSIVE, args.inconclusive)

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 from traceml_ci.cli.comment import META_KIND, CommentMode
 from traceml_ci.errors import UsageError
 from traceml_ci.fsutil import write_output
-from traceml_ci.gate.ab.sequential import AbVerdict
 from traceml_ci.gate.compare import Verdict
 from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES as AB_INCONCLUSIVE
 
@@ -52,7 +51,7 @@ class NoVerdict(str, Enum):
     ERROR = "error"  # no head summaries, or no comparison the plugin could write
     # --ab-base: base and head were too noisy to tell apart within the rounds allowed --
     # neither a pass nor a regression; the A/B's own word, as its JSON writes it
-    INCONCLUSIVE = AbVerdict.INCONCLUSIVE.value
+    INCONCLUSIVE = Verdict.INCONCLUSIVE.value
 
 
 #: The step's ``verdict`` output: the gate's verdict, or why there is none.
@@ -286,7 +285,7 @@ def _ab_verdict(path: Path) -> Outcome:
         verdict = json.loads(path.read_text(encoding="utf-8"))["verdict"]
         if verdict is None:
             return NoVerdict.NO_BASELINE
-        if verdict == AbVerdict.INCONCLUSIVE.value:
+        if verdict == Verdict.INCONCLUSIVE.value:
             return NoVerdict.INCONCLUSIVE
         return Verdict(verdict)
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -1,7 +1,7 @@
 """``traceml-ci diff BASE HEAD`` (alias ``compare``): gate a head run against a baseline.
 
-The one place a verdict becomes an exit code (:data:`EXIT_CODES`); bad input is an InputError,
-which main() turns into exit 2 with one line on stderr.
+The one place a verdict -- stored-baseline or A/B -- becomes an exit code (:func:`exit_code`);
+bad input is an InputError, which main() turns into exit 2 with one line on stderr.
 """
 
 from __future__ import annotations
@@ -21,16 +21,21 @@ if TYPE_CHECKING:  # pragma: no cover
 FORMATS = ("text", "markdown", "json")
 
 
-def exit_code(verdict: Verdict) -> int:
-    """pass and warn 0, regression 1, incomparable 3 (bad input is 2, raised as InputError)."""
-    from traceml_ci.gate.compare import Verdict  # the one definition; already loaded by diff
+def exit_code(verdict: Verdict, inconclusive: str = "pass") -> int:
+    """pass and warn 0, regression 1, incomparable 3 (bad input is 2, raised as InputError);
+    inconclusive (A/B) is no evidence of a regression: 0, unless ``inconclusive`` is "fail"
+    (its own code, 7; docs/gate.md, "The rule")."""
+    from traceml_ci.gate.results import Verdict  # the one definition; already loaded by diff
 
-    return {
+    verdict = Verdict(verdict)
+    if verdict is Verdict.INCONCLUSIVE:
+        return int(ExitCode.INCONCLUSIVE if inconclusive == "fail" else ExitCode.OK)
+    return int({
         Verdict.PASS: ExitCode.OK,
         Verdict.WARN: ExitCode.OK,
         Verdict.REGRESSION: ExitCode.REGRESSION,
         Verdict.INCOMPARABLE: ExitCode.INCOMPARABLE,
-    }[Verdict(verdict)]
+    }[verdict])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -55,12 +55,16 @@ class Evidence(str, Enum):
 
 
 class Verdict(str, Enum):
-    """The outcome of a whole comparison. The CLI maps it to an exit code."""
+    """The outcome of a whole comparison, stored-baseline or A/B. The CLI maps it to an exit
+    code (cli/diff.py: ``exit_code``): 1 for a regression and nothing else."""
 
     PASS = "pass"
     WARN = "warn"
     REGRESSION = "regression"
     INCOMPARABLE = "incomparable"
+    #: A/B on a device clock: the rounds' intervals still straddle a tolerance at the cap. No
+    #: evidence of a regression: passes with a note unless the user asks it to fail.
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)

@@ -84,9 +84,10 @@ AB_INCONCLUSIVE_POLICIES = ("pass", "warn", "fail")
 DEFAULT_BASELINE_RUNS = 3
 
 #: A run whose main thread waited for a CPU this much of its wall time (percent; its
-#: ``run.contention.runqueue_wait_pct``) ran on a contended CPU: the gate's contention guard
-#: excuses what that wait can explain; the straggler analysis, what a rank's wait beyond the
-#: other ranks' median can.
+#: ``run.contention.runqueue_wait_pct``, or its training thread's CPU waits in % of its step)
+#: ran on a contended CPU: the gate's contention guard excuses what that wait can explain; the
+#: straggler analysis, what a rank's wait beyond the other ranks' median can; A/B on a device
+#: clock rests a pass on the figures the load does not move (gate/ab/sequential.py).
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
 
 #: ``step_time.thread``: the training thread's step time split, ms per step (schedstats only).

@@ -12,9 +12,10 @@ from typing import Any
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.ab.intervals import Interval, Status
-from traceml_ci.gate.ab.sequential import AbResult, AbVerdict
+from traceml_ci.gate.ab.sequential import AbResult
 from traceml_ci.gate.render.comparison import markdown_causes, text_causes
 from traceml_ci.gate.render.lead import decided_line, timings_line
+from traceml_ci.gate.results import Verdict
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
 AB_JSON_VERSION = "1"
@@ -132,7 +133,7 @@ def render_text(result: AbResult, base_ref: str = "") -> str:
         f"traceml-ci ab: base {clean(base_ref)} vs head (working tree), "
         f"{_rounds_word(len(result.rounds))}, interleaved ABBA"
     ]
-    lines += text_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
+    lines += text_causes(result.causes, passed=result.verdict is Verdict.PASS)
     lines += [clean(x) for x in lead_lines(result)]
     for table_head, table_rows in ((head, rows), (ihead, irows)):
         if not table_rows:
@@ -158,7 +159,7 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
         f"{_rounds_word(len(result.rounds))} run interleaved (ABBA) on one machine.",
         "",
     ]
-    out += markdown_causes(result.causes, passed=result.verdict is AbVerdict.PASS)
+    out += markdown_causes(result.causes, passed=result.verdict is Verdict.PASS)
     lead = lead_lines(result)
     out += [md(x) for x in lead] + ([""] if lead else [])
     out += [f"<details><summary>Rounds ({len(result.rounds)})"

@@ -1,4 +1,4 @@
-"""How an A/B ended and why: the verdict (``AbVerdict``), the settings it ran by
+"""How an A/B ended and why: the verdict (``Verdict``), the settings it ran by
 (``AbSettings``), the first round's exact rows (``Counters``), and the rounds, intervals and
 reason together (``AbResult``). gate/ab/sequential.py decides; this says."""
 
@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 
 from traceml_ci.errors import UsageError
 from traceml_ci.gate.ab.intervals import CPU_METRIC, STEP_METRIC, Interval, Status
 from traceml_ci.gate.ab.rounds import RoundPair
 from traceml_ci.gate.causes import surest
 from traceml_ci.gate.render.lead import timings_said
-from traceml_ci.gate.results import Comparison, Row, describe
+from traceml_ci.gate.results import Comparison, Row, Verdict, describe
 from traceml_ci.gate.results import Status as RowStatus
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 
 #: Tolerance of the median step time, % slower (head over base).
 DEFAULT_STEP_TOL_PCT = 5.0
@@ -29,14 +29,6 @@ DEFAULT_MIN_ROUNDS = 2
 #: tolerance in most A/Bs (6 of 26 did); twelve let it clear in 10 of 14 (docs/gate.md). A run
 #: decides as soon as it can, so only a noisy run pays for the higher cap.
 DEFAULT_MAX_ROUNDS = 12
-#: The training thread's CPU waits, in % of its step time, from which a run counts as
-#: contended. One such run among the rounds moves wall-clock step time and phase shares with
-#: the machine's other work (a run waits either about nothing or about as long as it runs, seen
-#: with busy loops coming and going), so a pass then rests on the figures the load does not
-#: move (step CPU time, step time without CPU waits); the shares can still fail a head, on
-#: stronger evidence (``EXCUSED_ALPHA``), but need not clear, and so can the wall clock where
-#: the load fell on the head's runs alone (``_load_from_outside``).
-CONTENDED_WAIT_PCT = 10.0
 #: How far apart, in %, the CPU reference of a round's two runs may be before the round counts
 #: as contended too: the machine's CPU ran that much slower for one side, without any wait for
 #: a CPU to show it (a busy neighbour core sharing caches and memory, another guest on the
@@ -44,14 +36,6 @@ CONTENDED_WAIT_PCT = 10.0
 #: 0.65 ms for one side and 0.93 for the other, wall time +120 %, both runs waiting 1 %.
 #: Quiet rounds there stay within a few %.
 SPEED_MOVED_PCT = 10.0
-
-
-class AbVerdict(str, Enum):
-    """How an A/B ended. The CLI maps it to an exit code (inconclusive: its own, 7)."""
-
-    PASS = "pass"
-    REGRESSION = "regression"
-    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -122,7 +106,7 @@ class AbResult:
 
     rounds: tuple[RoundPair, ...]
     intervals: tuple[Interval, ...]
-    verdict: AbVerdict | None
+    verdict: Verdict | None
     settings: AbSettings = field(default_factory=AbSettings)
     counters: Counters = field(default_factory=Counters)
     #: The training thread's CPU waits in % of its step time, the most any run waited (None:
@@ -176,7 +160,7 @@ class AbResult:
         rounds = f"{n} round{'s' if n != 1 else ''}"
         if self.host_clock:
             return self._host_reason(rounds)
-        if self.verdict is AbVerdict.REGRESSION:
+        if self.verdict is Verdict.REGRESSION:
             moved = "; ".join(
                 [_said(iv) for iv in self.regressed]
                 + [r.note for r in surest(self.counters.regressed)]
@@ -191,13 +175,13 @@ class AbResult:
             if STEP_METRIC in self.excused and step is not None and step.low > step.tolerance:
                 contended += (f" (step time {_signed(step.estimate, step.unit)}, not judged: "
                               "the load fell on both sides' runs)")
-        if self.verdict is AbVerdict.PASS:
+        if self.verdict is Verdict.PASS:
             needed = [iv.label for iv in self.intervals if iv.metric not in self.excused]
             if not self.excused:
                 return f"pass after {rounds}: every metric within tolerance"
             return f"pass after {rounds}: {' and '.join(needed)} within tolerance{contended}"
         noisy = "; ".join(_said(iv) for iv in self.undecided)
-        if self.verdict is AbVerdict.INCONCLUSIVE:
+        if self.verdict is Verdict.INCONCLUSIVE:
             return f"inconclusive after {rounds}: {noisy} too noisy to decide{contended}; re-run"
         return f"undecided after {rounds}: {noisy}{contended}"
 
@@ -205,7 +189,7 @@ class AbResult:
         """The verdict on a host clock: what the counts said, what the timings showed."""
         first = self.pairs[0] if self.pairs else None
         timings = timings_said(first) if first is not None else ""
-        if self.verdict is AbVerdict.REGRESSION:
+        if self.verdict is Verdict.REGRESSION:
             if self.counters.regressed:
                 return f"regression after {rounds}: " + "; ".join(
                     r.note for r in surest(self.counters.regressed))
@@ -214,7 +198,7 @@ class AbResult:
                     + "; ".join(describe(r) for r in rows))
         checked = f"{len(self.counters.rows)} counts and settings unchanged"
         moved = sorted(measured_regressions(first))
-        if self.verdict is AbVerdict.PASS:
+        if self.verdict is Verdict.PASS:
             tail = (f"; {', '.join(moved)} regressed in round 1, not in every round since: not "
                     "confirmed" if moved else "")
             return (f"pass after {rounds}: {checked}; timings (host clock) inform: "
@@ -226,7 +210,7 @@ class AbResult:
         if not self.excused:
             return ""
         said = []
-        if self.cpu_wait_pct is not None and self.cpu_wait_pct >= CONTENDED_WAIT_PCT:
+        if self.cpu_wait_pct is not None and self.cpu_wait_pct >= CONTENDED_RUNQUEUE_WAIT_PCT:
             said.append(f"a run waited {self.cpu_wait_pct:.0f} % of its step for a CPU")
         moved = self.cpu_speed_moved_pct
         if moved is not None and moved >= SPEED_MOVED_PCT:

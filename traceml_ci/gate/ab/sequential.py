@@ -11,10 +11,10 @@ wall time), and each phase share's change in percentage points. After each round
 one metric's lower bound is past its tolerance, a pass as soon as every metric's upper bound is
 inside it, otherwise one more round; at ``max_rounds`` the result is inconclusive -- never a
 pass, never a regression. Where a run waited for a CPU or the CPU ran slower for one side
-(contended: ``CONTENDED_WAIT_PCT``, ``SPEED_MOVED_PCT``), wall time and shares move with the
-machine's other work: a pass then needs only the metrics the load does not move cleared
-(``LOAD_PROOF``: step CPU time, step time without CPU waits); the shares can still fail the
-head on stronger evidence (``EXCUSED_ALPHA``), the wall clock cannot.
+(contended: summary/keys.py's ``CONTENDED_RUNQUEUE_WAIT_PCT``, ``SPEED_MOVED_PCT``), wall time
+and shares move with the machine's other work: a pass then needs only the metrics the load
+does not move cleared (``LOAD_PROOF``: step CPU time, step time without CPU waits); the shares
+can still fail the head on stronger evidence (``EXCUSED_ALPHA``), the wall clock cannot.
 
 The deterministic counters and settings (scalar reads per step, bytes kept from each step, the
 optimizer, FLOPs, the DataLoader's settings) are the same on every run of the same code, so one
@@ -55,7 +55,6 @@ from traceml_ci.gate.ab.intervals import (
     unloaded_ratios,
 )
 from traceml_ci.gate.ab.result import (
-    CONTENDED_WAIT_PCT,
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MIN_ROUNDS,
     DEFAULT_SHARE_TOL_PP,
@@ -63,14 +62,14 @@ from traceml_ci.gate.ab.result import (
     SPEED_MOVED_PCT,
     AbResult,
     AbSettings,
-    AbVerdict,
     Counters,
     compare_pair,
     measured_regressions,
 )
 from traceml_ci.gate.ab.rounds import RoundPair, Side, SideFigures, round_order
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
-from traceml_ci.gate.results import Comparison
+from traceml_ci.gate.results import Comparison, Verdict
+from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 
 #: Rounds before the wall clock may fail a head on a contended CPU where the load only ever fell
 #: on the head's runs (it may be the head's own doing; until then the wall clock must clear for
@@ -91,9 +90,9 @@ HOST_CONFIRM_ROUNDS = 3
 
 #: Re-exported: callers take A/B's types and defaults from here (gate/ab/rounds.py and
 #: gate/ab/result.py define them).
-__all__ = ["CONTENDED_WAIT_PCT", "DEFAULT_MAX_ROUNDS", "DEFAULT_MIN_ROUNDS",
+__all__ = ["DEFAULT_MAX_ROUNDS", "DEFAULT_MIN_ROUNDS",
            "DEFAULT_SHARE_TOL_PP", "DEFAULT_STEP_TOL_PCT", "HOST_CONFIRM_ROUNDS",
-           "SPEED_MOVED_PCT", "AbResult", "AbSettings", "AbVerdict", "RoundPair", "Side",
+           "SPEED_MOVED_PCT", "AbResult", "AbSettings", "RoundPair", "Side",
            "SideFigures", "decide", "round_order", "run_rounds"]
 
 
@@ -107,7 +106,7 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     if any(_host_clock(r) for r in rounds):
         return _decide_host(rounds, settings, counters, first)
     if counters.regressed:  # a count or a setting: no timing can say otherwise
-        return AbResult(rounds, (), AbVerdict.REGRESSION, settings, counters, pairs=(first,))
+        return AbResult(rounds, (), Verdict.REGRESSION, settings, counters, pairs=(first,))
     if len(rounds) < 2:
         return AbResult(rounds, (), None, settings, counters, pairs=(first,))
     result = _device_intervals(rounds, settings, counters, first)
@@ -135,7 +134,7 @@ def _load(rounds: tuple[RoundPair, ...]) -> _Load:
     for SELF_LOAD_MIN_ROUNDS rounds, past any random streak."""
     waited, moved = _cpu_wait_pct(rounds), _cpu_speed_moved_pct(rounds)
     contended = unloaded_ratios(rounds) is not None and (
-        (waited is not None and waited >= CONTENDED_WAIT_PCT)
+        (waited is not None and waited >= CONTENDED_RUNQUEUE_WAIT_PCT)
         or (moved is not None and moved >= SPEED_MOVED_PCT)
     )
     return _Load(waited, moved, contended, contended and _load_from_outside(rounds))
@@ -174,18 +173,18 @@ def _device_intervals(rounds: tuple[RoundPair, ...], settings: AbSettings, count
                     load.moved, pairs=(first,))
 
 
-def _device_verdict(result: AbResult) -> AbVerdict | None:
+def _device_verdict(result: AbResult) -> Verdict | None:
     """Regression once an interval is past its tolerance (from REGRESSION_MIN_ROUNDS on), pass
     once every needed one cleared, inconclusive at the cap; None: another round."""
     n, settings = len(result.rounds), result.settings
     if n < settings.min_rounds:
         return None
     if result.regressed and n >= REGRESSION_MIN_ROUNDS:
-        return AbVerdict.REGRESSION
+        return Verdict.REGRESSION
     if all(iv.status is Status.CLEARED for iv in result.intervals
            if iv.metric not in result.excused):
-        return AbVerdict.PASS
-    return AbVerdict.INCONCLUSIVE if n >= settings.max_rounds else None
+        return Verdict.PASS
+    return Verdict.INCONCLUSIVE if n >= settings.max_rounds else None
 
 
 def _host_clock(pair: RoundPair) -> bool:
@@ -213,13 +212,13 @@ def _decide_host(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: 
     confirmed = measured_regressions(first)
     for pair in pairs[1:]:
         confirmed &= measured_regressions(pair)
-    verdict: AbVerdict | None
+    verdict: Verdict | None
     if counters.regressed:
-        verdict = AbVerdict.REGRESSION
+        verdict = Verdict.REGRESSION
     elif not confirmed:
-        verdict = AbVerdict.PASS
+        verdict = Verdict.PASS
     elif n >= min(HOST_CONFIRM_ROUNDS, settings.max_rounds):
-        verdict = AbVerdict.REGRESSION
+        verdict = Verdict.REGRESSION
     else:
         verdict = None
     return AbResult(rounds, intervals, verdict, settings, counters,
@@ -238,11 +237,11 @@ def _cpu_wait_pct(rounds: Sequence[RoundPair]) -> float | None:
 
 def _load_from_outside(rounds: Sequence[RoundPair]) -> bool:
     """Whether some round's extra load fell on the base's run: it waited for a CPU
-    ``CONTENDED_WAIT_PCT`` more than the head's, or its CPU ran ``SPEED_MOVED_PCT`` slower. Load
-    that only ever falls on the head's runs may be the head's own doing."""
+    ``CONTENDED_RUNQUEUE_WAIT_PCT`` more than the head's, or its CPU ran ``SPEED_MOVED_PCT``
+    slower. Load that only ever falls on the head's runs may be the head's own doing."""
     for r in rounds:
         wb, wh = r.base.cpu_wait_pct, r.head.cpu_wait_pct
-        if wb is not None and wh is not None and wb - wh >= CONTENDED_WAIT_PCT:
+        if wb is not None and wh is not None and wb - wh >= CONTENDED_RUNQUEUE_WAIT_PCT:
             return True
         speed = r.cpu_speed_ratio
         if speed is not None and speed * (1.0 + SPEED_MOVED_PCT / 100.0) <= 1.0:
