@@ -20,16 +20,14 @@ from __future__ import annotations
 import base64
 import json
 import pickle
-import signal
-import subprocess
 import sys
 from collections.abc import Iterable
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_plugin.options import AB_CHILD_OPTION, Options, SetupError
+from traceml_ci.sides import SideFailed, Sides
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceml_ci.gate.ab.sequential import AbResult, AbSettings, Side, SideFigures
@@ -49,10 +47,6 @@ _NOT_FOUND_EXITS = (4, 5)
 
 class NoBase(Exception):
     """The base has no such test, or its test traced nothing: there is nothing to pair."""
-
-
-class SideFailed(Exception):
-    """One side's child run failed or gave nothing to compare; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +121,8 @@ class AbSession:
         except ValueError:
             raise SetupError(f"traceml: --traceml-ab: pytest's rootdir {rootpath} is not inside "
                              f"the git repository {self.repo}") from None
-        self._stack: ExitStack | None = None
-        self._base_root: Path | None = None
-        self._setup_failed: str | None = None
+        self.sides = Sides(self.repo, self.base.commit, self.rel, setup=options.ab_setup,
+                           setup_flag="--traceml-ab-setup")
         #: The batched first round, per side: the child's document, its file and its log
         #: (None: not tried yet; empty: tried, each test runs its own first round).
         self._batched: dict[str, tuple[dict[str, Any], Path, Path]] | None = None
@@ -146,32 +139,11 @@ class AbSession:
     def root(self, side: str, work: Path) -> Path:
         """The tree a side runs in: the repository for the head, the worktree for the base
         (checked out, and ``--traceml-ab-setup`` run there, on first use)."""
-        if side == "head":
-            return self.repo
-        if self._setup_failed:
-            raise SideFailed(self._setup_failed)
-        if self._base_root is None:
-            from traceml_ci.gitwork import worktree
-
-            self._stack = ExitStack()
-            self._stack.enter_context(_sigterm_unwinds())
-            self._base_root = self._stack.enter_context(worktree(self.repo, self.commit))
-            if self.options.ab_setup:
-                self._setup(self._base_root, work / "base-setup.log")
-        if self._setup_failed:
-            raise SideFailed(self._setup_failed)
-        return self._base_root
-
-    def _setup(self, root: Path, log: Path) -> None:
-        from traceml_ci.gitwork import side_env
-
-        with log.open("wb") as f:
-            code = subprocess.call(self.options.ab_setup or "", shell=True, cwd=root,
-                                   stdout=f, stderr=subprocess.STDOUT, env=side_env(root),
-                                   stdin=subprocess.DEVNULL)
-        if code != 0:  # every A/B test of the session fails with this line, none runs
-            self._setup_failed = (f"traceml: --traceml-ab-setup exited {code} in the base "
-                                  f"worktree; its output: {log}\n" + _tail(log))
+        try:
+            return self.sides.root(side, setup_log=work / "base-setup.log")
+        except SideFailed as exc:  # every A/B test of the session fails with this line
+            log = work / "base-setup.log"
+            raise SideFailed(f"traceml: {exc}\n" + _tail(log)) from None
 
     def batch_first_round(self, nodeids: list[str], work: Path) -> None:
         """Run the first round of all ``nodeids`` in one child per side, base then head (once
@@ -181,30 +153,24 @@ class AbSession:
         if self._batched is not None:
             return
         self._batched = {}
-        if len(nodeids) < 2 or self._setup_failed:
+        if len(nodeids) < 2:
             return
         from traceml_ci.errors import InputError
-        from traceml_ci.gitwork import side_env
         from traceml_ci.summary.io import read_json
 
         got = {}
         for side in ("base", "head"):
             try:
-                root = self.root(side, work)
+                self.root(side, work)  # the base checked out (and set up) on first use
             except SideFailed:
                 return
             stem = work / f"{side}-round1"
             out, log = stem.with_suffix(".json"), stem.with_suffix(".log")
             try:
-                with log.open("wb") as f:
-                    code = subprocess.call(
-                        child_command(nodeids, out, stem.with_suffix(".tmp"), self.options),
-                        cwd=root / self.rel, env=side_env(root), stdout=f,
-                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.sides.call(side, child_command(nodeids, out, stem.with_suffix(".tmp"),
+                                                    self.options), log)
             except OSError:  # too many node ids for one command line, say: each its own
                 return
-            if code in (-signal.SIGINT, -signal.SIGTERM):
-                raise KeyboardInterrupt
             try:
                 doc = read_json(out) if out.is_file() else None
             except InputError:
@@ -227,31 +193,7 @@ class AbSession:
 
     def close(self) -> None:
         """Remove the base's worktree (idempotent)."""
-        stack, self._stack, self._base_root = self._stack, None, None
-        if stack is not None:
-            stack.close()
-
-
-class _sigterm_unwinds:
-    """While the base's worktree exists, SIGTERM ends the session as Ctrl-C does: unwinding
-    (pytest still finishes the session), so the worktree is removed. The previous handler is
-    put back with the worktree's removal."""
-
-    def __enter__(self) -> None:
-        self._old: Any = None
-        try:
-            self._old = signal.signal(signal.SIGTERM, _raise_interrupt)
-            self._set = True
-        except ValueError:  # not the main thread: leave signals alone
-            self._set = False
-
-    def __exit__(self, *exc: object) -> None:
-        if self._set:
-            signal.signal(signal.SIGTERM, self._old)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+        self.sides.close()
 
 
 class RoundRunner:
@@ -282,19 +224,13 @@ class RoundRunner:
     def _run_child(self, name: str, number: int, said: str) -> SideFigures:
         """This test alone, one side of one round, in a child session."""
         from traceml_ci.errors import InputError
-        from traceml_ci.gitwork import side_env
         from traceml_ci.summary.io import read_json
 
-        root = self.ab.root(name, self.work)
+        self.ab.root(name, self.work)  # the base checked out (and set up) on first use
         stem = self.work / f"{name}-round{number}"
         out, log = stem.with_suffix(".json"), stem.with_suffix(".log")
-        with log.open("wb") as f:
-            code = subprocess.call(
-                child_command([self.nodeid], out, stem.with_suffix(".tmp"), self.ab.options),
-                cwd=root / self.ab.rel, env=side_env(root), stdout=f,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if code in (-signal.SIGINT, -signal.SIGTERM):  # the child was stopped, as we are
-            raise KeyboardInterrupt
+        code = self.ab.sides.call(
+            name, child_command([self.nodeid], out, stem.with_suffix(".tmp"), self.ab.options), log)
         try:
             doc = read_json(out) if out.is_file() else None
         except InputError as exc:

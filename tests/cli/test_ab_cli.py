@@ -17,11 +17,12 @@ import pytest
 
 from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
 from tests.cli.scripts import kill_group, run_group, run_together
-from traceml_ci.cli.ab import parse_command, side_env
+from traceml_ci.cli.ab import parse_command
 from traceml_ci.cli.main import main
 from traceml_ci.errors import UsageError
 from traceml_ci.gate.ab.sequential import DEFAULT_MAX_ROUNDS, HOST_CONFIRM_ROUNDS
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
+from traceml_ci.gitwork import side_env
 
 CLI = [sys.executable, "-m", "traceml_ci"]
 

@@ -14,11 +14,7 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +22,6 @@ from traceml_ci.cli.options import amount, seconds, whole
 from traceml_ci.errors import (
     ExitCode,
     MissingDependencyError,
-    TracemlError,
     UsageError,
     one_line,
 )
@@ -37,7 +32,7 @@ from traceml_ci.gate.ab.sequential import (
     DEFAULT_STEP_TOL_PCT,
 )
 from traceml_ci.gate.results import Verdict
-from traceml_ci.gitwork import side_env
+from traceml_ci.sides import SideFailed, Sides, stopped
 from traceml_ci.summary.keys import AB_INCONCLUSIVE_POLICIES
 
 #: Where the runs' summaries and the report go unless --out says.
@@ -52,12 +47,6 @@ INCONCLUSIVE_CHOICES = tuple(p for p in AB_INCONCLUSIVE_POLICIES if p != "warn")
 #: What may stand before the script: the interpreter (the runs use traceml-ci's own, as
 #: ``traceml-ci run`` does).
 _PYTHON = re.compile(r"(?:.*[/\\])?python[0-9.]*(?:\.exe)?")
-
-
-class SideFailed(TracemlError):
-    """One side's run (or the base's setup) failed: there is nothing to compare (exit 3)."""
-
-    exit_code = ExitCode.INCOMPARABLE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -180,98 +169,37 @@ def parse_command(words: list[str]) -> Target:
     return Target(words[0], tuple(words[1:]), module=False)
 
 
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """A SIGTERM ends the A/B like Ctrl-C: unwinding, so the base worktree is removed."""
-
-    def unwind(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, unwind)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-class Sides:
-    """Runs one side of one round: a traced launch in that side's worktree, its output in
+def _measure(sides: Sides, target: Target, out: Path, timeout_s: float | None,
+             side_name: str, number: int):
+    """One side of one round: a traced launch in that side's tree, its output in
     ``<out>/<side>/roundN.log``, its summary moved to ``<out>/<side>/roundN.json``."""
+    from traceml_ci.gate.ab.sequential import SideFigures
+    from traceml_ci.summary.io import load_summary
+    from traceml_ci.tracer.launch import LaunchSpec, launch
 
-    def __init__(
-        self,
-        target: Target,
-        roots: Mapping[str, Path],
-        rel: Path,
-        out: Path,
-        timeout_s: float | None,
-    ) -> None:
-        self.target, self.roots, self.rel, self.out = target, roots, rel, out
-        self.timeout_s = timeout_s
-
-    def cwd(self, side: str) -> Path:
-        return self.roots[side] / self.rel
-
-    def setup(self, command: str) -> None:
-        """Run ``--base-setup`` in the base worktree, once."""
-        log = self.out / "base" / "setup.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as f:
-            code = subprocess.call(
-                command,
-                shell=True,
-                cwd=self.roots["base"],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=side_env(self.roots["base"]),
-                stdin=subprocess.DEVNULL,
-            )
-        if code != 0:
-            raise SideFailed(
-                f"--base-setup exited {code} in the base worktree (its output: {one_line(log)})"
-            )
-
-    def measure(self, side_name: str, number: int):
-        from traceml_ci.gate.ab.sequential import SideFigures
-        from traceml_ci.summary.io import load_summary
-        from traceml_ci.tracer.launch import LaunchSpec, launch
-
-        where = self.out / side_name
-        run_dir = where / f"round{number}"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        spec = LaunchSpec(
-            target=self.target.target,
-            args=self.target.args,
-            module=self.target.module,
-            out_dir=str(run_dir),
-        )
-        done = launch(
-            spec,
-            env=side_env(self.roots[side_name]),
-            cwd=self.cwd(side_name),
-            timeout_s=self.timeout_s,
-            capture=True,
-        )
-        log = where / f"round{number}.log"
-        log.write_text(done.output or "", errors="backslashreplace")
-        if done.code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-            raise KeyboardInterrupt
-        said = f"{side_name} round {number}"
-        if done.timed_out:
-            raise SideFailed(f"{said}: the command ran past --timeout (its output: {log})")
-        if done.code != 0:
-            raise SideFailed(f"{said}: the command exited {done.code} (its output: {log})")
-        path = where / f"round{number}.json"
-        try:
-            os.replace(done.summary, path)
-        except FileNotFoundError:
-            raise SideFailed(f"{said}: the command wrote no summary (its output: {log})") from None
-        shutil.rmtree(run_dir, ignore_errors=True)
-        return SideFigures.from_summary(load_summary(path), str(path))
+    where = out / side_name
+    run_dir = where / f"round{number}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    spec = LaunchSpec(target=target.target, args=target.args, module=target.module,
+                      out_dir=str(run_dir))
+    done = launch(spec, env=sides.env(side_name), cwd=sides.cwd(side_name), timeout_s=timeout_s,
+                  capture=True)
+    log = where / f"round{number}.log"
+    log.write_text(done.output or "", errors="backslashreplace")
+    if stopped(done.code):
+        raise KeyboardInterrupt
+    said = f"{side_name} round {number}"
+    if done.timed_out:
+        raise SideFailed(f"{said}: the command ran past --timeout (its output: {log})")
+    if done.code != 0:
+        raise SideFailed(f"{said}: the command exited {done.code} (its output: {log})")
+    path = where / f"round{number}.json"
+    try:
+        os.replace(done.summary, path)
+    except FileNotFoundError:
+        raise SideFailed(f"{said}: the command wrote no summary (its output: {log})") from None
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return SideFigures.from_summary(load_summary(path), str(path))
 
 
 def _progress(result) -> None:
@@ -295,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     from traceml_ci.gate.ab import report as ab_report
     from traceml_ci.gate.ab.sequential import AbSettings, Side, run_rounds
     from traceml_ci.gate.rules import resolve_rules
-    from traceml_ci.gitwork import resolve_base, toplevel, worktree
+    from traceml_ci.gitwork import resolve_base, toplevel
     from traceml_ci.tracer.launch import TORCH_MISSING, torch_available
 
     target = parse_command(list(args.training_command))
@@ -324,14 +252,13 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    with _sigterm_unwinds(), worktree(repo, base.commit) as base_root:
-        sides = Sides(target, {"base": base_root, "head": repo}, rel, out, args.timeout)
-        if not target.module and not (sides.cwd("base") / target.target).is_file():
+    with Sides(repo, base.commit, rel, setup=args.base_setup) as sides:
+        base_root = sides.root("base", setup_log=out / "base" / "setup.log")
+        if not target.module and not (base_root / rel / target.target).is_file():
             raise SideFailed(f"{one_line(target.target)}: not in the base {base.commit[:12]}")
-        if args.base_setup:
-            sides.setup(args.base_setup)
         result = run_rounds(
-            lambda side, n: sides.measure(side.value, n), settings, on_round=_progress
+            lambda side, n: _measure(sides, target, out, args.timeout, side.value, n), settings,
+            on_round=_progress,
         )
     doc = ab_report.to_json(result, args.base, base.commit)
     write_output(str(out / "ab.json"), json.dumps(doc, indent=1) + "\n")
