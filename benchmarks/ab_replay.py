@@ -1,5 +1,5 @@
 """A/B gate runs replayed over several recordings of ``benchmarks/ab_cpu.py`` at once, per kind
-of head and per cap: what the table in docs/gate.md ("Twelve rounds, ...") is made of.
+of head and per cap: what the table in docs/noise.md ("Twelve rounds, ...") is made of.
 
     python benchmarks/ab_replay.py [--caps 6,12] KIND=RECORDING.jsonl [KIND=RECORDING.jsonl ...]
 

@@ -1,5 +1,5 @@
 """Judging one metric: its tolerance tiers, the noise threshold, and the status of a number or a
-label row. The rules are documented in docs/gate.md ("Tolerances", "The noise rule").
+label row. The rules are documented in docs/gate.md ("How a row is judged").
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ DEFAULT_MIN_ROUNDS = 2
 #: Rounds at most; a decision not reached by then is inconclusive. On a shared runner a round's
 #: load-proof ratios vary by 4-8 % (the development VM, quiet or beside busy loops coming and
 #: going): six rounds' interval is about ±7 %, too wide for unchanged code to clear a 5 %
-#: tolerance in most A/Bs (6 of 26 did); twelve let it clear in 10 of 14 (docs/gate.md). A run
+#: tolerance in most A/Bs (6 of 26 did); twelve let it clear in 10 of 14 (docs/noise.md). A run
 #: decides as soon as it can, so only a noisy run pays for the higher cap.
 DEFAULT_MAX_ROUNDS = 12
 #: How far apart, in %, the CPU reference of a round's two runs may be before the round counts
