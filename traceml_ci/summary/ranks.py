@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT, H2D_PHASE, WAIT_PHASE
@@ -237,10 +238,6 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
     than the others' median; without it ("own_work"), the rank with the most own work."""
     timed = [r for r in rows if isinstance(r.get("own_work_ms"), (int, float))]
     waits = _waits(timed)
-    # Copies are a cause where every rank has the h2d phase (a rank that copied nothing has
-    # none: its copies are 0 ms, not unknown).
-    copies = bool(timed) and any(H2D_PHASE in (r.get("phase_ms") or {}) for r in timed)
-    own_phases = own_phases_of(waits, copies)
     out: dict[str, Any] = {
         "label": BALANCED,
         "rank": None,
@@ -250,91 +247,177 @@ def stragglers(rows: Sequence[Mapping[str, Any]], *, fsdp: bool = False) -> dict
         "scores_pct": {},
         "evidence": "wait" if waits else "own_work",
     }
-    # FSDP's collectives are the wait phase since they are timed (tracer/waits.py); before,
-    # they waited inside forward and backward -- measured: a slow rank read as balanced, a
-    # waiting one as the straggler. An FSDP step always gathers, so no wait means untimed.
-    if fsdp and not (waits and any(r["wait_ms"] > 0 for r in timed)):
+    if fsdp and not _collectives_timed(timed, waits):
         out.update(label=None, not_analysed=FSDP_NOT_ANALYSED)
         return out
     if len(timed) < 2:
         out["label"] = None  # nothing to compare
         return out
-
-    def score(r: Mapping[str, Any]) -> float:
-        # Against the median of the *other* ranks: with two ranks, the overall median would
-        # sit halfway and halve the straggler's excess.
-        others = statistics.median(o["own_work_ms"] for o in timed if o is not r)
-        return 100.0 * (r["own_work_ms"] - others) / others if others > 0 else 0.0
-
-    scores = {r["rank"]: score(r) for r in timed}
+    scores = {r["rank"]: _score(r, timed) for r in timed}
     out["scores_pct"] = {str(k): round(s, 2) for k, s in scores.items()}
-    if waits:  # the rank the others wait for; of equal waits, the one with more own work
-        worst = min(timed, key=lambda r: (r["wait_ms"], -r["own_work_ms"]))
-    else:
-        worst = max(timed, key=lambda r: scores[r["rank"]])
-    score = scores[worst["rank"]]
-    out["score_pct"] = round(score, 2)
+    worst = _candidate(timed, scores, waits)
+    out["score_pct"] = round(scores[worst["rank"]], 2)
     others = [r for r in timed if r is not worst]
-    others_ms = statistics.median(r["own_work_ms"] for r in others)
-    excess_ms = worst["own_work_ms"] - others_ms
+    lateness_ms = _lateness_ms(worst, others, waits)
+    if lateness_ms is not None:
+        out["lateness_ms"] = round(lateness_ms, 3)
+    excess = _Excess.of(worst, others, _median_step_ms(timed))
+    reasons = _why_no_straggler(worst, others, excess, lateness_ms)
+    if reasons is not None:
+        out.update(reasons)
+        return out
+    cause = straggler_cause(worst, others, own_phases_of(waits, _copied(timed)))
+    out.update(label=_CAUSE_LABEL.get(cause or "", STRAGGLER), rank=worst["rank"], cause=cause)
+    return out
+
+
+def _collectives_timed(timed: Sequence[Mapping[str, Any]], waits: bool) -> bool:
+    """Whether an FSDP job's collectives were timed as the wait phase.
+
+    They are since tracer/waits.py times them; before, they waited inside forward and
+    backward -- measured: a slow rank read as balanced, a waiting one as the straggler. An
+    FSDP step always gathers, so no wait means untimed."""
+    return waits and any(r["wait_ms"] > 0 for r in timed)
+
+
+def _copied(timed: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether copies are a cause: where every rank has the h2d phase (a rank that copied
+    nothing has none: its copies are 0 ms, not unknown)."""
+    return bool(timed) and any(H2D_PHASE in (r.get("phase_ms") or {}) for r in timed)
+
+
+def _score(r: Mapping[str, Any], timed: Sequence[Mapping[str, Any]]) -> float:
+    """How much more own work (percent) rank row ``r`` does than the other ranks' median; 0
+    where theirs is not positive."""
+    # Against the median of the *other* ranks: with two ranks, the overall median would sit
+    # halfway and halve the straggler's excess.
+    others = statistics.median(o["own_work_ms"] for o in timed if o is not r)
+    return 100.0 * (r["own_work_ms"] - others) / others if others > 0 else 0.0
+
+
+def _candidate(
+    timed: Sequence[Mapping[str, Any]], scores: Mapping[Any, float], waits: bool
+) -> Mapping[str, Any]:
+    """The row of the rank that would straggle: with the wait phase, the rank the others wait
+    for (of equal waits, the one with more own work); else the one with the highest score."""
+    if waits:
+        return min(timed, key=lambda r: (r["wait_ms"], -r["own_work_ms"]))
+    return max(timed, key=lambda r: scores[r["rank"]])
+
+
+def _lateness_ms(
+    worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], waits: bool
+) -> float | None:
+    """How much longer the others waited than ``worst`` did: the time they waited for it. None
+    without the wait phase (``waits``)."""
+    return statistics.median(r["wait_ms"] for r in others) - worst["wait_ms"] if waits else None
+
+
+def _median_step_ms(timed: Sequence[Mapping[str, Any]]) -> float:
+    """The ranks' median step in ms, of those that report one (0 where none does)."""
     steps = [
         r["step_ms_median"] for r in timed if isinstance(r.get("step_ms_median"), (int, float))
     ]
-    step_ms = statistics.median(steps) if steps else 0.0
-    # How much longer the others waited than it did: the time they waited for it.
-    lateness_ms = (
-        statistics.median(r["wait_ms"] for r in others) - worst["wait_ms"] if waits else None
-    )
-    if lateness_ms is not None:
-        out["lateness_ms"] = round(lateness_ms, 3)
-    floor_ms = max(STRAGGLER_MIN_STEP_PCT / 100.0 * step_ms, STRAGGLER_MIN_EXCESS_MS)
-    noise_ms = _own_work_noise(worst, others)
+    return statistics.median(steps) if steps else 0.0
 
-    def small(ms: float) -> bool:
-        """An excess of ``ms`` over the others' own work is below the thresholds."""
-        return others_ms <= 0 or 100.0 * ms / others_ms <= STRAGGLER_MIN_EXCESS_PCT \
-            or ms < floor_ms
 
-    if small(excess_ms) or (lateness_ms is not None and lateness_ms < floor_ms):
-        return out
-    if noise_ms is not None and excess_ms <= noise_ms:
-        out["noisy"] = (
-            f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) is within how much "
-            f"the ranks' own work moves between windows of the run ({noise_ms:.1f} ms)"
+@dataclass(frozen=True)
+class _Excess:
+    """How much more own work per step a candidate does than the other ranks' median, with
+    the figures it is judged against."""
+
+    ms: float  # the candidate's own work less the others' median
+    others_ms: float  # the other ranks' median own work
+    step_ms: float  # the ranks' median step
+    noise_ms: float | None  # what an excess must beat (``_own_work_noise``); None: unknown
+
+    @classmethod
+    def of(
+        cls, worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], step_ms: float
+    ) -> _Excess:
+        """``worst``'s excess over ``others``, in a job whose median step is ``step_ms``."""
+        others_ms = statistics.median(r["own_work_ms"] for r in others)
+        return cls(
+            ms=worst["own_work_ms"] - others_ms,
+            others_ms=others_ms,
+            step_ms=step_ms,
+            noise_ms=_own_work_noise(worst, others),
         )
-        return out
+
+    @property
+    def floor_ms(self) -> float:
+        """The least excess that straggles, in ms: ``STRAGGLER_MIN_STEP_PCT`` of the median step,
+        and at least ``STRAGGLER_MIN_EXCESS_MS``."""
+        return max(STRAGGLER_MIN_STEP_PCT / 100.0 * self.step_ms, STRAGGLER_MIN_EXCESS_MS)
+
+    def small(self, ms: float) -> bool:
+        """An excess of ``ms`` over the others' own work is below the thresholds."""
+        return (
+            self.others_ms <= 0
+            or 100.0 * ms / self.others_ms <= STRAGGLER_MIN_EXCESS_PCT
+            or ms < self.floor_ms
+        )
+
+    def within_noise(self, ms: float) -> bool:
+        """An excess of ``ms`` is no more than the ranks' own work moves between windows."""
+        return self.noise_ms is not None and ms <= self.noise_ms
+
+
+def _why_no_straggler(
+    worst: Mapping[str, Any],
+    others: Sequence[Mapping[str, Any]],
+    excess: _Excess,
+    lateness_ms: float | None,
+) -> dict[str, str] | None:
+    """Why the candidate ``worst`` is no straggler, as what the analysis adds to say so: nothing
+    where its excess (or the others' wait for it) is below the thresholds, ``noisy`` or
+    ``contended`` where noise or CPU contention explains it. None where it straggles."""
+    if excess.small(excess.ms) or (lateness_ms is not None and lateness_ms < excess.floor_ms):
+        return {}
+    if excess.within_noise(excess.ms):
+        return {"noisy": (
+            f"rank {worst['rank']}'s extra own work ({excess.ms:.1f} ms) is within how much "
+            f"the ranks' own work moves between windows of the run ({excess.noise_ms:.1f} ms)"
+        )}
+    contended = _contention_excuse(worst, others, excess)
+    return None if contended is None else {"contended": contended}
+
+
+def _contention_excuse(
+    worst: Mapping[str, Any], others: Sequence[Mapping[str, Any]], excess: _Excess
+) -> str | None:
+    """How waiting for a CPU beyond the other ranks explains ``worst``'s excess; None where it
+    does not. Judged by its thread's waits in its steps where it and another rank measured
+    them, else by its run-wide runqueue wait."""
     extra_cpu_wait_ms = _extra_cpu_wait_ms(worst, others)
     if extra_cpu_wait_ms is not None:
         # Its thread waited that much longer for a CPU in the steps measured: what is left
         # of the excess must still straggle. A larger excess is still a straggler.
-        left_ms = excess_ms - max(extra_cpu_wait_ms, 0.0)
-        if small(left_ms) or (noise_ms is not None and left_ms <= noise_ms):
-            out["contended"] = (
-                f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) less its extra "
+        left_ms = excess.ms - max(extra_cpu_wait_ms, 0.0)
+        if excess.small(left_ms) or excess.within_noise(left_ms):
+            return (
+                f"rank {worst['rank']}'s extra own work ({excess.ms:.1f} ms) less its extra "
                 f"waits for a CPU ({extra_cpu_wait_ms:.1f} ms per step more than the other "
                 f"ranks') leaves {max(left_ms, 0.0):.1f} ms, within what balanced ranks "
                 "differ by"
             )
-            return out
+        return None
     # Only the run-wide wait known (the straggler's or every other rank's per-step figure
     # missing): waiting a further fraction w of its wall time lost it up to w of each step.
     # With the per-step figure this is not consulted: the run-wide one counts the process's
     # startup too, and excused a straggler whose steps waited no more than the others'.
-    extra_wait = None if extra_cpu_wait_ms is not None else _extra_runqueue_wait(worst, others)
+    extra_wait = _extra_runqueue_wait(worst, others)
     if (
         extra_wait is not None
         and extra_wait >= CONTENDED_RUNQUEUE_WAIT_PCT
-        and excess_ms <= extra_wait / 100.0 * step_ms
+        and excess.ms <= extra_wait / 100.0 * excess.step_ms
     ):
-        out["contended"] = (
-            f"rank {worst['rank']}'s extra own work ({excess_ms:.1f} ms) is "
+        return (
+            f"rank {worst['rank']}'s extra own work ({excess.ms:.1f} ms) is "
             f"within what its extra CPU contention ({extra_wait:.0f} % more "
             "runqueue wait than the other ranks') can cause"
         )
-        return out
-    cause = straggler_cause(worst, others, own_phases)
-    out.update(label=_CAUSE_LABEL.get(cause or "", STRAGGLER), rank=worst["rank"], cause=cause)
-    return out
+    return None
 
 
 def phase_excess_ms(

@@ -73,90 +73,159 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError("no summaries to combine")
     docs = [run for doc in docs for run in runs_of(doc)]
     views = [SummaryView(d) for d in docs]
-    medians = [v.step_ms("median") for v in views]
-    order = sorted(range(len(docs)), key=lambda i: (medians[i] is None, medians[i] or 0.0, i))
-    out = copy.deepcopy(dict(docs[order[(len(docs) - 1) // 2]]))
+    out = copy.deepcopy(dict(docs[_median_run(views)]))
     if len(docs) == 1:
         return out
     st = out["step_time"]
-    runs = [d["step_time"] for d in docs]
-    n = len(runs)
-    shares = [v.shares() for v in views]
     phases = SummaryView(out).phases  # with the wait phase where the runs used a process group
-    if all(s.get(p) is not None for s in shares for p in phases):
-        pct_noise = (st.get("noise") or {}).get("pct") or {}
-        values = {p: [float(s[p]) for s in shares] for p in phases}  # type: ignore[arg-type]
-        centers = {p: statistics.fmean(v) for p, v in values.items()}
-        total = sum(centers.values()) or 1.0  # 100 up to rounding: rescale the rest away
-        for p in phases:
-            share = round(centers[p] * 100.0 / total, 2)
-            st[f"{p}_pct"] = share
-            spread = IQR_PER_SD * statistics.stdev(values[p]) / n**0.5
-            iqr = max(spread, _median([v.share_noise(p) for v in views]))
-            if p in pct_noise:
-                pct_noise[p] = {"median": share, "iqr": round(iqr, 3)}
+    _mean_shares(st, views, phases)
+    _median_step_ms(st, views)
+    _median_phase_ms(st, views)
+    _median_cpu(st, views)
+    _put(st, "thread", _median_thread(views))
+    _put(st, "uncontended", _uncontended(views))
+    _largest_memory_peaks(out.get("step_memory"), views)
+    _median_step_noise(st, views)
+    _most_contention(out, views)
+    out["repeats"] = {
+        "count": len(docs),
+        "runs": [v.run_name for v in views],
+        # so that it can be combined again
+        "step_time": [copy.deepcopy(d["step_time"]) for d in docs],
+    }
+    return out
+
+
+def _median_run(views: Sequence[SummaryView]) -> int:
+    """The index of the run whose median step time is the median (the lower of the middle two
+    for an even count); runs without one sort last, ties in their order."""
+    medians = [v.step_ms("median") for v in views]
+    order = sorted(range(len(views)), key=lambda i: (medians[i] is None, medians[i] or 0.0, i))
+    return order[(len(views) - 1) // 2]
+
+
+def _put(table: dict[str, Any], key: str, value: Any) -> None:
+    """``table[key] = value``, or no ``key`` where ``value`` is None (not every run has it)."""
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
+def _mean_shares(
+    st: dict[str, Any], views: Sequence[SummaryView], phases: Sequence[str]
+) -> None:
+    """Each phase's share in ``st``: the mean over the runs, rescaled to add up to 100, with
+    the runs' spread (or their typical window IQR, if larger) as its noise. Unchanged unless
+    every run has every share."""
+    shares = [v.shares() for v in views]
+    if not all(s.get(p) is not None for s in shares for p in phases):
+        return
+    pct_noise = (st.get("noise") or {}).get("pct") or {}
+    values = {p: [float(s[p]) for s in shares] for p in phases}  # type: ignore[arg-type]
+    centers = {p: statistics.fmean(v) for p, v in values.items()}
+    total = sum(centers.values()) or 1.0  # 100 up to rounding: rescale the rest away
+    for p in phases:
+        share = round(centers[p] * 100.0 / total, 2)
+        st[f"{p}_pct"] = share
+        iqr = _iqr_across_runs(values[p], [v.share_noise(p) for v in views])
+        if p in pct_noise:
+            pct_noise[p] = {"median": share, "iqr": round(iqr, 3)}
+
+
+def _median_step_ms(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
+    """``st``'s step time statistics: each the median over the runs that report it (left as it
+    is where none does)."""
     for key in ("median", "p10", "p90", "mean"):
         found = [x for x in (v.step_ms(key) for v in views) if x is not None]
         if found and st.get("step_ms"):
             st["step_ms"][key] = round(statistics.median(found), 4)
+
+
+def _median_phase_ms(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
+    """``st``'s phase times: each the median over the runs that report it (left as it is where
+    none does)."""
     for p in (st.get("phase_ms") or {}):
         found = [x for x in (v.phase_ms(p) for v in views) if x is not None]
         if found:
             st["phase_ms"][p] = round(statistics.median(found), 4)
-    # CPU per step (and the reference's): the runs' median where every run has it; a mix is
-    # no figure at all.
-    for key in ("cpu_ms", "cpu_reference_ms"):
+
+
+def _median_cpu(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
+    """CPU per step (and the reference's) in ``st``: the runs' median where every run has it;
+    a mix is no figure at all."""
+    for key, digits in (("cpu_ms", 4), ("cpu_reference_ms", 5)):
         cpus = [v.number(("step_time", key)) for v in views]
-        if all(c is not None for c in cpus):
-            st[key] = round(statistics.median(c for c in cpus if c is not None),
-                            4 if key == "cpu_ms" else 5)
-        else:
-            st.pop(key, None)
+        known = [c for c in cpus if c is not None]
+        _put(st, key, round(statistics.median(known), digits) if len(known) == len(cpus) else None)
+
+
+def _median_thread(views: Sequence[SummaryView]) -> dict[str, Any] | None:
+    """The training thread's figures: each the runs' median, of those every run has; None
+    unless every run has the block."""
     threads = [v.at(("step_time", "thread")) for v in views]
-    if all(isinstance(t, dict) for t in threads):
-        st["thread"] = {k: round(statistics.median(t[k] for t in threads), 4)
-                        for k in threads[0] if all(k in t for t in threads)}
-    else:
-        st.pop("thread", None)
-    # The uncontended windows: the runs' median steps (a run's count, as steps_analyzed is),
-    # each figure their mean weighted by steps (a run with 1 such step weighs 1 step).
+    if not all(isinstance(t, dict) for t in threads):
+        return None
+    return {k: round(statistics.median(t[k] for t in threads), 4)
+            for k in threads[0] if all(k in t for t in threads)}
+
+
+def _uncontended(views: Sequence[SummaryView]) -> dict[str, Any] | None:
+    """The uncontended windows: the runs' median steps (a run's count, as steps_analyzed is),
+    each other figure their mean weighted by steps (a run with 1 such step weighs 1 step), of
+    those every run has. None unless every run has such steps."""
     quiet = [v.at(("step_time", "uncontended")) for v in views]
-    if all(isinstance(q, dict) and q.get("steps", 0) > 0 for q in quiet):
-        total = sum(q["steps"] for q in quiet)
-        st["uncontended"] = {
-            k: int(statistics.median(q[k] for q in quiet)) if k == "steps"
-            else round(sum(q[k] * q["steps"] for q in quiet) / total, 5)
-            for k in quiet[0] if all(k in q for q in quiet)
-        }
-    else:
-        st.pop("uncontended", None)
-    # Memory peaks: the largest run's. Several runs in one process (the pytest plugin's repeats
-    # and re-runs) reuse what the first one allocated, so only the first shows the job's own
-    # memory; a median would compare a warm re-run with a cold run on the other side.
-    mem = out.get("step_memory")
-    if isinstance(mem, dict):
-        for key in PEAK_MEMORY_KEYS:
-            found = [x for x in (v.memory_mb(key) for v in views) if x is not None]
-            if found and key in mem:
-                mem[key] = max(found)
+    if not all(isinstance(q, dict) and q.get("steps", 0) > 0 for q in quiet):
+        return None
+    total = sum(q["steps"] for q in quiet)
+    return {
+        k: int(statistics.median(q[k] for q in quiet)) if k == "steps"
+        else round(sum(q[k] * q["steps"] for q in quiet) / total, 5)
+        for k in quiet[0] if all(k in q for q in quiet)
+    }
+
+
+def _largest_memory_peaks(mem: Any, views: Sequence[SummaryView]) -> None:
+    """The memory peaks ``mem`` has: each the largest run's. Several runs in one process (the
+    pytest plugin's repeats and re-runs) reuse what the first one allocated, so only the first
+    shows the job's own memory; a median would compare a warm re-run with a cold run on the
+    other side."""
+    if not isinstance(mem, dict):
+        return
+    for key in PEAK_MEMORY_KEYS:
+        found = [x for x in (v.memory_mb(key) for v in views) if x is not None]
+        if found and key in mem:
+            mem[key] = max(found)
+
+
+def _median_step_noise(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
+    """The step time's noise in ``st``: the runs' median step, with the spread across runs (or
+    their typical window IQR, if larger) as its IQR; unchanged unless every run has a median
+    step."""
     step_noise = (st.get("noise") or {}).get("step_ms")
-    if step_noise and all(m is not None for m in medians):
-        known = [m for m in medians if m is not None]
-        spread = IQR_PER_SD * statistics.stdev(known) / n**0.5
-        step_noise["median"] = round(statistics.median(known), 4)
-        step_noise["iqr"] = round(max(spread, _median([v.step_noise_ms for v in views])), 4)
-    # Contention: the most any run waited for a CPU -- the combined shares carry every run's
-    # load, and the gate's contention guard reads this figure (a baseline keeps its own).
+    medians = [v.step_ms("median") for v in views]
+    if not step_noise or any(m is None for m in medians):
+        return
+    known = [m for m in medians if m is not None]
+    step_noise["median"] = round(statistics.median(known), 4)
+    step_noise["iqr"] = round(_iqr_across_runs(known, [v.step_noise_ms for v in views]), 4)
+
+
+def _most_contention(out: dict[str, Any], views: Sequence[SummaryView]) -> None:
+    """``out``'s CPU contention: the most any run waited for a CPU -- the combined shares carry
+    every run's load, and the gate's contention guard reads this figure (a baseline keeps its
+    own)."""
     waits = [w for w in (v.runqueue_wait_pct for v in views) if w is not None]
     contention = (out.get("run") or {}).get("contention")
     if waits and isinstance(contention, dict):
         contention["runqueue_wait_pct"] = max(waits)
-    out["repeats"] = {
-        "count": n,
-        "runs": [v.run_name for v in views],
-        "step_time": [copy.deepcopy(r) for r in runs],  # so that it can be combined again
-    }
-    return out
+
+
+def _iqr_across_runs(values: Sequence[float], window_iqrs: Sequence[float | None]) -> float:
+    """The noise of the mean of ``values`` (one a run), as an IQR: ``IQR_PER_SD`` x its standard
+    error, or the runs' typical window IQR where that is larger."""
+    spread = IQR_PER_SD * statistics.stdev(values) / len(values) ** 0.5
+    return max(spread, _median(window_iqrs))
 
 
 def _median(iqrs: Sequence[float | None]) -> float:
