@@ -28,13 +28,8 @@ STEP_METRIC = "step_time"
 #: The job's CPU time per step (``step_time.cpu_ms``): a loaded runner stretches wall time
 #: far more than it moves this, so a slower code path shows here when wall time is too noisy.
 CPU_METRIC = "step_cpu"
-#: The training thread's step time without its waits for a CPU (``step_time.thread``: on CPU,
-#: in units of the CPU reference where both sides timed it, plus blocked): what the code costs
-#: a step, which contention does not move.
-UNLOADED_METRIC = "step_unloaded"
 #: How the ratio metrics are named to a person.
-_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time",
-           UNLOADED_METRIC: "step time without CPU waits"}
+_LABELS = {STEP_METRIC: "step time", CPU_METRIC: "step CPU time"}
 
 
 class Status(str, Enum):
@@ -63,16 +58,13 @@ class Interval:
     #: not the code (seen: four A/A rounds agreeing on dataloader +3 to +4 pp, each with the
     #: head's steps faster).
     time_grew: bool | None = None
-    #: False: the metric can clear but never regress -- the wall clock on a contended CPU,
-    #: where a move is the load's as much as the code's (gate/ab/sequential.py).
-    can_regress: bool = True
 
     @property
     def status(self) -> Status:
         # A bound exactly at the tolerance is inside it, whatever the float rounding of
         # log/expm1 left (1.05 -> 5.000000000000004 %).
         if self.low > self.tolerance + _ROUNDING:
-            if self.time_grew is False or not self.can_regress:
+            if self.time_grew is False:
                 return Status.UNDECIDED
             return Status.REGRESSED
         if self.high <= self.tolerance:
@@ -129,12 +121,6 @@ def cpu_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
     return _all([r.cpu_ratio for r in rounds])
 
 
-def unloaded_ratios(rounds: Sequence[RoundPair]) -> list[float] | None:
-    """Each round's ratio of step time without CPU waits, or None unless both sides have it
-    in every round."""
-    return _all([r.unloaded_ratio for r in rounds])
-
-
 def cpu_interval(
     rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None
 ) -> Interval | None:
@@ -142,15 +128,6 @@ def cpu_interval(
     every round has it on both sides."""
     ratios = cpu_ratios(rounds)
     return None if ratios is None else _ratio_interval(CPU_METRIC, ratios, tol_pct, q)
-
-
-def unloaded_interval(
-    rounds: Sequence[RoundPair], tol_pct: float, q: float | None = None
-) -> Interval | None:
-    """The interval of step time without CPU waits, judged as step time's; None unless every
-    round has it on both sides."""
-    ratios = unloaded_ratios(rounds)
-    return None if ratios is None else _ratio_interval(UNLOADED_METRIC, ratios, tol_pct, q)
 
 
 def share_deltas(rounds: Sequence[RoundPair]) -> dict[str, list[float]]:

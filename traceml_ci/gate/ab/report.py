@@ -11,14 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from traceml_ci.gate import fmt
-from traceml_ci.gate.ab.intervals import Interval, Status
+from traceml_ci.gate.ab.intervals import Interval
 from traceml_ci.gate.ab.sequential import AbResult
 from traceml_ci.gate.render.comparison import markdown_causes, text_causes
 from traceml_ci.gate.render.lead import decided_line, timings_line
 from traceml_ci.gate.results import Verdict
 
-#: Version of the JSON document ``traceml-ci ab --format json`` prints and writes.
-AB_JSON_VERSION = "1"
+#: Version of the JSON document ``traceml-ci ab --format json`` prints and writes (2: the
+#: contended rule's ``contended``, ``needed_to_pass`` and ``can_regress`` gone with it).
+AB_JSON_VERSION = "2"
 
 
 def _ratio(x: float | None) -> str:
@@ -81,8 +82,6 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
                 *deltas,
             ]
         )
-    def excused(iv: Interval) -> bool:
-        return iv.metric in result.excused and iv.status is Status.UNDECIDED
 
     ihead = ["metric", "estimate", "95% interval", "tolerance", "status"]
     irows = [
@@ -91,7 +90,7 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
             fmt.delta(iv.estimate, iv.unit),
             _interval(iv),
             fmt.delta(iv.tolerance, iv.unit),
-            "undecided (not needed: contended)" if excused(iv) else iv.status.value,
+            iv.status.value,
         ]
         for iv in result.intervals
     ]
@@ -189,7 +188,6 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "base": {"ref": base_ref, "commit": base_commit},
         "cpu_wait_pct": result.cpu_wait_pct,
         "cpu_speed_moved_pct": result.cpu_speed_moved_pct,
-        "contended": result.contended,
         "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
@@ -214,7 +212,6 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "intervals": [
             {"metric": iv.metric, "unit": iv.unit, "estimate": iv.estimate, "low": iv.low,
              "high": iv.high, "tolerance": iv.tolerance, "status": iv.status.value,
-             "needed_to_pass": iv.metric not in result.excused, "can_regress": iv.can_regress,
              "per_round": list(iv.per_round), "phase_time_grew": iv.time_grew}
             for iv in result.intervals
         ],

@@ -15,7 +15,6 @@ from traceml_ci.gate.render.lead import timings_said
 from traceml_ci.gate.results import Comparison, Row, Verdict, describe
 from traceml_ci.gate.results import Status as RowStatus
 from traceml_ci.gate.rules import DEFAULT_RULES, Rules
-from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 
 #: Tolerance of the median step time, % slower (head over base).
 DEFAULT_STEP_TOL_PCT = 5.0
@@ -29,13 +28,6 @@ DEFAULT_MIN_ROUNDS = 2
 #: tolerance in most A/Bs (6 of 26 did); twelve let it clear in 10 of 14 (docs/noise.md). A run
 #: decides as soon as it can, so only a noisy run pays for the higher cap.
 DEFAULT_MAX_ROUNDS = 12
-#: How far apart, in %, the CPU reference of a round's two runs may be before the round counts
-#: as contended too: the machine's CPU ran that much slower for one side, without any wait for
-#: a CPU to show it (a busy neighbour core sharing caches and memory, another guest on the
-#: host). Seen on the 2-core development VM with busy loops coming and going: the reference
-#: 0.65 ms for one side and 0.93 for the other, wall time +120 %, both runs waiting 1 %.
-#: Quiet rounds there stay within a few %.
-SPEED_MOVED_PCT = 10.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +104,6 @@ class AbResult:
     #: The training thread's CPU waits in % of its step time, the most any run waited (None:
     #: not measured by every run).
     cpu_wait_pct: float | None = None
-    #: Metrics a pass does not need cleared: wall time and shares where a run was contended
-    #: (the shares can still regress, on stronger evidence; the wall clock cannot).
-    excused: frozenset[str] = frozenset()
     #: How much slower the machine's CPU ran for one side of a round than for the other, the
     #: most over the rounds, in % (the CPU reference's ratio; None: not timed by every run).
     cpu_speed_moved_pct: float | None = None
@@ -125,11 +114,6 @@ class AbResult:
     pairs: tuple[Comparison | None, ...] = ()
     #: Host clock: the measured rows that regressed in every round's pair so far.
     confirmed: tuple[str, ...] = ()
-
-    @property
-    def contended(self) -> bool:
-        """Whether a pass rests on the load-proof metrics alone."""
-        return bool(self.excused)
 
     @property
     def causes(self) -> tuple[str, ...]:
@@ -143,8 +127,7 @@ class AbResult:
     @property
     def undecided(self) -> list[Interval]:
         """Undecided metrics a pass needs cleared."""
-        return [iv for iv in self.intervals
-                if iv.status is Status.UNDECIDED and iv.metric not in self.excused]
+        return [iv for iv in self.intervals if iv.status is Status.UNDECIDED]
 
     @property
     def step(self) -> Interval | None:
@@ -166,24 +149,12 @@ class AbResult:
                 + [r.note for r in surest(self.counters.regressed)]
             )
             return f"regression after {rounds}: {moved}"
-        contended = ""
-        if self.excused:
-            which = "step time and shares" if STEP_METRIC in self.excused else "the shares"
-            contended = (f"; {self.why_contended()}, so {which}, which move with the "
-                         "machine's other work, were not needed to clear")
-            step = self.step
-            if STEP_METRIC in self.excused and step is not None and step.low > step.tolerance:
-                contended += (f" (step time {_signed(step.estimate, step.unit)}, not judged: "
-                              "the load fell on both sides' runs)")
         if self.verdict is Verdict.PASS:
-            needed = [iv.label for iv in self.intervals if iv.metric not in self.excused]
-            if not self.excused:
-                return f"pass after {rounds}: every metric within tolerance"
-            return f"pass after {rounds}: {' and '.join(needed)} within tolerance{contended}"
+            return f"pass after {rounds}: every metric within tolerance"
         noisy = "; ".join(_said(iv) for iv in self.undecided)
         if self.verdict is Verdict.INCONCLUSIVE:
-            return f"inconclusive after {rounds}: {noisy} too noisy to decide{contended}; re-run"
-        return f"undecided after {rounds}: {noisy}{contended}"
+            return f"inconclusive after {rounds}: {noisy} too noisy to decide; re-run"
+        return f"undecided after {rounds}: {noisy}"
 
     def _host_reason(self, rounds: str) -> str:
         """The verdict on a host clock: what the counts said, what the timings showed."""
@@ -205,18 +176,6 @@ class AbResult:
                     f"{timings or 'not measured'}{tail}")
         return f"undecided after {rounds}: confirming {', '.join(moved)}"
 
-    def why_contended(self) -> str:
-        """What made the rounds count as contended, in words ("" when they did not)."""
-        if not self.excused:
-            return ""
-        said = []
-        if self.cpu_wait_pct is not None and self.cpu_wait_pct >= CONTENDED_RUNQUEUE_WAIT_PCT:
-            said.append(f"a run waited {self.cpu_wait_pct:.0f} % of its step for a CPU")
-        moved = self.cpu_speed_moved_pct
-        if moved is not None and moved >= SPEED_MOVED_PCT:
-            said.append(f"the CPU ran {moved:.0f} % slower for one side of a round "
-                        "(its CPU reference)")
-        return " and ".join(said)
 
 
 def _signed(x: float, unit: str) -> str:

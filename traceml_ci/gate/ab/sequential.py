@@ -4,17 +4,13 @@ on the per-round differences, and the sequential decision taken after each round
 
 Each round runs both sides back to back (ABBA order: base first in odd rounds, head first in
 even ones), so drift and contention on the machine hit both. The unit of evidence is a round's
-*difference*: the ratio of the median step times (head / base), the ratio of the job's CPU time
-per step where both sides measured it (``step_cpu``: a loaded runner moves it far less than
-wall time), and each phase share's change in percentage points. After each round from
-``min_rounds`` on, a Student-t interval on those differences decides: a regression as soon as
-one metric's lower bound is past its tolerance, a pass as soon as every metric's upper bound is
-inside it, otherwise one more round; at ``max_rounds`` the result is inconclusive -- never a
-pass, never a regression. Where a run waited for a CPU or the CPU ran slower for one side
-(contended: summary/keys.py's ``CONTENDED_RUNQUEUE_WAIT_PCT``, ``SPEED_MOVED_PCT``), wall time
-and shares move with the machine's other work: a pass then needs only the metrics the load
-does not move cleared (``LOAD_PROOF``: step CPU time, step time without CPU waits); the shares
-can still fail the head on stronger evidence (``EXCUSED_ALPHA``), the wall clock cannot.
+*difference*: the ratio of the median step times (head / base) and each phase share's change
+in percentage points (on a host clock the job's CPU time per step too, as an estimate). After
+each round from ``min_rounds`` on, a Student-t interval on those differences decides: a
+regression as soon as one metric's lower bound is past its tolerance, a pass as soon as every
+metric's upper bound is inside it, otherwise one more round; at ``max_rounds`` the result is
+inconclusive -- never a pass, never a regression. (The rule that excused wall time and shares
+on a contended CPU served host-clock timings, which no longer decide: docs/noise.md.)
 
 The deterministic counters and settings (scalar reads per step, bytes kept from each step, the
 optimizer, FLOPs, the DataLoader's settings) are the same on every run of the same code, so one
@@ -36,30 +32,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from traceml_ci.gate.ab.intervals import (
-    CONFIDENCE,
-    CPU_METRIC,
-    STEP_METRIC,
-    UNLOADED_METRIC,
     Interval,
     Status,
     cpu_interval,
-    cpu_ratios,
     quantile_for,
     share_deltas,
     share_intervals,
     step_interval,
-    unloaded_interval,
-    unloaded_ratios,
 )
 from traceml_ci.gate.ab.result import (
     DEFAULT_MAX_ROUNDS,
     DEFAULT_MIN_ROUNDS,
     DEFAULT_SHARE_TOL_PP,
     DEFAULT_STEP_TOL_PCT,
-    SPEED_MOVED_PCT,
     AbResult,
     AbSettings,
     Counters,
@@ -69,18 +56,7 @@ from traceml_ci.gate.ab.result import (
 from traceml_ci.gate.ab.rounds import RoundPair, Side, SideFigures, round_order
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT, HOST_BAND_SHARE_PP
 from traceml_ci.gate.results import Comparison, Verdict
-from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
 
-#: Rounds before the wall clock may fail a head on a contended CPU where the load only ever fell
-#: on the head's runs (it may be the head's own doing; until then the wall clock must clear for
-#: a pass): a random streak of three rounds with the busy loops on the head's runs was seen.
-SELF_LOAD_MIN_ROUNDS = 6
-#: The metrics contention does not move: on a contended CPU, the ones a pass needs cleared.
-LOAD_PROOF = (CPU_METRIC, UNLOADED_METRIC)
-#: On a contended CPU, the family-wise error is split: most of it to the load-proof metrics
-#: (narrow intervals, so unchanged code can pass), this much to the shares together (wide ones:
-#: only a clear move of a share fails the head; the wall clock then never does).
-EXCUSED_ALPHA = 0.01
 #: Rounds before a regression: two rounds that happen to agree give a t interval (one degree
 #: of freedom) that a loaded runner's noise clears by chance (an A/A false alarm, seen).
 REGRESSION_MIN_ROUNDS = 3
@@ -92,7 +68,7 @@ HOST_CONFIRM_ROUNDS = 3
 #: gate/ab/result.py define them).
 __all__ = ["DEFAULT_MAX_ROUNDS", "DEFAULT_MIN_ROUNDS",
            "DEFAULT_SHARE_TOL_PP", "DEFAULT_STEP_TOL_PCT", "HOST_CONFIRM_ROUNDS",
-           "SPEED_MOVED_PCT", "AbResult", "AbSettings", "RoundPair", "Side",
+           "AbResult", "AbSettings", "RoundPair", "Side",
            "SideFigures", "decide", "round_order", "run_rounds"]
 
 
@@ -113,76 +89,29 @@ def decide(rounds: Sequence[RoundPair], settings: AbSettings | None = None) -> A
     return dataclasses.replace(result, verdict=_device_verdict(result))
 
 
-@dataclass(frozen=True)
-class _Load:
-    """What the machine's other work did to the rounds (device clock)."""
-
-    waited: float | None  # the most any run waited for a CPU, % of its step
-    moved: float | None  # how much slower the CPU ran for one side of a round, %
-    contended: bool  # a pass rests on what the load does not move
-    outside: bool  # the load fell on the base's runs too: the wall clock may clear, not fail
-
-
-def _load(rounds: tuple[RoundPair, ...]) -> _Load:
-    """A contended run moves wall time and shares, and so does a CPU that ran slower for one
-    side. The wall clock on a contended CPU measures the load as much as the code: an A/A whose
-    busy loops happened to fall on the head's runs three rounds running read +110-200 % each,
-    a false regression. Where the load came from outside (it fell on the base's runs too), the
-    wall clock may clear, never fail. Load that only ever fell on the head's runs may be the
-    head's own (its threads or worker processes taking the CPUs, which no load-proof figure
-    sees): then the wall clock must clear for a pass, and may fail the head once that has held
-    for SELF_LOAD_MIN_ROUNDS rounds, past any random streak."""
-    waited, moved = _cpu_wait_pct(rounds), _cpu_speed_moved_pct(rounds)
-    contended = unloaded_ratios(rounds) is not None and (
-        (waited is not None and waited >= CONTENDED_RUNQUEUE_WAIT_PCT)
-        or (moved is not None and moved >= SPEED_MOVED_PCT)
-    )
-    return _Load(waited, moved, contended, contended and _load_from_outside(rounds))
-
-
 def _device_intervals(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: Counters,
                       first: Comparison | None) -> AbResult:
-    """The rounds' intervals on a device clock, their family-wise error split where the CPU
-    was contended (narrow load-proof intervals, wide others); no verdict yet."""
+    """The rounds' intervals on a device clock -- the step time and each share, family-wise
+    95 % -- and no verdict yet. (A device clock's timings are the GPU's: the host's load does
+    not move them, so nothing here is excused for contention.)"""
     n = len(rounds)
     deltas = share_deltas(rounds)  # once: it sizes the family and feeds the intervals
-    load = _load(rounds)
-    proof = (cpu_ratios(rounds) is not None) + (unloaded_ratios(rounds) is not None)
-    q = q_rest = quantile_for(proof + 1 + len(deltas), n)
-    if load.contended:
-        rest = len(deltas) + (not load.outside)  # what the excused error is spent on
-        q = quantile_for(proof, n, 1.0 - CONFIDENCE - (EXCUSED_ALPHA if rest else 0.0))
-        q_rest = quantile_for(max(rest, 1), n, EXCUSED_ALPHA)
-    cpu = cpu_interval(rounds, settings.step_tol_pct, q)
-    unloaded = unloaded_interval(rounds, settings.step_tol_pct, q)
-    step = step_interval(rounds, settings.step_tol_pct, q_rest)
-    if load.outside or (load.contended and n < SELF_LOAD_MIN_ROUNDS):
-        step = dataclasses.replace(step, can_regress=False)
-    intervals = (
-        step,
-        *(() if cpu is None else (cpu,)),
-        *(() if unloaded is None else (unloaded,)),
-        *share_intervals(rounds, settings.share_tol_pp, q_rest, deltas),
-    )
-    excused = frozenset(
-        iv.metric for iv in intervals
-        if load.contended and iv.metric not in LOAD_PROOF
-        and (load.outside or iv.metric != STEP_METRIC)  # the head's own load: the wall must clear
-    )
-    return AbResult(rounds, intervals, None, settings, counters, load.waited, excused,
-                    load.moved, pairs=(first,))
+    q = quantile_for(1 + len(deltas), n)
+    intervals = (step_interval(rounds, settings.step_tol_pct, q),
+                 *share_intervals(rounds, settings.share_tol_pp, q, deltas))
+    return AbResult(rounds, intervals, None, settings, counters, _cpu_wait_pct(rounds),
+                    cpu_speed_moved_pct=_cpu_speed_moved_pct(rounds), pairs=(first,))
 
 
 def _device_verdict(result: AbResult) -> Verdict | None:
     """Regression once an interval is past its tolerance (from REGRESSION_MIN_ROUNDS on), pass
-    once every needed one cleared, inconclusive at the cap; None: another round."""
+    once every one cleared, inconclusive at the cap; None: another round."""
     n, settings = len(result.rounds), result.settings
     if n < settings.min_rounds:
         return None
     if result.regressed and n >= REGRESSION_MIN_ROUNDS:
         return Verdict.REGRESSION
-    if all(iv.status is Status.CLEARED for iv in result.intervals
-           if iv.metric not in result.excused):
+    if all(iv.status is Status.CLEARED for iv in result.intervals):
         return Verdict.PASS
     return Verdict.INCONCLUSIVE if n >= settings.max_rounds else None
 
@@ -221,8 +150,8 @@ def _decide_host(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: 
         verdict = Verdict.REGRESSION
     else:
         verdict = None
-    return AbResult(rounds, intervals, verdict, settings, counters,
-                    _cpu_wait_pct(rounds), frozenset(), _cpu_speed_moved_pct(rounds),
+    return AbResult(rounds, intervals, verdict, settings, counters, _cpu_wait_pct(rounds),
+                    cpu_speed_moved_pct=_cpu_speed_moved_pct(rounds),
                     host_clock=True, pairs=pairs, confirmed=tuple(sorted(confirmed)))
 
 
@@ -233,20 +162,6 @@ def _cpu_wait_pct(rounds: Sequence[RoundPair]) -> float | None:
     if not found or any(x is None for x in found):
         return None
     return max(x for x in found if x is not None)
-
-
-def _load_from_outside(rounds: Sequence[RoundPair]) -> bool:
-    """Whether some round's extra load fell on the base's run: it waited for a CPU
-    ``CONTENDED_RUNQUEUE_WAIT_PCT`` more than the head's, or its CPU ran ``SPEED_MOVED_PCT``
-    slower. Load that only ever falls on the head's runs may be the head's own doing."""
-    for r in rounds:
-        wb, wh = r.base.cpu_wait_pct, r.head.cpu_wait_pct
-        if wb is not None and wh is not None and wb - wh >= CONTENDED_RUNQUEUE_WAIT_PCT:
-            return True
-        speed = r.cpu_speed_ratio
-        if speed is not None and speed * (1.0 + SPEED_MOVED_PCT / 100.0) <= 1.0:
-            return True
-    return False
 
 
 def _cpu_speed_moved_pct(rounds: Sequence[RoundPair]) -> float | None:
