@@ -63,7 +63,8 @@ def test_ddp_under_no_sync_does_not_wait(tmp_path) -> None:
     (the same rank 1 sleeping 15 ms a step, no collective to wait for it in)."""
     for doc in _run(tmp_path, "no_sync"):
         st = doc["step_time"]
-        # synced, rank 0 waits ~15 ms of a ~20 ms step (75 %); a loaded runner adds a little
-        # preemption after the last gradient (2.3 % seen beside other work)
-        assert st["wait_pct"] < 10.0, st
+        # synced, rank 0 waits ~15 ms of a ~20 ms step (75 %); a loaded runner adds some
+        # preemption inside gloo's calls (2.3 % seen beside other work, 11.9 % in a suite run
+        # beside two more test sessions): a third of the synced share tells the two apart
+        assert st["wait_pct"] < 25.0, st
         assert st["phase_ms"]["backward"] > 0.0
