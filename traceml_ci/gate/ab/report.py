@@ -12,6 +12,7 @@ from typing import Any
 
 from traceml_ci.gate import fmt
 from traceml_ci.gate.ab.intervals import Interval
+from traceml_ci.gate.ab.rounds import SideFigures
 from traceml_ci.gate.ab.sequential import AbResult
 from traceml_ci.gate.render.comparison import markdown_causes, text_causes
 from traceml_ci.gate.render.lead import decided_line, timings_line
@@ -177,6 +178,15 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
+def _side_json(side: SideFigures) -> dict[str, Any]:
+    """One side's figures of one round, as the JSON document holds them."""
+    return {"step_ms": side.step_ms, "cpu_ms": side.cpu_ms,
+            "cpu_reference_ms": side.cpu_reference_ms,
+            "thread": None if side.thread is None else dict(side.thread),
+            "uncontended": None if side.uncontended is None else dict(side.uncontended),
+            "shares_pct": dict(side.shares)}
+
+
 def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict[str, Any]:
     """The machine-readable document (``--format json``, ``<out>/ab.json``)."""
     s = result.settings
@@ -192,18 +202,7 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
             {"round": r.number, "first": r.first.value,
-             "base": {"step_ms": r.base.step_ms, "cpu_ms": r.base.cpu_ms,
-                      "cpu_reference_ms": r.base.cpu_reference_ms,
-                      "thread": None if r.base.thread is None else dict(r.base.thread),
-                      "uncontended": (None if r.base.uncontended is None
-                                      else dict(r.base.uncontended)),
-                      "shares_pct": dict(r.base.shares)},
-             "head": {"step_ms": r.head.step_ms, "cpu_ms": r.head.cpu_ms,
-                      "cpu_reference_ms": r.head.cpu_reference_ms,
-                      "thread": None if r.head.thread is None else dict(r.head.thread),
-                      "uncontended": (None if r.head.uncontended is None
-                                      else dict(r.head.uncontended)),
-                      "shares_pct": dict(r.head.shares)},
+             "base": _side_json(r.base), "head": _side_json(r.head),
              "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio,
              "unloaded_ratio": r.unloaded_ratio, "cpu_speed_ratio": r.cpu_speed_ratio,
              "ratios_from_uncontended_windows": r.uncontended}
