@@ -3,8 +3,12 @@ FSDP's collectives: each rank writes what each step spent in them to
 ``stopwatch.rank<N>.json`` in the folder it runs in.
 
 python fsdp_job.py none       # balanced
-python fsdp_job.py forward    # rank 1 spins 15 ms in forward
-python fsdp_job.py backward   # rank 1 spins 15 ms in backward, between layers' gradients
+python fsdp_job.py forward    # rank 1 waits 15 ms in forward
+python fsdp_job.py backward   # rank 1 waits 15 ms in backward, between layers' gradients
+
+The slow rank's 15 ms are a wait (a sleep), as a slower device's host thread waits for it: a
+spin under load is mostly waiting for a CPU, which the straggler analysis rightly takes off
+(tests/cli/ddp_job.py).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from torch.distributed.fsdp import fully_shard
 import traceml_ci as traceml
 
 # The DDP example's model: its forward spins forward_ms, its backward backward_ms between the
-# first layer's gradient and the later layers'.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from train_ddp import Net  # noqa: E402
+# first layer's gradient and the later layers' -- as waits (ddp_job.slow_phases_wait).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddp_job import slow_phases_wait  # noqa: E402
+from train_ddp import Net  # noqa: E402  (on sys.path since ddp_job)
 
 SPIN_MS = 15.0
 STEPS = 30
@@ -48,6 +53,7 @@ def stopwatched(spent: list[float], orig: Any) -> Any:
 
 def main() -> None:
     slow = sys.argv[1]
+    slow_phases_wait()
     torch.set_num_threads(1)
     spent: list[float] = [0.0]
     # FSDP2 calls these through ``torch.distributed`` on every use. Wrapped before the process

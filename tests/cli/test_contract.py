@@ -207,7 +207,8 @@ def test_diff_refuses_devices_and_streams_at_once(tmp_path) -> None:
 
 
 def test_diff_on_a_9_mb_run_name_is_refused_fast(tmp_path, capsys) -> None:
-    """Used to take 8-63 s; now one line and exit 2, well under a second (stopwatch here)."""
+    """Used to take 8-63 s; now one line and exit 2, well under a second quiet (stopwatch here;
+    the bound leaves a loaded machine room, and still fails the 8 s it took)."""
     import time
 
     big = _file(tmp_path / "big.json", name="x" * 9_000_000)
@@ -219,7 +220,7 @@ def test_diff_on_a_9_mb_run_name_is_refused_fast(tmp_path, capsys) -> None:
         elapsed = time.perf_counter() - start
         line = _one_line(capsys.readouterr().err)
         assert "$.run.name is 9,000,000 characters long" in line and len(line) < 400
-        assert elapsed < 1.0, (argv, elapsed)
+        assert elapsed < 4.0, (argv, elapsed)
 
 
 @given(st.text())

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cli.test_run_distributed import _finish, _free_port, _merged, _start
+from tests.distributed_checks import assert_no_confident_straggler
 
 SCRIPT = Path(__file__).with_name("fsdp_job.py")
 
@@ -40,16 +41,18 @@ def test_fsdp_collectives_are_wait_as_long_as_a_stopwatch_around_them(tmp_path: 
         off_pp = 100.0 * abs(st["phase_ms"]["wait"] - watched) / st["step_ms"]["median"]
         assert off_pp <= 2.0, (rank, st["phase_ms"], watched)
         assert st["phase_ms"]["forward"] > 0 and st["phase_ms"]["backward"] > 0
-    # The evidence is the waits: balanced ranks get the balanced label, not "not analysed".
+    # The evidence is the waits: balanced ranks get the balanced label, not "not analysed"
+    # (on a loaded machine, at most a marginal straggler: docs/distributed.md).
     assert dist["straggler"]["evidence"] == "wait"
-    assert dist["straggler"]["label"] == "RANKS_BALANCED", dist["straggler"]
+    assert dist["straggler"]["label"] is not None, dist["straggler"]
+    assert_no_confident_straggler(dist)
 
 
 @pytest.mark.parametrize("slow", ["forward", "backward"])
 def test_the_fsdp_rank_the_others_wait_for_is_named_with_its_phase(
     tmp_path: Path, slow: str
 ) -> None:
-    """Rank 1 spins 15 ms a step in ``slow``: rank 0 waits that much longer in the collectives,
+    """Rank 1 takes 15 ms more a step in ``slow``: rank 0 waits that much longer in the collectives,
     and rank 1 is the straggler, in that phase (backward's own compute included)."""
     block = _run(tmp_path, slow)["distributed"]
     straggler = block["straggler"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.distributed_checks import assert_no_confident_straggler
 from tests.pytest_plugin.conftest import SmokeProject
 
 #: The example DDP job (rank --slow-rank slowed in its dataset's __getitem__), copied into the
@@ -40,13 +41,16 @@ def test_ddp_script_records_a_baseline_then_a_new_straggler_fails(smoke: SmokePr
     smoke.monkeypatch.delenv("DDP_SLOW_RANK", raising=False)
     recorded = smoke.run("--traceml-update-baseline", *FAST)
     recorded.assert_outcomes(passed=1)
-    stored = smoke.baseline_summaries()["test_ddp.py::test_ddp"]
-    assert stored["distributed"]["straggler"]["label"] == "RANKS_BALANCED"
+    stored = smoke.baseline_summaries()["test_ddp.py::test_ddp"]["distributed"]
+    # RANKS_BALANCED; on a loaded machine at most a marginal straggler (docs/distributed.md),
+    # which the new input straggler (64 ms of input a step) is worse than all the same.
+    assert_no_confident_straggler(stored)
+    before = stored["straggler"]["label"]
 
     smoke.monkeypatch.setenv("DDP_SLOW_RANK", "1")
     gated = smoke.run(*FAST)
     gated.assert_outcomes(failed=1)
-    gated.stdout.fnmatch_lines(["*distributed.straggler.label*RANKS_BALANCED*INPUT_STRAGGLER*"])
+    gated.stdout.fnmatch_lines([f"*distributed.straggler.label*{before}*INPUT_STRAGGLER*"])
 
 
 def test_nproc_per_node_must_be_a_whole_number(smoke: SmokeProject) -> None:

@@ -17,9 +17,13 @@ from typing import Any
 
 import pytest
 
+from tests.distributed_checks import assert_no_confident_straggler
 from traceml_ci.summary.schema import summary_problems
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+#: The example with its slow rank's forward a wait, not a spin: on a loaded machine a spin is
+#: mostly waiting for a CPU, which the straggler analysis takes off (tests/cli/ddp_job.py).
+WAITING_EXAMPLE = Path(__file__).resolve().parents[1] / "cli" / "ddp_job.py"
 
 
 def _free_port() -> int:
@@ -29,11 +33,12 @@ def _free_port() -> int:
 
 
 def torchrun(out: Path, *args: str, timeout: float = 120.0,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Two ranks of the example under torchrun; the whole process group is killed if it
-    outlives ``timeout``."""
+             env: dict[str, str] | None = None,
+             script: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
+    """Two ranks of the example (or ``script``) under torchrun; the whole process group is
+    killed if it outlives ``timeout``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(EXAMPLE),
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script),
            "--steps", "30", *args]
     full_env = {**os.environ, "TRACEML_CI_OUT": str(out), "TRACEML_CI_LIVE": "0", **(env or {})}
     proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -60,7 +65,7 @@ def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
     dist = doc["distributed"]
     assert (dist["world_size"], dist["ranks_reported"], dist["backend"]) == (2, 2, "gloo")
     assert dist["nodes"] == 1
-    assert dist["straggler"]["label"] == "RANKS_BALANCED"
+    assert_no_confident_straggler(dist)  # on a loaded machine, at most a marginal one
     assert [r["rank"] for r in dist["ranks"]] == [0, 1]
     assert [r["local_rank"] for r in dist["ranks"]] == [0, 1]
     for r in (0, 1):  # every rank keeps its own summary too
@@ -69,7 +74,8 @@ def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
 
 
 def test_a_rank_slow_in_forward_is_named_a_compute_straggler(tmp_path: Path) -> None:
-    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward", "--slow-ms", "12")
+    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward", "--slow-ms", "12",
+                    script=WAITING_EXAMPLE)
     assert done.returncode == 0, done.stdout
     dist = merged(tmp_path)["distributed"]
     s = dist["straggler"]
