@@ -527,6 +527,14 @@ class Stopwatch:
 STOPWATCH_TIE = 0.75
 
 
+def _contended(summary: dict[str, Any]) -> bool:
+    """Whether the run waited for a CPU past the gate's contention mark (summary/keys.py)."""
+    from traceml_ci.summary.keys import CONTENDED_RUNQUEUE_WAIT_PCT
+
+    wait = ((summary.get("run") or {}).get("contention") or {}).get("runqueue_wait_pct")
+    return isinstance(wait, (int, float)) and wait >= CONTENDED_RUNQUEUE_WAIT_PCT
+
+
 @check("modules, FLOPs, profile")
 def pinpoint(device: str, out: Path) -> str:
     """Module times on the phases' clock (device events on CUDA), the slow block named in
@@ -575,6 +583,9 @@ def pinpoint(device: str, out: Path) -> str:
         timed[phase] = ", ".join(f"{k} {v:.2f}" for k, v in watch.items())
         owner = top["name"].split(".")[0]  # a child of the block leads: the block's time
         assert watch and owner in watch, f"{phase}: {mods[phase][:3]}; stopwatch ms {watch}"
+        if _contended(holder):  # a host clock on a CPU other work took: times inform, as in
+            timed[phase] += " (contended CPU: not ranked)"  # the gate (docs/gate.md)
+            continue
         assert watch[owner] >= STOPWATCH_TIE * max(watch.values()), (
             f"{phase}: tracer {mods[phase][:3]}; stopwatch ms on the sampled calls {watch}"
         )

@@ -239,9 +239,11 @@ def test_every_tests_first_round_runs_in_one_child_per_side(quiet) -> None:
     result.assert_outcomes(passed=3)
     doc = json.loads((project.path / "ab.json").read_text())
     assert doc["verdict"] == "pass"
-    assert {t["nodeid"]: (t["verdict"], len(t["ab"]["rounds"])) for t in doc["tests"]} == {
-        "test_ab_smoke.py::test_train": ("pass", 1), "test_ab_smoke.py::test_second": ("pass", 1)}
-    # two child sessions in all, each running both tests, and none per test
+    assert {t["nodeid"]: t["verdict"] for t in doc["tests"]} == {
+        "test_ab_smoke.py::test_train": "pass", "test_ab_smoke.py::test_second": "pass"}
+    # a timing past its band in round 1 on a loaded runner may take confirmation rounds
+    assert all(1 <= len(t["ab"]["rounds"]) <= HOST_CONFIRM_ROUNDS for t in doc["tests"]), doc
+    # two child sessions in all for the first round, each running both tests, none per test
     assert _first_rounds(project) == ["traceml-ab-first-round/base-round1.json",
                                       "traceml-ab-first-round/head-round1.json"]
     for side in ("base", "head"):
