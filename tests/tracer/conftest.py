@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog
+from tests.tracer.fakes import FakeCudaMemory, FakeDevice, FakeEventLog, FakeWait
 from traceml_ci.summary.schema import summary_problems
 from traceml_ci.tracer import api, session
 from traceml_ci.tracer.clocks import HostClock
@@ -38,6 +38,40 @@ def fresh_tracer(tmp_path: Path, torch_single_thread: None) -> Iterator[Callable
         tracer.copies.uninstall()  # torch.Tensor's methods, even where a test failed midway
         if tracer.roots is not None:
             tracer.roots.uninstall()
+
+
+@pytest.fixture
+def fake_waits(monkeypatch: pytest.MonkeyPatch) -> FakeWait:
+    """The module sampler reads the thread's waits for a CPU from a ``FakeWait`` (0 until a
+    test advances it): with a ``FakeClock``, a module's time is then exactly what its loop
+    spent, whatever the machine's real preemptions (which the hooks would subtract)."""
+    from traceml_ci.tracer import modules
+
+    wait = FakeWait()
+    monkeypatch.setattr(modules, "ThreadWait", lambda: wait)
+    return wait
+
+
+@pytest.fixture(scope="session")
+def pinned_run_with_a_hog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One traced child for the tests of two files (a child that imports torch takes seconds
+    on a loaded runner): its steps spin 1 ms of CPU and sleep 2 ms, pinned to one CPU, a busy
+    loop pinned beside it for the middle third of the run (test_cputime.HOG_MIDWAY_CHILD).
+    Its folder: ``final_summary.json`` and the child's own ``stopwatch.json``."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.tracer.test_cputime import HOG_MIDWAY_CHILD, HOG_SAYS_SO
+
+    out = tmp_path_factory.mktemp("pinned")
+    cpu = min(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-c", HOG_MIDWAY_CHILD, str(cpu), str(out), HOG_SAYS_SO],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return out
 
 
 def finish_and_load(tracer: Any) -> dict[str, Any]:

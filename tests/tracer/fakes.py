@@ -2,7 +2,8 @@
 moves only when a test says (``FakeClock``).
 
 FakeEvent behaves like torch.cuda.Event(enable_timing=True): record() stamps it, query() turns
-True only once the "device" has caught up (a few polls later), elapsed_time() is in ms.
+True only once the "device" has caught up (a few polls later), elapsed_time() is in ms. Its
+stamps are real time, or a fake clock's (``FakeEventLog.now``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class FakeEventLog:
 
     def __init__(self, lag_records: int = 30) -> None:
         self.lag_records = lag_records
+        #: What stamps an event (ns): ``time.perf_counter_ns``, or a ``FakeClock``'s ``mark``.
+        self.now: Any = None
         self.created = 0
         self.records = 0
         self.queries = 0
@@ -49,7 +52,7 @@ class FakeEvent:
     def record(self, stream: Any = None) -> None:
         self.log.records += 1
         self.seq = self.log.records
-        self.t_ns = time.perf_counter_ns()
+        self.t_ns = (self.log.now or time.perf_counter_ns)()
 
     def _done(self) -> bool:
         log = self.log
@@ -129,3 +132,24 @@ class FakeClock(HostClock):
 
     def __call__(self) -> FakeClock:
         return self
+
+
+class FakeWait:
+    """Stands in for the module sampler's ``ThreadWait`` (the thread's runqueue wait, read from
+    schedstat): ns "waited for a CPU", moving only on ``advance(us)``. Module samples on a fake
+    clock must not subtract the real preemptions of a loaded machine from fake intervals; a
+    test that wants a preemption advances both (test_module_uniform.Block)."""
+
+    def __init__(self) -> None:
+        self.waited_ns = 0
+        #: False: no schedstats (``read`` gives None), as on a kernel without them.
+        self.available = True
+
+    def read(self) -> int | None:
+        return self.waited_ns if self.available else None
+
+    def advance(self, us: float) -> None:
+        self.waited_ns += round(us * 1000)
+
+    def close(self) -> None:
+        pass

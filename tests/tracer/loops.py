@@ -141,12 +141,14 @@ def train_at_least(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.T
     return done
 
 
-def busy_job(steps: int, ms: float) -> int:
+def busy_job(steps: int, ms: float, spend: Callable[[float], None] = busy) -> int:
     """``steps`` README steps of a job whose fetch, forward and backward each cost ``ms``
-    (plain SGD), traced by ``trace_step``; returns the number of steps run."""
-    model = BusyModel(ms, ms)
+    (plain SGD; ``spend``: spins, or a fake clock's ``spend_on``), traced by ``trace_step``;
+    returns the number of steps run."""
+    model = BusyModel(ms, ms, spend=spend)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    return train(busy_loader(steps, ms), model, optimizer, traceml.trace_step, steps)
+    return train(busy_loader(steps, ms, spend=spend), model, optimizer, traceml.trace_step,
+                 steps)
 
 
 class Stopwatch:
@@ -235,6 +237,32 @@ def closure_loop(
         with traceml.trace_step(model) if trace else _Null():
             optimizer_step(watch, optimizer, closure)
     return watch, watch.walls
+
+
+def closure_steps(optimizer: Any, model: nn.Module, batches: Iterator[Any], steps: int,
+                  fetch_inside: bool = False, trace: bool = True) -> list[int]:
+    """``optimizer.step(closure)`` with forward and backward in the closure (and, with
+    ``fetch_inside``, a fetch as well); returns each step's number of closure calls."""
+    calls: list[int] = []
+    for _ in range(steps):
+        x, y = next(batches)
+        calls.append(0)
+
+        def closure(x: Any = x, y: Any = y) -> torch.Tensor:
+            calls[-1] += 1
+            if fetch_inside:
+                next(batches)  # a fetch inside the step: still this step
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            return loss
+
+        if trace:
+            with traceml.trace_step(model):
+                optimizer.step(closure)
+        else:
+            optimizer.step(closure)
+    return calls
 
 
 def optimizer_step(watch: Stopwatch, optimizer: Any, closure: Any) -> None:

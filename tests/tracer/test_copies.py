@@ -2,7 +2,9 @@
 
 This machine has no accelerator, so the copies go through the same code path with the CPU
 playing the device (``CopyPatches(is_device=...)``, copies made with ``.to("cpu", copy=True)``
-and ``copy_``): timed against a stopwatch on the host clock, and with fake CUDA events."""
+and ``copy_``): timed against a stopwatch on the host clock, and with fake CUDA events. The
+copies are torch's own work (the op the patches time), not a cost a test could spend on a fake
+clock: these stay on the real clock, step by step against a stopwatch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The CUDA code paths, driven with fakes: lazy event resolution, memory peaks, NVML sampling."""
+"""The CUDA code paths, driven with fakes: lazy event resolution, memory peaks, NVML sampling.
+
+The fake events are stamped with a fake clock's time (``FakeEventLog.now``) where a test
+checks what a phase holds: the device clock's figures are then exact."""
 
 from __future__ import annotations
 
@@ -7,10 +10,19 @@ import pytest
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import (
+    FakeClock,
     FakeEventLog,
     fake_torch_for_memory,
 )
-from tests.tracer.loops import BusyModel, BusySGD, busy_job, busy_loader, recorder_step, train
+from tests.tracer.loops import (
+    BusyModel,
+    BusySGD,
+    busy_job,
+    busy_loader,
+    recorder_step,
+    spend_on,
+    train,
+)
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
 from traceml_ci.tracer.recorder import BWD, DL, FWD, OPT, Recorder
@@ -81,18 +93,21 @@ def test_cuda_memory_reads_peaks_from_the_allocator_and_resets_them() -> None:
 
 def test_device_run_end_to_end_fills_memory_fields_and_clock(fresh_tracer, fake_cuda) -> None:
     log, memory = fake_cuda
-    tracer = fresh_tracer(warmup_steps=2)
-    model = BusyModel(1.0, 1.0)
-    optimizer = BusySGD(model.parameters(), 0.5)
-    train(busy_loader(20, 1.0), model, optimizer, traceml.trace_step, 20)
+    clock = FakeClock()
+    log.now = clock.mark  # the "device" events carry the fake clock's time
+    spend = spend_on(clock)
+    tracer = fresh_tracer(warmup_steps=2, clock=clock)
+    model = BusyModel(1.0, 1.0, spend=spend)
+    optimizer = BusySGD(model.parameters(), 0.5, spend=spend)
+    train(busy_loader(20, 1.0, spend=spend), model, optimizer, traceml.trace_step, 20)
     assert log.syncs == 0
     doc = finish_and_load(tracer)
     st, mem = doc["step_time"], doc["step_memory"]
     assert st["clock"] == "device_event"
     assert st["steps_total"] == 20 and st["steps_analyzed"] == 18
-    # 1 ms of busy forward: at least that, and (on a loaded machine, a preempted spin is longer
-    # on every clock) still a part of the step, beside 1 ms of backward and 0.5 of optimizer.
-    assert 0.8 <= st["phase_ms"]["forward"] < st["step_ms"]["median"] - 1.0
+    assert st["phase_ms"] == {"dataloader": 1.0, "forward": 1.0, "backward": 1.0,
+                              "optimizer": 0.5, "other": 0.0}
+    assert st["step_ms"]["median"] == 3.5
     assert mem["device"] == "cuda:0"
     assert mem["peak_allocated_mb"] == 1000.0 and mem["peak_reserved_mb"] == 3000.0
     assert mem["alloc_retries"] == 2 and mem["ooms"] == 0
@@ -106,8 +121,9 @@ def test_device_memory_growth_is_diagnosed(fresh_tracer, fake_cuda) -> None:
     _, memory = fake_cuda
     memory.reserved_mb = memory.allocated_mb = 500.0
     memory.growth_mb = 10.0  # +10 MB every step
-    tracer = fresh_tracer(warmup_steps=0)
-    busy_job(40, 0.1)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=0, clock=clock)
+    busy_job(40, 0.1, spend_on(clock))
     mem = finish_and_load(tracer)["step_memory"]
     assert mem["diagnosis"] == "MEMORY_GROWTH"
     assert mem["growth_mb_per_1k_steps"] == pytest.approx(10_000.0, rel=0.01)
@@ -150,8 +166,9 @@ def test_no_nvidia_gpu_means_no_sampler_and_no_noise(capfd) -> None:
 
 
 def test_cpu_run_has_null_device_memory_fields(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=0)
-    busy_job(12, 0.1)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=0, clock=clock)
+    busy_job(12, 0.1, spend_on(clock))
     doc = finish_and_load(tracer)
     mem = doc["step_memory"]
     assert mem["peak_allocated_mb"] is None and mem["peak_reserved_mb"] is None
@@ -174,15 +191,21 @@ def test_steps_past_max_steps_give_their_events_back() -> None:
 
 def test_device_marks_count_a_closure_to_forward_and_backward(fresh_tracer, fake_cuda) -> None:
     """The general path (device events) splits optimizer.step(closure) like the host one."""
-    from tests.tracer.loops import Stopwatch, assert_matches_stopwatch, closure_loop
+    from tests.tracer.loops import closure_steps
+    from traceml_ci.tracer.steps import PHASE_COLS
 
     log, _ = fake_cuda
-    tracer = fresh_tracer(warmup_steps=2)
-    model = BusyModel(2.0, 3.0)
-    optimizer = BusySGD(model.parameters(), step_ms=1.0)
-    watch, _ = closure_loop(optimizer, model, iter(busy_loader(14, 1.0)), 14)
-    assert isinstance(watch, Stopwatch)
+    clock = FakeClock()
+    log.now = clock.mark
+    spend = spend_on(clock)
+    tracer = fresh_tracer(warmup_steps=2, clock=clock)
+    model = BusyModel(2.0, 3.0, spend=spend)
+    optimizer = BusySGD(model.parameters(), step_ms=1.0, spend=spend)
+    assert closure_steps(optimizer, model, iter(busy_loader(14, 1.0, spend=spend)), 14) == [1] * 14
     tracer.store.drain_all()
     assert log.syncs <= 1  # only the drain at the end waited
     assert tracer.store.clock.kind == "device_event"
-    assert_matches_stopwatch(tracer, watch, ("dataloader", "forward", "backward", "optimizer"))
+    got = {p: tracer.store.column(PHASE_COLS[p])
+           for p in ("dataloader", "forward", "backward", "optimizer")}
+    assert got == {"dataloader": [1.0] * 12, "forward": [2.0] * 12, "backward": [3.0] * 12,
+                   "optimizer": [1.0] * 12}

@@ -1,7 +1,11 @@
 """Distributed runs for real: examples/train_ddp.py under plain torchrun (the script calls
 traceml.init()), two CPU ranks over gloo. Each rank's summary is gathered at finish; rank 0
 writes one merged summary naming the straggler and its cause from each rank's own work.
-Through `traceml-ci run --nproc-per-node`: tests/cli/test_run_distributed.py."""
+Through `traceml-ci run --nproc-per-node`: tests/cli/test_run_distributed.py.
+
+Three jobs: balanced (the group destroyed: the tracer finishes there), the README's loop
+(finish first) with a slow forward, shared by two tests, and a job that never destroys its
+group."""
 
 from __future__ import annotations
 
@@ -73,11 +77,26 @@ def test_balanced_ranks_merge_into_one_summary(tmp_path: Path) -> None:
         assert own["run"]["rank"] == r and "distributed" not in own
 
 
-def test_a_rank_slow_in_forward_is_named_a_compute_straggler(tmp_path: Path) -> None:
-    done = torchrun(tmp_path, "--slow-rank", "0", "--slow", "forward", "--slow-ms", "12",
-                    script=WAITING_EXAMPLE)
+@pytest.fixture(scope="module")
+def finish_first_slow_forward(tmp_path_factory: pytest.TempPathFactory
+                              ) -> tuple[Path, subprocess.CompletedProcess[str], float]:
+    """One job for two tests (a torchrun job of two gloo ranks takes seconds): the README's
+    loop (``traceml.finish()`` on every rank, then ``destroy_process_group``) with rank 0
+    slow in forward, its extra time a wait (``WAITING_EXAMPLE``). The gather's timeout is
+    raised, so a stall fails on time, not on a warning. Its folder, the run and its seconds."""
+    out = tmp_path_factory.mktemp("finish_first")
+    start = time.monotonic()
+    done = torchrun(out, "--finish-first", "--slow-rank", "0", "--slow", "forward",
+                    "--slow-ms", "12", script=WAITING_EXAMPLE,
+                    env={"TRACEML_CI_GATHER_TIMEOUT_S": "100", "OMP_NUM_THREADS": "1"},
+                    timeout=240)
+    return out, done, time.monotonic() - start
+
+
+def test_a_rank_slow_in_forward_is_named_a_compute_straggler(finish_first_slow_forward) -> None:
+    out, done, _ = finish_first_slow_forward
     assert done.returncode == 0, done.stdout
-    dist = merged(tmp_path)["distributed"]
+    dist = merged(out)["distributed"]
     s = dist["straggler"]
     assert (s["label"], s["rank"], s["cause"]) == ("COMPUTE_STRAGGLER", 0, "forward")
     ranks = {r["rank"]: r for r in dist["ranks"]}
@@ -91,23 +110,20 @@ def test_a_script_that_never_destroys_its_group_still_merges(tmp_path: Path) -> 
     assert merged(tmp_path)["distributed"]["straggler"]["rank"] == 1
 
 
-def test_finish_before_destroy_gathers_at_once(tmp_path: Path) -> None:
-    """The README's loop: ``traceml.finish()`` on every rank, then ``destroy_process_group``.
-    The output folder's claim was held across the gather, so one rank waited on the other's
-    lock while that one waited in the gather: a stall until the gather timed out, and no merged
-    summary. The gather's timeout is raised here, so a stall fails on time, not on a warning."""
-    start = time.monotonic()
-    done = torchrun(tmp_path, "--finish-first", "--slow-rank", "1", "--slow", "data",
-                    env={"TRACEML_CI_GATHER_TIMEOUT_S": "100"}, timeout=240)
-    took = time.monotonic() - start
+def test_finish_before_destroy_gathers_at_once(finish_first_slow_forward) -> None:
+    """The output folder's claim was held across the gather, so one rank waited on the other's
+    lock while that one waited in the gather: a stall until the gather timed out, and no
+    merged summary."""
+    out, done, took = finish_first_slow_forward
     assert done.returncode == 0, done.stdout
     assert "failed" not in done.stdout and "warning" not in done.stdout, done.stdout
-    dist = merged(tmp_path)["distributed"]
+    dist = merged(out)["distributed"]
     assert (dist["world_size"], dist["ranks_reported"]) == (2, 2)
-    assert dist["straggler"]["rank"] == 1
+    assert dist["straggler"]["rank"] == 0  # both ranks' own work reached rank 0's merge
     assert took < 90, f"the finish stalled: {took:.0f} s"
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (Before the module's shared job too: that one sets it itself. Unset, torchrun warns.)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

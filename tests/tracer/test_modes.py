@@ -1,51 +1,58 @@
-"""Manual mode, zero-change mode, warmup, init() precedence, and degrading on internal errors."""
+"""Manual mode, zero-change mode, warmup, init() precedence, and degrading on internal errors.
+
+Which phase each mode gives time to is the tracer's rule: the loops spend fake time
+(``fakes.FakeClock``) and the per-step phases are checked exactly."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import dataloader as dl_mod
 
 import traceml_ci as traceml
-from tests.conftest import busy
 from tests.tracer.conftest import finish_and_load, pct
-from tests.tracer.loops import (
-    BusyModel,
-    BusySGD,
-    Stopwatch,
-    assert_matches_stopwatch,
-    busy_job,
-    busy_loader,
-    train,
-)
+from tests.tracer.fakes import FakeClock
+from tests.tracer.loops import BusyModel, BusySGD, busy_job, busy_loader, spend_on, train
 from traceml_ci.tracer import api
+from traceml_ci.tracer.steps import PHASE_COLS
+
+
+def phase_columns(tracer: Any,
+                  phases: tuple[str, ...] = ("dataloader", "forward", "backward", "optimizer"),
+                  ) -> dict[str, list[float]]:
+    """The tracer's per-step ms of each phase over the analysed steps."""
+    return {p: tracer.store.column(PHASE_COLS[p]) for p in phases}
 
 
 def test_manual_mode_patches_nothing_and_marks_phases_by_hand(fresh_tracer) -> None:
     original_backward = torch.autograd.backward
     original_next = dl_mod._BaseDataLoaderIter.__next__
-    tracer = fresh_tracer(mode="manual", warmup_steps=1)
+    clock = FakeClock()
+    spend = spend_on(clock)
+    tracer = fresh_tracer(mode="manual", warmup_steps=1, clock=clock)
     assert torch.autograd.backward is original_backward
     assert dl_mod._BaseDataLoaderIter.__next__ is original_next
-    model = BusyModel(2.0, 0.0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = traceml.wrap_dataloader(busy_loader(12, 3.0))
-    watch = Stopwatch()
+    model = BusyModel(2.0, 1.0, spend=spend)
+    optimizer = BusySGD(model.parameters(), 0.5, spend=spend)
+    batches = traceml.wrap_dataloader(busy_loader(12, 3.0, spend=spend))
     for _ in range(12):
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+        x, y = next(batches)
         with traceml.trace_step(model):
             optimizer.zero_grad()
             with traceml.phase("forward"):
-                out = watch.time("forward", model, x)
+                out = model(x)
             loss = ((out - y) ** 2).mean()
+            spend(0.25)  # outside every marked phase: other
             with traceml.phase("backward"):
                 loss.backward()
             with traceml.phase("optimizer"):
                 optimizer.step()
     assert "forward" not in model.__dict__  # manual: the model is never wrapped
-    assert_matches_stopwatch(tracer, watch, ("dataloader", "forward"))
     doc = finish_and_load(tracer)
+    assert doc["step_time"]["phase_ms"] == {"dataloader": 3.0, "forward": 2.0, "backward": 1.0,
+                                            "optimizer": 0.5, "other": 0.25}
     assert doc["step_time"]["steps_total"] == 12
     assert doc["step_time"]["throughput"]["batch_size"] == 4
 
@@ -57,19 +64,19 @@ def test_phase_rejects_unknown_names(fresh_tracer) -> None:
 
 
 def test_zero_change_mode_delimits_steps_by_optimizer_steps(fresh_tracer) -> None:
-    tracer = fresh_tracer(zero_change=True, warmup_steps=2)
-    model = BusyModel(2.0, 2.0)
-    optimizer = BusySGD(model.parameters(), 1.0)
+    clock = FakeClock()
+    spend = spend_on(clock)
+    tracer = fresh_tracer(zero_change=True, warmup_steps=2, clock=clock)
+    model = BusyModel(2.0, 1.5, spend=spend)
+    optimizer = BusySGD(model.parameters(), 1.0, spend=spend)
     criterion = torch.nn.MSELoss()  # a parameter-free module: not a "model" root
-    watch = Stopwatch()
-    batches = iter(busy_loader(16, 3.0))
+    batches = iter(busy_loader(16, 3.0, spend=spend))
     for _ in range(16):
-        watch.new_step()
-        x, y = watch.time("dataloader", next, batches)
+        x, y = next(batches)
         optimizer.zero_grad()
-        loss = criterion(watch.time("forward", model, x), y)
-        watch.time("backward", loss.backward)
-        watch.time("optimizer", optimizer.step)
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
     doc = finish_and_load(tracer)
     st = doc["step_time"]
     assert doc["run"]["mode"] == "zero-change"
@@ -77,40 +84,50 @@ def test_zero_change_mode_delimits_steps_by_optimizer_steps(fresh_tracer) -> Non
     assert st["steps_analyzed"] == 14
     assert tracer.roots.timed == [model]  # the loss module has no parameters: not a model
     # Step 1 discovers the model with global hooks (warmup); from step 2 its forward is timed.
-    assert_matches_stopwatch(tracer, watch, ("dataloader", "forward", "backward", "optimizer"))
+    assert phase_columns(tracer) == {"dataloader": [3.0] * 14, "forward": [2.0] * 14,
+                                     "backward": [1.5] * 14, "optimizer": [1.0] * 14}
 
 
 def test_zero_change_gradient_accumulation_is_one_step_per_optimizer_step(fresh_tracer) -> None:
-    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
-    model = BusyModel(0.5, 0.5)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for i, (x, y) in enumerate(busy_loader(24, 0.5)):
+    clock = FakeClock()
+    spend = spend_on(clock)
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0, clock=clock)
+    model = BusyModel(0.5, 0.25, spend=spend)
+    optimizer = BusySGD(model.parameters(), 1.0, spend=spend)
+    for i, (x, y) in enumerate(busy_loader(24, 0.75, spend=spend)):
         ((model(x) - y) ** 2).mean().backward()
         if i % 3 == 2:
             optimizer.step()
             optimizer.zero_grad()
     doc = finish_and_load(tracer)
     assert doc["step_time"]["steps_total"] == 8
+    # Each step holds its three micro-batches (the first step's model is found in it).
+    assert {p: col[1:] for p, col in phase_columns(tracer).items()} == {
+        "dataloader": [2.25] * 7, "forward": [1.5] * 7, "backward": [0.75] * 7,
+        "optimizer": [1.0] * 7}
 
 
 def test_trace_step_takes_over_from_zero_change_mode(fresh_tracer) -> None:
-    tracer = fresh_tracer(zero_change=True, warmup_steps=0)
-    busy_job(10, 0.5)
+    clock = FakeClock()
+    tracer = fresh_tracer(zero_change=True, warmup_steps=0, clock=clock)
+    busy_job(10, 0.5, spend_on(clock))
     doc = finish_and_load(tracer)
     assert doc["run"]["mode"] == "auto"
     assert doc["step_time"]["steps_total"] == 10
 
 
 def test_warmup_steps_are_counted_but_not_analysed(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=7)
-    busy_job(20, 0.2)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=7, clock=clock)
+    busy_job(20, 0.2, spend_on(clock))
     st = finish_and_load(tracer)["step_time"]
     assert (st["steps_total"], st["warmup_steps"], st["steps_analyzed"]) == (20, 7, 13)
 
 
 def test_too_few_steps_is_insufficient_data_with_null_percentages(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=5)
-    busy_job(4, 0.1)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=5, clock=clock)
+    busy_job(4, 0.1, spend_on(clock))
     st = finish_and_load(tracer)["step_time"]
     assert st["diagnosis"] == "INSUFFICIENT_DATA"
     assert st["steps_analyzed"] == 0
@@ -150,8 +167,9 @@ def test_out_dir_defaults_to_env_var(tmp_path, monkeypatch, torch_single_thread)
 
 
 def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_tracer, capfd) -> None:
-    tracer = fresh_tracer(warmup_steps=0)
-    model = BusyModel(0.1, 0.1)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=0, clock=clock)
+    model = BusyModel(0.1, 0.1, spend=spend_on(clock))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     calls = {"n": 0}
     real_mark = tracer.rec.mark
@@ -164,7 +182,8 @@ def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_trac
 
     tracer.rec.mark = flaky_mark
     before = [p.detach().clone() for p in model.parameters()]
-    steps = train(busy_loader(15, 0.1), model, optimizer, traceml.trace_step, 15)
+    steps = train(busy_loader(15, 0.1, spend=spend_on(clock)), model, optimizer,
+                  traceml.trace_step, 15)
     assert steps == 15  # the loop never saw an exception
     assert any((a != b).any() for a, b in zip(before, model.parameters(), strict=True))
     err = capfd.readouterr().err
@@ -177,10 +196,11 @@ def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_trac
 
 
 def test_busy_other_phase_is_overhead(fresh_tracer) -> None:
-    tracer = fresh_tracer(mode="manual", warmup_steps=0)
+    clock = FakeClock()
+    tracer = fresh_tracer(mode="manual", warmup_steps=0, clock=clock)
     for _ in range(12):
         with traceml.trace_step():
-            busy(1.0)
+            clock.advance(1000.0)
     doc = finish_and_load(tracer)
     assert pct(doc, "other") == 100.0
     assert doc["step_time"]["diagnosis"] == "OVERHEAD_BOUND"

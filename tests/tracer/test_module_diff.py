@@ -1,5 +1,8 @@
-"""End to end: two real traced runs, then `traceml-ci diff` and `traceml-ci show` on their
-summaries. The slow submodule is named where the time went, in the words a PR comment uses."""
+"""End to end: traced runs, then `traceml-ci diff` and `traceml-ci show` on their summaries.
+The slow submodule is named where the time went, in the words a PR comment uses.
+
+The runs spend fake time (``fakes.FakeClock``): each module's share is what its layers spent,
+exactly, so what the diff says of them is the same on any machine."""
 
 from __future__ import annotations
 
@@ -9,13 +12,17 @@ from pathlib import Path
 
 from tests.cli.scripts import run_group
 from tests.tracer.conftest import finish_and_load
+from tests.tracer.fakes import FakeClock
+from tests.tracer.loops import spend_on
 from tests.tracer.test_module_backward import Net, _train
 from traceml_ci.summary.io import write_summary
 
 
 def _run(fresh_tracer, tmp_path: Path, name: str, costs: list[float]) -> Path:
-    tracer = fresh_tracer(warmup_steps=3, module_sample_s=0.03, out_dir=tmp_path / name)
-    _train(Net(costs, forward_ms=3.0), 60, at_least_s=0.8)
+    clock = FakeClock()
+    tracer = fresh_tracer(warmup_steps=3, module_sample_s=0.03, out_dir=tmp_path / name,
+                          clock=clock)
+    _train(Net(costs, spend_on(clock), forward_ms=3.0), 60, clock)
     doc = finish_and_load(tracer)
     path = tmp_path / f"{name}.json"
     write_summary(path, doc)
@@ -27,10 +34,9 @@ def _cli(tmp_path: Path, *args: str):
 
 
 def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
-    fresh_tracer, tmp_path
+    fresh_tracer, fake_waits, tmp_path
 ) -> None:
-    # Net's spins are work (conftest.spin_cpu: this thread's CPU time), so load stretches them
-    # Each layer's backward spins (ms); forward spins 3 ms: backward is about half the step.
+    # Each layer's backward (fake ms); the model's forward 3 ms: backward is about half the step.
     base = _run(fresh_tracer, tmp_path, "base", [0.1, 0.1, 0.1, 3.0])
     moved = _run(fresh_tracer, tmp_path, "moved", [0.1, 3.0, 0.1, 0.1])
     # layer.3's backward 10x slower: backward's share rises by some 38 pp, well beyond the host
@@ -45,16 +51,11 @@ def test_the_diff_names_where_the_slowness_moved_and_what_slowed(
     assert out.returncode != 1, out.stdout + out.stderr  # no regression from a move alone
     text = out.stdout
     flat = " ".join(text.split())  # a context line may still wrap
-    if "time moved within backward" in text:
-        line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
-        assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
-    else:
-        # On a loaded machine backward's share itself moved past the warn line (seen: +6.5 pp
-        # with the step faster): then its row, not a context line, names both modules, the
-        # one that grew and the one that shrank (issue #23: only layer.1 was named).
-        row = flat.split("step_time.backward_pct", 1)[1].split("step_time.optimizer_pct", 1)[0]
-        assert "warn" in row and "layer.1 (Layer) +" in row, text
-        assert "layer.3 (Layer) -" in row, text
+    # Backward's share is the same to the µs (fake time): the move is a context line, naming
+    # both modules, the one that grew and the one that shrank (issue #23: only layer.1 was).
+    assert "time moved within backward" in text, text
+    line = flat.split("time moved within backward", 1)[1].split("•", 1)[0]
+    assert "layer.1 (Layer) +" in line and "layer.3 (Layer) -" in line, line
 
     # layer.3 got slower: backward's share regressed, and its row in the PR comment's
     # markdown names layer.3, what it moved and its share of backward now.

@@ -1,16 +1,24 @@
 """Identical layers get identical shares (issue #23: one of six identical layers took 47-87 % of
 backward with a small noise figure): a preemption inside a sampled step lands in one module,
 so the thread's waits for a CPU are left out where they happened, or -- where they cannot be
-read -- the preempted sample is left out."""
+read -- the preempted sample is left out.
+
+The traced runs spend fake time (``fakes.FakeClock``) and preempt on purpose: a layer's
+backward is stretched by 10 ms that the thread's fake runqueue wait (``fakes.FakeWait``) also
+counts, or does not (no schedstats). Identical layers then get exactly a sixth whatever the
+machine's load; real preemptions on a loaded machine are what test_modules.py's stopwatch
+check meets."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
-from tests.conftest import stopwatch_tolerance_pp
+import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
-from tests.tracer.loops import train_at_least
+from tests.tracer.fakes import FakeClock, FakeWait
+from tests.tracer.loops import BusyBackward
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.modules import ModuleSampler, _Sample, keep_samples
 
@@ -19,25 +27,44 @@ MS = 1_000_000  # ns
 
 
 class Block(nn.Module):
-    def __init__(self, width: int) -> None:
+    """1 ms (fake) of forward and 1 ms of backward; ``preempt_ms`` more in its next backward,
+    a wait for a CPU (the fake clock and the thread's fake wait both move on), when set."""
+
+    def __init__(self, width: int, clock: FakeClock, wait: FakeWait) -> None:
         super().__init__()
         self.lin = nn.Linear(width, width)
+        self.clock, self.wait = clock, wait
+        self.preempt_ms = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.lin(x))
+        self.clock.advance(1000.0)
+        return BusyBackward.apply(torch.tanh(self.lin(x)), 1.0, self._backward)
+
+    def _backward(self, ms: float) -> None:
+        self.clock.advance(ms * 1000.0)
+        if self.preempt_ms:
+            self.clock.advance(self.preempt_ms * 1000.0)
+            self.wait.advance(self.preempt_ms * 1000.0)
+            self.preempt_ms = 0.0
 
 
 class Stack(nn.Module):
-    """Six identical blocks between a small embedding and head: each block's backward computes
-    its input's gradient too (the first block's input needs one), so all six do the same work."""
+    """Six identical blocks between a small embedding and head; in one sampled step in
+    ``every``, one of the blocks is preempted (each in turn)."""
 
-    def __init__(self, width: int = 192) -> None:
+    def __init__(self, clock: FakeClock, wait: FakeWait, every: int, width: int = 32) -> None:
         super().__init__()
+        self.every = every
         self.embed = nn.Linear(16, width)
-        self.layer = nn.ModuleList(Block(width) for _ in range(LAYERS))
+        self.layer = nn.ModuleList(Block(width, clock, wait) for _ in range(LAYERS))
         self.head = nn.Linear(width, 1)
+        self.sampled = 0  # steps whose forward carried the sampler's hooks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed._forward_hooks:  # a sampled step
+            if self.sampled % self.every == 0:
+                self.layer[self.sampled // self.every % LAYERS].preempt_ms = 10.0
+            self.sampled += 1
         x = self.embed(x)
         for block in self.layer:
             x = block(x)
@@ -53,25 +80,38 @@ def layer_shares(mods: dict, direction: str = "backward") -> dict[str, float]:
     return {n: 100.0 * rows[n] / total for n in names}
 
 
-def test_six_identical_layers_each_get_a_sixth_of_backward(fresh_tracer) -> None:
-    tracer = fresh_tracer(warmup_steps=3, module_sample_s=0.02)
+@pytest.mark.parametrize(("readings", "every"), [(True, 1), (False, 3)],
+                         ids=["schedstat", "no-schedstat"])
+def test_six_identical_layers_each_get_a_sixth_of_backward(fresh_tracer, fake_waits,
+                                                           readings: bool, every: int) -> None:
+    """With readings every sample is preempted (clean samples, preferred, would leave the
+    preempted ones out: the waits must be taken out where they fell); without, one in three
+    is (the slow ones are left out)."""
+    clock = FakeClock()
+    fake_waits.available = readings
+    tracer = fresh_tracer(warmup_steps=3, module_sample_s=0.02, clock=clock)
     torch.manual_seed(0)
-    model = Stack()
+    model = Stack(clock, fake_waits, every)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x, y = torch.randn(128, 16), torch.randn(128, 1)
-    train_at_least(model, opt, x, y, steps=60, seconds=1.5)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for _ in range(60):
+        with traceml.trace_step(model):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
     doc = finish_and_load(tracer)
     mods = doc["modules"]
-    assert mods["backward_steps"] >= 8
-    # 5 pp quiet, widened by the run's measured contention as every stopwatch check is: a
-    # loaded full run once put one layer's forward 5.3 pp past a sixth (a stall in a kept
-    # sample weighs more once the hooks' cost is left out of small layers); one layer taking
-    # most of a uniform backward, the bug this guards (47-87 %), is 30-70 pp off.
-    tolerance = stopwatch_tolerance_pp(doc, 5.0)
+    preempted = (model.sampled + every - 1) // every
+    assert mods["backward_steps"] == model.sampled >= 8 and preempted >= 3
+    # With readings the waits are left out where they fell, of the layer and of backward;
+    # without, the preempted samples (16 ms against 6) are left out whole. A preempted
+    # layer taking the lot, the bug this guards, is 11/16 of its sample's backward.
+    assert mods["backward_left_out"] == (0 if readings else preempted)
+    assert mods["backward_ms"] == pytest.approx(6.0)
     for direction in ("forward", "backward"):
         shares = layer_shares(mods, direction)
-        assert all(abs(s - 100.0 / LAYERS) <= tolerance for s in shares.values()), (
-            direction, shares, tolerance)
+        assert all(s == pytest.approx(100.0 / LAYERS, abs=0.01) for s in shares.values()), (
+            direction, shares)
 
 
 def _uniform_sample(wait_in: int | None, wait_ms: int = 10) -> _Sample:

@@ -1,5 +1,10 @@
 """Per-module forward time, sampled: the slow submodule is named, its share agrees with a
-stopwatch inside the model, and no hook outlives its sampled step."""
+stopwatch inside the model, and no hook outlives its sampled step.
+
+On the real clock on purpose: the hooks' own cost (calibrated per run, then scaled against
+unhooked forwards) is real time, which a fake clock sees as nothing; this is the check that
+it is left out of real shares. The sampler's rules on exact fake time:
+test_module_backward.py and test_module_uniform.py."""
 
 from __future__ import annotations
 
@@ -108,7 +113,13 @@ def test_the_slow_submodule_is_named_with_its_share(fresh_tracer) -> None:
     # The model's forward as the tracer counts it is an unhooked step's, not a hooked one's.
     hooked = [ms for ms, sampled in model.forward_log if sampled]
     plain_ms = statistics.median(model.forward_log[i][0] for i in plain)
-    assert mods["forward_ms"] < statistics.median(hooked), (mods["forward_ms"], hooked)
+    # The hooks cost ~15 % of this forward (quiet: 2.9 against 3.4 ms hooked); a CPU shared
+    # with other sessions stretches the tracer's wall-less-waits figure past the thread's CPU
+    # time by as much (seen: 3.87 against 3.72 hooked, load ~7 on 2 cores), so the margin
+    # widens with the run's measured runqueue wait, as the shares' tolerance does.
+    wait = doc["run"]["contention"]["runqueue_wait_pct"] or 0.0
+    limit = statistics.median(hooked) * (1.0 + 0.2 * wait / 100.0)
+    assert mods["forward_ms"] < limit, (mods["forward_ms"], hooked, wait)
     assert abs(mods["forward_ms"] - plain_ms) < 0.15 * plain_ms, (mods["forward_ms"], plain_ms)
     # No hook is left on any module once the run is over.
     for module in model.modules():

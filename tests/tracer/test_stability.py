@@ -1,4 +1,10 @@
-"""The same job run 10 times gets the same step-time diagnosis at least 9 times."""
+"""The same job run 10 times gets the same step-time diagnosis at least 9 times.
+
+On the real clock on purpose: what this guards is run-to-run noise (preemption, cold caches,
+the tracer's own work between steps) pushing a share across a threshold, which a fake clock
+does not have -- there every run is the same to the nanosecond and the check could not fail.
+Which label a given split gets is tested on exact shares (tests/summary, and the fake-clock
+loops here)."""
 
 from __future__ import annotations
 
