@@ -142,8 +142,14 @@ def main(out, context, persistent):
 
 
 if __name__ == "__main__":
+    import multiprocessing
+
     main(*sys.argv[1:4])
-    time.sleep(0.5)
+    # Workers gone while this process still runs (an event, not a fixed wait: the freed
+    # iterator has joined them by now, or they are on their way out).
+    end = time.monotonic() + 30
+    while multiprocessing.active_children() and time.monotonic() < end:
+        time.sleep(0.02)
     print("done", flush=True)
 """
 

@@ -138,16 +138,6 @@ def test_no_change_between_the_commits_is_never_a_regression(two_rounds) -> None
     assert only_the_repository(repo), worktrees(repo)
 
 
-def test_inconclusive_exits_0_unless_asked_to_fail() -> None:
-    from traceml_ci.cli.diff import exit_code
-    from traceml_ci.gate.results import Verdict
-
-    assert exit_code(Verdict.INCONCLUSIVE) == 0
-    assert exit_code(Verdict.INCONCLUSIVE, "fail") == 7
-    assert exit_code(Verdict.REGRESSION, "pass") == 1
-    assert exit_code(Verdict.PASS, "fail") == 0
-
-
 def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(two_rounds) -> None:
     repo, out, done = two_rounds["read"]
     line = TRACED.splitlines().index("        pass  # READ") + 1
@@ -163,6 +153,16 @@ def test_a_scalar_read_added_per_step_fails_the_ab_and_heads_its_report(two_roun
     assert only_the_repository(repo), worktrees(repo)
 
 
+def test_inconclusive_exits_0_unless_asked_to_fail() -> None:
+    from traceml_ci.cli.diff import exit_code
+    from traceml_ci.gate.results import Verdict
+
+    assert exit_code(Verdict.INCONCLUSIVE) == 0
+    assert exit_code(Verdict.INCONCLUSIVE, "fail") == 7
+    assert exit_code(Verdict.REGRESSION, "pass") == 1
+    assert exit_code(Verdict.PASS, "fail") == 0
+
+
 def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None:
     repo = _repo(tmp_path, SPIN_MS)
     out = tmp_path / "ab"
@@ -176,6 +176,23 @@ def test_a_failing_base_setup_is_exit_3_and_leaves_no_worktree(tmp_path) -> None
     assert only_the_repository(repo), worktrees(repo)
 
 
+def _running(pid: int, word: str) -> bool:
+    """Whether a process under ``pid`` has ``word`` on its command line."""
+    import psutil
+
+    try:
+        found = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return False
+    for child in found:
+        try:
+            if any(word in arg for arg in child.cmdline()):
+                return True
+        except psutil.Error:  # ended meanwhile
+            continue
+    return False
+
+
 def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> None:
     repo = _repo(tmp_path, SPIN_MS)
     cmd = [*CLI, "ab", "--base", "HEAD~1", "--out", str(tmp_path / "ab"), "--", "python",
@@ -184,10 +201,11 @@ def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> N
                             text=True, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while len(worktrees(repo)) < 2:  # the base is checked out: round 1 is starting
+        # The base is checked out and round 1's first side is running (an event, not a fixed
+        # wait: its training process has started).
+        while len(worktrees(repo)) < 2 or not _running(proc.pid, "train.py"):
             assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
-        time.sleep(1.0)
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGTERM)  # the ab process alone, as a CI runner's cancel
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err

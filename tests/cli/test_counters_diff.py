@@ -1,7 +1,7 @@
-"""End to end: real traced runs of one script, with and without a scalar read each step, a leak,
-another optimizer or a wider layer (six child processes, started together), through
-``traceml-ci diff`` (its ``main``, in this process): the deterministic counters regress with the
-sentence that says what changed, and the same code twice passes them."""
+"""End to end: real traced runs of one script, with and without a scalar read each step, and with
+a leak, another optimizer and a wider layer at once (four child processes, started together),
+through ``traceml-ci diff`` (its ``main``, in this process): the deterministic counters regress
+with the sentence that says what changed, and the same code twice passes them."""
 
 from __future__ import annotations
 
@@ -54,8 +54,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-VARIANTS = {"base": [], "again": [], "item": ["item"], "leak": ["leak"], "adamw": ["adamw"],
-            "wide": ["wide"]}
+#: The leak, the optimizer and the wider layer share one head run (a process costs seconds):
+#: each test reads its own row's sentence, which the other two changes leave as it is (three
+#: runs apart said the same). The scalar read has a run of its own: it heads the diff alone.
+VARIANTS = {"base": [], "again": [], "item": ["item"], "changed": ["leak", "adamw", "wide"]}
 
 
 @pytest.fixture(scope="module")
@@ -146,26 +148,26 @@ def test_an_added_item_each_step_regresses_at_its_line(runs, diff) -> None:
 
 
 def test_a_loop_that_keeps_its_outputs_regresses_with_the_bytes(runs, diff) -> None:
-    code, out, err = diff(runs["base"], runs["leak"])
+    code, out, err = diff(runs["base"], runs["changed"])
     assert code == 1, out + err
     text = " ".join(out.split())
     assert f"retains 128 B more per step (addmm at train.py:{MODEL_LINE})" in text  # 8×4 fp32
 
 
 def test_an_optimizer_change_regresses_and_says_so(runs, diff) -> None:
-    code, out, err = diff(runs["base"], runs["adamw"])
+    code, out, err = diff(runs["base"], runs["changed"])
     assert code == 1, out + err
     assert "optimizer SGD → AdamW (+2 state tensors per parameter)" in " ".join(out.split())
 
 
 def test_a_flop_change_names_the_module(runs, diff) -> None:
-    row = _rows(diff, runs["base"], runs["wide"])["counters.flops_per_step"]
+    row = _rows(diff, runs["base"], runs["changed"])["counters.flops_per_step"]
     assert row["status"] == "regressed"
     # Both layers double (16→32→4 becomes 16→64→4): +100 %. The first layer moved most: its
     # forward 2·8·16·32 and its weight's gradient as much again (its input needs none); the
     # second's forward 2·8·32·4 and both gradients, three times that.
     assert row["note"] == "FLOPs per step +100 % (0 Linear +16.4 kFLOP, 2 Linear +6.14 kFLOP)"
-    assert _rows(diff, runs["base"], runs["wide"])["counters.parameters"]["note"] == (
+    assert _rows(diff, runs["base"], runs["changed"])["counters.parameters"]["note"] == (
         "parameters 676 → 1,348"
     )
 

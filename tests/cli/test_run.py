@@ -43,21 +43,68 @@ def _summary(out: Path) -> dict:
     return doc
 
 
+#: The examples' runs: example -> the launcher's options before the script, and the script's.
+#: The module-sampling test reads the same runs (a torch process costs seconds): compute_bound
+#: samples modules every 0.05 s (a sampled step's hooks are left out of the phase shares, so
+#: its diagnosis stands), input_bound none (the default, every 0.5 s, samples its 60 steps).
+#: (test_run_live traces input_bound with the defaults to its diagnosis.)
+EXAMPLE_RUNS = {
+    "input_bound.py": (["--module-sample-s", "0"], ["--steps", "60"]),
+    "compute_bound.py": (["--module-sample-s", "0.05"], ["--steps", "40"]),
+}
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory: pytest.TempPathFactory):
+    """example -> (its finished ``traceml-ci run``, its --out folder), each run once per module
+    (a torch process costs seconds: the tests that read the same run share it)."""
+    done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def get(example: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if example not in done:
+            cwd = tmp_path_factory.mktemp(example.removesuffix(".py"))
+            launcher, script = EXAMPLE_RUNS[example]
+            out = cwd / "out"
+            proc = _run(["--out", str(out), "--run-name", "demo", *launcher,
+                         str(EXAMPLES / example), *script], cwd)
+            done[example] = proc, out
+        return done[example]
+
+    return get
+
+
 @pytest.mark.parametrize(
-    ("example", "args", "label"),
-    [
-        ("input_bound.py", ["--steps", "60"], "INPUT_BOUND"),
-        ("compute_bound.py", ["--steps", "40"], "COMPUTE_BOUND"),
-    ],
+    ("example", "label"),
+    [("input_bound.py", "INPUT_BOUND"), ("compute_bound.py", "COMPUTE_BOUND")],
 )
-def test_examples_get_their_diagnosis(tmp_path, example, args, label) -> None:
-    out = tmp_path / "out"
-    proc = _run(["--out", str(out), "--run-name", "demo", str(EXAMPLES / example), *args], tmp_path)
+def test_examples_get_their_diagnosis(example_runs, example, label) -> None:
+    proc, out = example_runs(example)
     assert proc.returncode == 0, proc.stderr
     assert "done:" in proc.stdout  # the script's own output is untouched
     doc = _summary(out)
     assert doc["step_time"]["diagnosis"] == label
     assert doc["run"] == {**doc["run"], "name": "demo", "status": "completed", "mode": "auto"}
+
+
+def test_module_sampling_from_the_command_line(tmp_path, monkeypatch, capsys,
+                                               example_runs) -> None:
+    """--module-sample-s: a step timed per submodule that often (forward and backward), 0: none;
+    a negative value is one line and exit 2, before anything runs."""
+    script = str(EXAMPLES / "compute_bound.py")
+    on, on_out = example_runs("compute_bound.py")  # --module-sample-s 0.05, 40 steps
+    assert on.returncode == 0, on.stderr
+    mods = _summary(on_out)["modules"]
+    assert mods["sampled_steps"] >= 2 and mods["every_s"] == 0.05
+    assert mods["forward"] and mods["backward"]
+    off, off_out = example_runs("input_bound.py")  # --module-sample-s 0, 60 steps
+    assert off.returncode == 0, off.stderr
+    assert "modules" not in _summary(off_out)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["run", "--module-sample-s", "-1", script]) == 2  # in this process: nothing runs
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "traceml-ci: error: --module-sample-s '-1': must be a finite number of seconds >= 0 "
+        "(0: no module sampling)"]
 
 
 def test_zero_change_script_gets_a_summary_in_the_default_folder(tmp_path) -> None:
@@ -228,6 +275,10 @@ def test_a_run_killed_mid_training_keeps_its_last_live_snapshot(tmp_path, capsys
         done_then = json.loads(snap.read_text())["steps_done"]
         os.kill(child, signal.SIGKILL)
         assert proc.wait(timeout=60) == 137
+        # The killed child's DataLoader workers hold the launcher's stderr open until their
+        # watchdog sees their parent gone (~5 s): the launcher has ended, so end them too
+        # before reading what it wrote.
+        kill_group(proc)
         err = proc.stderr.read()
     finally:
         kill_group(proc)
@@ -247,31 +298,6 @@ def test_missing_script_is_a_usage_error(tmp_path, capsys) -> None:
     assert main(["run", str(tmp_path / "nope.py")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"traceml-ci: error: {tmp_path / 'nope.py'}: no such script"
-
-
-def test_module_sampling_from_the_command_line(tmp_path) -> None:
-    """--module-sample-s: a step timed per submodule that often (forward and backward), 0: none;
-    a negative value is one line and exit 2, before anything runs."""
-    script = str(EXAMPLES / "compute_bound.py")
-    on = _run(
-        ["--out", str(tmp_path / "on"), "--module-sample-s", "0.05", script, "--steps", "40"],
-        tmp_path,
-    )
-    assert on.returncode == 0, on.stderr
-    mods = _summary(tmp_path / "on")["modules"]
-    assert mods["sampled_steps"] >= 2 and mods["every_s"] == 0.05
-    assert mods["forward"] and mods["backward"]
-    off = _run(
-        ["--out", str(tmp_path / "off"), "--module-sample-s", "0", script, "--steps", "20"],
-        tmp_path,
-    )
-    assert off.returncode == 0, off.stderr
-    assert "modules" not in _summary(tmp_path / "off")
-    bad = _run(["--module-sample-s", "-1", script], tmp_path)
-    assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == [
-        "traceml-ci: error: --module-sample-s '-1': must be a finite number of seconds >= 0 "
-        "(0: no module sampling)"]
 
 
 #: nanoGPT's shape: batches cut from a tensor by get_batch(), no DataLoader to count from.
@@ -312,15 +338,17 @@ def test_batch_size_gives_samples_per_s_to_a_loop_without_a_dataloader(tmp_path)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1.5", "eight", "9\x1b[2J"])
-def test_a_bad_batch_size_is_one_line_and_exit_2(tmp_path, value) -> None:
+def test_a_bad_batch_size_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, value) -> None:
     script = tmp_path / "get_batch.py"
     script.write_text(GET_BATCH)
-    bad = _run(["--out", str(tmp_path / "o"), "--batch-size", value, str(script)], tmp_path)
-    assert bad.returncode == 2
-    lines = bad.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("traceml-ci: error: --batch-size "), bad.stderr
-    assert lines[0].endswith(": must be a whole number of at least 1"), bad.stderr
-    assert "\x1b" not in bad.stderr
+    monkeypatch.chdir(tmp_path)
+    # main(argv) in this process, as the console script: refused before anything starts
+    assert main(["run", "--out", str(tmp_path / "o"), "--batch-size", value, str(script)]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceml-ci: error: --batch-size "), err
+    assert lines[0].endswith(": must be a whole number of at least 1"), err
+    assert "\x1b" not in out + err
     assert not (tmp_path / "o").exists()  # nothing ran
 
 
@@ -341,7 +369,7 @@ for i in range(30):
 """
 
 
-def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path) -> None:
+def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path, capsys) -> None:
     """Issue 20: zero-change steps end at optimizer.step(); a hand-written update gave 0 steps
     and no word why. The summary's hint, the stderr line and `show` now say it."""
     script = tmp_path / "hand_sgd.py"
@@ -356,9 +384,11 @@ def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path) -
     assert "30 backward passes" in diag["message"] and "optimizer.step()" in diag["message"]
     assert "trace_step" in diag["next_step"]
     assert "no steps: 30 backward passes but no optimizer.step()" in proc.stderr
-    shown = run_group([*CLI, "show", str(out / "final_summary.json")], tmp_path)
-    assert shown.returncode == 0, shown.stderr
-    assert "optimizer.step()" in shown.stdout and "trace_step" in shown.stdout
+    capsys.readouterr()
+    # `show` in this process (main(argv), as the console script): no second interpreter
+    assert main(["show", str(out / "final_summary.json")]) == 0
+    shown = capsys.readouterr().out
+    assert "optimizer.step()" in shown and "trace_step" in shown
 
 
 def test_a_run_with_optimizer_steps_gets_no_such_note(tmp_path) -> None:

@@ -26,6 +26,10 @@ WAITING_EXAMPLE = Path(__file__).with_name("ddp_job.py")
 # Twice the example's default: two ranks on two cores, beside the rest of a loaded suite, make
 # own-work noise that the straggler guard rightly weighs against a 6 ms excess.
 SLOW_MS = ("--slow-ms", "12")
+#: The input stragglers': the example's default, slept per sample (8 a batch), is 48 ms more
+#: input wait a step, four times the compute stragglers' 12 ms; SLOW_MS would be 96 ms a step,
+#: 3 s of sleeping a run.
+DATA_SLOW_MS = ("--slow-ms", "6")
 CLI = [sys.executable, "-m", "traceml_ci"]
 
 
@@ -64,8 +68,8 @@ def _merged(path: Path) -> dict[str, Any]:
 
 def test_run_nproc_per_node_names_the_input_straggler(tmp_path: Path) -> None:
     code, out = _finish(_start(tmp_path, "--out", "out", "--nproc-per-node", "2",
-                               "--master-port", str(_free_port()), str(EXAMPLE),
-                               "--steps", "30", "--slow-rank", "1", "--slow", "data", *SLOW_MS))
+                               "--master-port", str(_free_port()), str(EXAMPLE), "--steps",
+                               "30", "--slow-rank", "1", "--slow", "data", *DATA_SLOW_MS))
     assert code == 0, out
     doc = _merged(tmp_path / "out" / "final_summary.json")
     dist = doc["distributed"]
@@ -83,7 +87,7 @@ def test_two_nodes_simulated_on_one_machine_merge_into_one_summary(tmp_path: Pat
         _start(tmp_path, "--out", f"node{n}", "--nnodes", "2", "--node-rank", str(n),
                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
                "--rdzv-id", "sim", str(EXAMPLE), "--steps", "30", "--slow-rank", "1",
-               "--slow", "data", *SLOW_MS)
+               "--slow", "data", *DATA_SLOW_MS)
         for n in (0, 1)
     ]
     results = [_finish(p) for p in procs]
@@ -115,10 +119,17 @@ def test_a_rank_lost_mid_run_is_named_and_nothing_hangs(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "final_summary.rank0.json").is_file()
 
 
-def test_distributed_options_without_nproc_per_node_are_one_line(tmp_path: Path) -> None:
-    code, out = _finish(_start(tmp_path, "--nnodes", "2", str(EXAMPLE)), timeout=60)
-    assert code == 2, out
-    assert out.strip() == "traceml-ci: error: distributed options need --nproc-per-node N"
+def test_distributed_options_without_nproc_per_node_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from traceml_ci.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    # main(argv) in this process, as the console script: refused before anything starts
+    code = main(["run", "--nnodes", "2", str(EXAMPLE)])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    assert (out + err).strip() == "traceml-ci: error: distributed options need --nproc-per-node N"
 
 
 def _wait_phase_job(cwd: Path, slow: str | None, **env: str) -> Path:
@@ -138,6 +149,28 @@ def slow_forward_live_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     live snapshots on (they change nothing the summary says)."""
     return _wait_phase_job(tmp_path_factory.mktemp("slow_forward"), "forward",
                            TRACEML_CI_LIVE="1")
+
+
+def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_summary(
+    slow_forward_live_job: Path,
+) -> None:
+    """Each rank's last live snapshot has the wait phase (its shares adding to 100), and the
+    live view names the straggler the merged summary names, from those snapshots."""
+    from traceml_ci.cli.live_view import plain_progress_line, rank_straggler
+    from traceml_ci.summary.keys import PHASES_WITH_WAIT
+    from traceml_ci.summary.live import read_snapshots
+
+    snaps = read_snapshots(slow_forward_live_job)
+    assert [s["rank"] for s in snaps] == [0, 1]
+    for snap in snaps:
+        pct = snap["window"]["pct"]
+        assert snap["status"] == "completed" and list(pct) == list(PHASES_WITH_WAIT)
+        assert abs(sum(pct.values()) - 100.0) < 0.1
+    assert snaps[0]["window"]["phase_ms"]["wait"] > snaps[1]["window"]["phase_ms"]["wait"]
+    s = _merged(slow_forward_live_job / "final_summary.json")["distributed"]["straggler"]
+    assert rank_straggler(snaps) == (s["label"], s["rank"]) == ("COMPUTE_STRAGGLER", 1)
+    assert "wait" in plain_progress_line(snaps) and "COMPUTE_STRAGGLER rank 1" in \
+        plain_progress_line(snaps)
 
 
 @pytest.mark.parametrize(
@@ -174,25 +207,3 @@ def test_the_rank_the_others_wait_for_is_named_with_its_phase(
     assert doc["step_time"]["phase_ms"] == ranks[1]["phase_ms"]
     per_rank = json.loads((out_dir / "final_summary.rank1.json").read_text())
     assert doc["step_time"]["diagnosis"] == per_rank["step_time"]["diagnosis"]
-
-
-def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_summary(
-    slow_forward_live_job: Path,
-) -> None:
-    """Each rank's last live snapshot has the wait phase (its shares adding to 100), and the
-    live view names the straggler the merged summary names, from those snapshots."""
-    from traceml_ci.cli.live_view import plain_progress_line, rank_straggler
-    from traceml_ci.summary.keys import PHASES_WITH_WAIT
-    from traceml_ci.summary.live import read_snapshots
-
-    snaps = read_snapshots(slow_forward_live_job)
-    assert [s["rank"] for s in snaps] == [0, 1]
-    for snap in snaps:
-        pct = snap["window"]["pct"]
-        assert snap["status"] == "completed" and list(pct) == list(PHASES_WITH_WAIT)
-        assert abs(sum(pct.values()) - 100.0) < 0.1
-    assert snaps[0]["window"]["phase_ms"]["wait"] > snaps[1]["window"]["phase_ms"]["wait"]
-    s = _merged(slow_forward_live_job / "final_summary.json")["distributed"]["straggler"]
-    assert rank_straggler(snaps) == (s["label"], s["rank"]) == ("COMPUTE_STRAGGLER", 1)
-    assert "wait" in plain_progress_line(snaps) and "COMPUTE_STRAGGLER rank 1" in \
-        plain_progress_line(snaps)

@@ -400,9 +400,9 @@ IDLE_THEN_TRAIN = """
 import time, torch
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-time.sleep(1.5)  # traced (torch imported), no step yet: snapshots say step 0
+time.sleep(1.0)  # traced (torch imported), no step yet: snapshots (every 0.5 s) say step 0
 t0 = time.time()
-while time.time() - t0 < 1.5:
+while time.time() - t0 < 1.0:
     loss = model(torch.randn(32, 8)).pow(2).mean()
     opt.zero_grad()
     loss.backward()
@@ -430,15 +430,16 @@ def test_progress_lines_wait_for_steps_and_say_the_end_once(tmp_path) -> None:
 
 def test_progress_interval_zero_and_no_live(tmp_path) -> None:
     script = _script(tmp_path, "snaps.py", SNAPSHOTS)
+    # (0.05 s steps: a snapshot every 0.25 s, runs of 0.75-1 s: lines every 0.2 s would show)
     proc = run_group([*CLI, "--out", "out", "--progress-interval", "0", str(script), "out",
-                      "15", "0.1"], tmp_path, timeout=60,
+                      "15", "0.05"], tmp_path, timeout=60,
                      env={**os.environ, "TRACEML_CI_PROGRESS_INTERVAL": "0.2"})
     err = proc.stderr
     assert proc.returncode == 0, err
     assert "traceml-ci: step" not in err  # the flag wins over the environment
     # --no-live on a terminal: the script keeps our terminal; progress lines come instead.
     term = Terminal(tmp_path, ["--no-live", "--progress-interval", "0.2", "--out", "out",
-                               str(script), "out", "20", "0.1"])
+                               str(script), "out", "20", "0.05"])
     try:
         code = term.wait(60)
     finally:
@@ -628,7 +629,8 @@ def test_a_real_traced_job_shows_its_split_and_diagnosis_live(tmp_path) -> None:
     snapshots while examples/input_bound.py trains; the launcher paints render_frame of them
     under the script's output; the last frame and the summary path stay."""
     example = Path(__file__).resolve().parents[2] / "examples" / "input_bound.py"
-    term = Terminal(tmp_path, ["--out", "out", str(example), "--steps", "400"])
+    # 200 steps of >= 8 ms (its samples' sleeps): snapshots (every 0.5 s) for several frames
+    term = Terminal(tmp_path, ["--out", "out", str(example), "--steps", "200"])
     try:
         code = term.wait(180)
     finally:
