@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +123,27 @@ TOLERANCES = '''
 "step_memory.peak_*_mb" = {skip = true}
 '''
 
-#: An injected slowdown that no noise can hide: +20 ms per batch on a ~3 ms step.
-SLOW_DATA_MS = "20"
+#: An injected slowdown that no noise can hide: +10 ms per batch (a wall-clock spin) on a ~2 ms
+#: step, which moves the dataloader's share from a few % to ~75 % (to ~60 % even where the steps
+#: wait for a CPU half the time): well past the host clock's +25 pp band. (20 ms moved it
+#: little further, at twice the CPU a slowed run burns; tests whose verdict weighs a slow run
+#: against clean ones, or an op's change against preemption, keep SLOW_DATA_20_MS.)
+SLOW_DATA_MS = "10"
+SLOW_DATA_20_MS = "20"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _preload() -> None:
-    """Import what inner sessions import lazily, so pytester keeps it between runs."""
+    """Import what inner sessions import lazily, so pytester keeps it between runs (what one
+    imports is dropped after it, and the next imports it again: psutil every session, rich's
+    tables every regression, each a twentieth of a second or more)."""
+    import resource  # noqa: F401
+
     import jsonschema  # noqa: F401
+    import psutil  # noqa: F401
+    import rich.console  # noqa: F401
+    import rich.table  # noqa: F401
+    import rich.text  # noqa: F401
     import tabulate  # noqa: F401
     import torch  # noqa: F401
     import torch.optim  # noqa: F401
@@ -142,8 +157,11 @@ def _preload() -> None:
     import pytest_plugin.state  # noqa: F401
     import pytest_plugin.terminal  # noqa: F401
     import traceml_ci.gate  # noqa: F401
+    import traceml_ci.gate.confirm  # noqa: F401
     import traceml_ci.gate.render.comparison  # noqa: F401
     import traceml_ci.gate.render.ops  # noqa: F401
+    import traceml_ci.summary.peaks  # noqa: F401
+    import traceml_ci.summary.repeats  # noqa: F401
     import traceml_ci.tracer.api  # noqa: F401
     import traceml_ci.tracer.env  # noqa: F401
     import traceml_ci.tracer.profiling  # noqa: F401
@@ -182,7 +200,11 @@ class SmokeProject:
 
     def run(self, *args: str, gate: bool = True, subprocess: bool = False) -> pytest.RunResult:
         """One pytest session; ``gate`` adds --traceml-baseline and the test tolerances."""
-        full = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+        # (plugins the sessions do without: hypothesis's costs a fresh session a second, anyio's
+        # and xdist's (unless asked for) a tenth)
+        full = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:anyio"]
+        if "-n" not in args:
+            full += ["-p", "no:xdist"]
         if gate:
             full += [f"--traceml-baseline={self.baseline}",
                      f"--traceml-tolerances={self.tolerances}"]
@@ -198,6 +220,33 @@ class SmokeProject:
 @pytest.fixture
 def smoke(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> SmokeProject:
     return SmokeProject(pytester, monkeypatch)
+
+
+class _ScopedRequest:
+    """A wider-scoped fixture's ``request`` as pytester reads it: no test function (pytester
+    then names its folder after the module)."""
+
+    function = None
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
+
+
+@contextmanager
+def shared_smoke(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SmokeProject]:
+    """A SmokeProject for a module-scoped fixture: its sessions run once, and several tests
+    assert different things on them (each session of a real process imports torch). The
+    project is pytester's own, built as its fixture builds it; its working directory and
+    environment are restored when the block ends, so run every session inside it."""
+    with pytest.MonkeyPatch.context() as mp:
+        # (pytester's fixture is function-scoped; this is how it builds one, for any scope)
+        pytester = pytest.Pytester(_ScopedRequest(request), tmp_path_factory, mp,  # type: ignore[arg-type]
+                                   _ispytest=True)
+        yield SmokeProject(pytester, mp)
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
 from tests.cli.scripts import kill_group, run_group, run_together
+from tests.pytest_plugin.shared import once_per_session, result_data, result_from
 from traceml_ci.gate.ab.sequential import HOST_CONFIRM_ROUNDS
 from traceml_ci.gate.judging import HOST_BAND_CPU_PCT
 
@@ -40,11 +42,17 @@ BASE_SPIN_MS = 1.0
 
 #: No warmup: the tracer counts FLOPs on a warmup step, and torch's FLOP counter imports
 #: torch._dynamo, seconds per child process on a loaded machine; a median of 25 steps does not
-#: mind the first step's lazy set-up.
+#: mind the first step's lazy set-up. The training module (torch) is imported by the test that
+#: runs it, not at collection: the A/B session runs its traced tests in child sessions only,
+#: and would import torch for nothing (seconds, in each of these sessions).
 TESTS = """\
 import pytest
 
-from abtrain import train
+
+def train(**kwargs):
+    from abtrain import train
+
+    train(**kwargs)
 
 
 @pytest.mark.traceml(warmup_steps=0)
@@ -90,9 +98,11 @@ class Project:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path / TMP
-        self.tmp.mkdir()
+        self.tmp.mkdir(exist_ok=True)  # (a shared project is opened again: once_per_session)
+        # (nor xdist's and anyio's plugins: a tenth of a second of start-up per session)
         self.env = {**os.environ, "TMPDIR": str(self.tmp), "PY_COLORS": "0",
-                    "PYTEST_ADDOPTS": "-p no:hypothesispytest -p no:cacheprovider",
+                    "PYTEST_ADDOPTS": "-p no:hypothesispytest -p no:cacheprovider -p no:xdist "
+                                      "-p no:anyio",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(path),
                                                                 os.environ.get("PYTHONPATH")]))}
 
@@ -177,16 +187,15 @@ def test_a_head_much_slower_fails_naming_the_regression(project: Project) -> Non
 #: The sessions no timing can turn into a regression (a host clock's timings inform; or nothing
 #: to compare): name -> (head commit's changes, pytest's arguments).
 QUIET = {
-    # Same code on both sides: the first round's counts decide, whatever the timings (even
-    # with tolerances no timing could ever clear: on a host clock they only inform).
-    "no change": ({}, ["--traceml-ab=HEAD~1", "--traceml-ab-step-tolerance=0",
-                       "--traceml-ab-share-tolerance=0", "--traceml-ab-json=ab.json",
-                       "-W", "default"]),
+    # Same code on both sides, two traced tests: the first round's counts decide, whatever the
+    # timings (even with tolerances no timing could ever clear: on a host clock they only
+    # inform); that round batched, one child session per side. (One session for both points:
+    # each A/B session costs child sessions that import torch.)
+    "no change": ({"base_tests": TESTS + SECOND_TEST},
+                  ["--traceml-ab=HEAD~1", "--traceml-ab-step-tolerance=0",
+                   "--traceml-ab-share-tolerance=0", "--traceml-ab-json=ab.json", "-W", "default"]),
     "no base": ({"head_tests": TESTS + NEW_TEST},
                 ["--traceml-ab=HEAD~1", "-k", "test_new", "--traceml-save=head.json"]),
-    # Two traced tests, unchanged: their first round batched, one child session per side.
-    "batched": ({"base_tests": TESTS + SECOND_TEST}, ["--traceml-ab=HEAD~1",
-                                                     "--traceml-ab-json=ab.json"]),
     # The head adds a test the base lacks: the base's batch finds no such node id, so each
     # test runs its own first round (the new one runs here, as without A/B).
     "batch falls back": ({"head_tests": TESTS + NEW_TEST}, ["--traceml-ab=HEAD~1",
@@ -196,32 +205,42 @@ QUIET = {
 
 @pytest.fixture(scope="module")
 def quiet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Project, pytest.RunResult]]:
-    """The QUIET sessions, each in its own project: independent, so they run together."""
-    projects = {name: Project(tmp_path_factory.mktemp("ab") / "project") for name in QUIET}
-    for name, (head, _) in QUIET.items():
-        projects[name].commits(**head)
-    results = run_together({name: (lambda n=name: projects[n].run(*QUIET[n][1]))
-                            for name in QUIET})
-    return {name: (projects[name], results[name]) for name in QUIET}
+    """The QUIET sessions, each in its own project: independent, so they run together; once
+    per test session (shared.py), whichever worker runs the tests."""
+
+    def produce() -> dict[str, Any]:
+        projects = {name: Project(tmp_path_factory.mktemp("ab") / "project") for name in QUIET}
+        for name, (head, _) in QUIET.items():
+            projects[name].commits(**head)
+        results = run_together({name: (lambda n=name: projects[n].run(*QUIET[n][1]))
+                                for name in QUIET})
+        return {name: {"path": str(projects[name].path), "result": result_data(results[name])}
+                for name in QUIET}
+
+    done = once_per_session(tmp_path_factory, "ab-quiet", produce)
+    return {name: (Project(Path(d["path"])), result_from(d["result"])) for name, d in done.items()}
 
 
 def test_no_change_is_never_a_regression(quiet) -> None:
     project, result = quiet["no change"]
     doc = json.loads((project.path / "ab.json").read_text())
-    [test] = doc["tests"]
-    assert test["verdict"] == "pass", test["detail"]
+    assert {t["nodeid"] for t in doc["tests"]} == {"test_ab_smoke.py::test_train",
+                                                   "test_ab_smoke.py::test_second"}
+    for test in doc["tests"]:
+        assert test["verdict"] == "pass", test["detail"]
+        # the first round's counts decide; a timing past its host-clock band in round 1 (a
+        # loaded runner can do that to a 2 ms step) is re-run to confirm, never failed alone
+        rounds = len(test["ab"]["rounds"])
+        assert 1 <= rounds <= HOST_CONFIRM_ROUNDS, test["detail"]
+        if rounds == 1:
+            assert test["detail"].startswith("pass after 1 round: ")
+        else:
+            assert "regressed in round 1, not in every round since: not confirmed" in (
+                test["detail"])
+        assert "timings (host clock) inform: step " in test["detail"]
     assert doc["verdict"] == "pass"
-    result.assert_outcomes(passed=2)  # and no warning
+    result.assert_outcomes(passed=3)  # and no warning
     assert result.ret == 0
-    # the first round's counts decide; a timing past its host-clock band in round 1 (a loaded
-    # runner can do that to a 2 ms step) is re-run to confirm, never failed on its own
-    rounds = len(test["ab"]["rounds"])
-    assert 1 <= rounds <= HOST_CONFIRM_ROUNDS, test["detail"]
-    if rounds == 1:
-        assert test["detail"].startswith("pass after 1 round: ")
-    else:
-        assert "regressed in round 1, not in every round since: not confirmed" in test["detail"]
-    assert "timings (host clock) inform: step " in test["detail"]
     out = result.stdout.str()
     assert "A/B REGRESSION" not in out and "regression for" not in out
     assert "warnings summary" not in out and "PytestWarning" not in out
@@ -235,7 +254,7 @@ def _first_rounds(project: Project) -> list[str]:
 
 
 def test_every_tests_first_round_runs_in_one_child_per_side(quiet) -> None:
-    project, result = quiet["batched"]
+    project, result = quiet["no change"]  # two traced tests, the same on both sides
     result.assert_outcomes(passed=3)
     doc = json.loads((project.path / "ab.json").read_text())
     assert doc["verdict"] == "pass"

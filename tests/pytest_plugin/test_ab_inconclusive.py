@@ -50,8 +50,11 @@ def repo(pytester: pytest.Pytester):
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
+    # (without hypothesis's plugin: each in-process session would import hypothesis afresh,
+    # pytester dropping what a session imported, most of a second)
     result = pytester.runpytest_inprocess("--traceml-ab=HEAD~1", "--traceml-ab-rounds-max=4",
-                                          "--traceml-ab-json=ab.json", "-W", "default", *args)
+                                          "--traceml-ab-json=ab.json", "-W", "default",
+                                          "-p", "no:hypothesispytest", *args)
     return result, json.loads((pytester.path / "ab.json").read_text())
 
 

@@ -167,7 +167,8 @@ def test_relative_paths_from_ini_folder_and_from_the_command_line(
     sub.mkdir()
     monkeypatch.chdir(sub)
     result = smoke.pytester.runpytest(
-        "-p", "no:cacheprovider", f"--rootdir={smoke.path}", "-c", str(smoke.path / "tox.ini"),
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", f"--rootdir={smoke.path}",
+        "-c", str(smoke.path / "tox.ini"),
         "--traceml-save=out.json", str(smoke.path))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([

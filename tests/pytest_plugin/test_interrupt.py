@@ -62,12 +62,14 @@ from pathlib import Path
 import pytest
 
 
+# No warmup: a warmup step counts FLOPs, whose import of torch._dynamo costs a process seconds
+# before it reaches the hang (the steps traced are analysed instead; the status is the point).
 def test_hangs(traceml):
     here = Path(__file__).parent
-    traceml.run_script(here / "hanging.py", str(here / "looping"))
+    traceml.run_script(here / "hanging.py", str(here / "looping"), warmup_steps=0)
 
 
-@pytest.mark.traceml(warmup_steps=1)
+@pytest.mark.traceml(warmup_steps=0)
 def test_hangs_here():
     here = Path(__file__).parent
     sys.argv = ["hanging.py", str(here / "looping")]
@@ -83,11 +85,27 @@ WHERE = {"child": "test_hangs", "in process": "test_hangs_here"}
 #: stretches a session's teardown further). It never ended before: a guard against a hang.
 ENDS_WITHIN_S = 60.0
 
-#: The launch's timeout in the timed-out test: long enough that the child reaches its stuck
-#: fetch first on a loaded machine (beside two busy loops and the rest of the suite, 15 s ran
-#: out while it was still starting: the stuck worker, which the test is about, never existed).
-#: A quiet child gets there in a few seconds; the test then waits out the rest.
-LAUNCH_TIMEOUT_S = 40
+#: A traced script past its time: it starts a process of its own that inherits the output pipe
+#: and never ends (as a DataLoader worker stuck in a fetch holds it), then hangs itself. No torch
+#: and no DataLoader to start: the bootstrap reaches the hang in a fraction of a second, so the
+#: launch's timeout need not cover a torch import on a loaded machine (a torch child beside two
+#: busy loops and the suite once took > 15 s to reach its stuck fetch, and the test waited out a
+#: 40 s timeout). The launcher ends the group the same way: the script's descendants are found
+#: and killed, the pipe drained for at most DRAIN_S.
+STUCK_SCRIPT = '''
+import pathlib
+import subprocess
+import sys
+import time
+
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # holds our stdout
+pathlib.Path(sys.argv[1]).write_text("looping")
+time.sleep(3600)
+'''
+
+#: The launch's timeout in the timed-out test: many times what the stuck script takes to reach
+#: its hang even on a loaded machine (about 0.15 s quiet).
+LAUNCH_TIMEOUT_S = 8
 
 
 def _group_is_gone(pgid: int, within: float = 10.0) -> bool:
@@ -123,7 +141,10 @@ def test_sigint_while_a_traced_step_hangs_ends_the_session_as_pytest_does(tmp_pa
     basetemp = tmp_path / "bt"
     test = WHERE[where]
     proc = subprocess.Popen(
+        # (without plugins it does not use: hypothesis's start-up costs a fresh session a
+        # second, anyio's and xdist's a tenth)
         [sys.executable, "-m", "pytest", f"test_hang.py::{test}", "-p", "no:cacheprovider",
+         "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:xdist",
          f"--basetemp={basetemp}"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True, preexec_fn=sigint_default,
@@ -151,12 +172,12 @@ def test_sigint_while_a_traced_step_hangs_ends_the_session_as_pytest_does(tmp_pa
 def test_a_traced_script_past_its_time_with_a_stuck_worker_times_out(tmp_path):
     """``launch(timeout_s=...)`` (run_script's ``timeout_s``): the child and its worker are
     killed and the launch returns timed out -- it read the worker's pipe for ever."""
-    (tmp_path / "hanging.py").write_text(HANGING_SCRIPT)
+    (tmp_path / "stuck.py").write_text(STUCK_SCRIPT)
     code = textwrap.dedent(f'''
         import time
         from traceml_ci.tracer.launch import LaunchSpec, launch
 
-        spec = LaunchSpec(target="hanging.py", args=({str(tmp_path / "looping")!r},),
+        spec = LaunchSpec(target="stuck.py", args=({str(tmp_path / "looping")!r},),
                           out_dir="out")
         started = time.monotonic()
         done = launch(spec, timeout_s={LAUNCH_TIMEOUT_S}, capture=True)

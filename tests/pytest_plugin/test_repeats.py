@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.pytest_plugin.conftest import SmokeProject
+from tests.pytest_plugin.conftest import SLOW_DATA_20_MS, SmokeProject
 
 ONE_TEST = '''
 import pytest
@@ -30,7 +30,9 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     log = smoke.path / "calls.log"
     log.unlink()
 
-    smoke.slow_data(calls="2")  # the second of three runs is +20 ms per batch
+    # the second of three runs is +20 ms per batch: how one slow run's share weighs against
+    # two clean ones' (and two against one) is what this test is about
+    smoke.slow_data(SLOW_DATA_20_MS, calls="2")
     result = smoke.run("--traceml-repeats=3")
     result.assert_outcomes(passed=1)
     # Three repeats; a loaded machine can leave their mean just past tolerance, and then a
@@ -42,7 +44,7 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
 
     # Two slow runs of three: the mean share moves beyond noise (no confirmation re-runs here:
     # this test is about the three repeats alone).
-    smoke.slow_data(calls="1,3")
+    smoke.slow_data(SLOW_DATA_20_MS, calls="1,3")
     result = smoke.run("--traceml-repeats=3", "--traceml-confirm=0")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
@@ -51,7 +53,7 @@ def test_one_slow_run_of_three_does_not_fail_but_two_do(smoke: SmokeProject) -> 
     ])
 
     # Without repeats (and without confirmation) the same slow first run fails on its own.
-    smoke.slow_data(calls="1")
+    smoke.slow_data(SLOW_DATA_20_MS, calls="1")
     smoke.run("--traceml-confirm=0").assert_outcomes(failed=1)
 
 
@@ -84,7 +86,8 @@ def test_a_baseline_recorded_on_a_contended_cpu_says_so_and_keeps_the_figure(
     if (os.cpu_count() or 1) > 4:
         pytest.skip("three busy loops contend only on a machine of a few cores")
     smoke.tests(CONTENDED_TEST)
-    result = smoke.run("--traceml-update-baseline")
+    # Two runs combined (not the default three): each keeps three busy loops for its length.
+    result = smoke.run("--traceml-update-baseline", "--traceml-baseline-runs=2")
     result.assert_outcomes(passed=1)
     entry = json.loads(smoke.baseline.read_text())["summaries"]["test_smoke.py::test_mlp"]
     wait = entry["run"]["contention"]["runqueue_wait_pct"]

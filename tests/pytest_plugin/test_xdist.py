@@ -26,11 +26,13 @@ def test_extra():
 def test_workers_results_merge_into_one_baseline_save_and_report(smoke: SmokeProject) -> None:
     smoke.monkeypatch.setenv("SMOKE_PLAIN_SGD", "1")  # lighter worker start-up
     smoke.tests()
-    smoke.run("--traceml-update-baseline").assert_outcomes(passed=3)  # in-process: quick
+    # One run an entry: what is merged is the point, not how many runs each entry combines.
+    once = "--traceml-baseline-runs=1"
+    smoke.run("--traceml-update-baseline", once).assert_outcomes(passed=3)  # in-process: quick
     smoke.tests(MORE_TESTS, name="test_more")
     save, report = smoke.path / "head.json", smoke.path / "report.md"
 
-    result = smoke.run("-n", "2", "--traceml-update-baseline", f"--traceml-save={save}",
+    result = smoke.run("-n", "2", "--traceml-update-baseline", once, f"--traceml-save={save}",
                        f"--traceml-report={report}", subprocess=True)
 
     assert result.ret == 0, result.stdout.str()
