@@ -18,7 +18,6 @@ from pathlib import Path
 
 from traceml_ci.childenv import child_env
 from traceml_ci.errors import MissingDependencyError, UsageError, one_line
-from traceml_ci.summary.keys import ENV_CPU_REFERENCE
 
 #: Refs under these are branches: the base is their merge-base with HEAD, as a pull request's
 #: diff is taken (a branch that moved on since HEAD forked from it does not count its new work).
@@ -115,9 +114,7 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
 def side_env(root: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of one side's runs: its worktree (and its ``src/`` when there is one)
     first on PYTHONPATH, so each side imports its own code, not an installed copy."""
-    # Both sides time the CPU reference (tracer/cpuref.py): step CPU time in units of the
-    # machine's speed as each run went.
-    out = child_env(env, {ENV_CPU_REFERENCE: "1"})
+    out = child_env(env, {})
     paths = [str(root)] + ([str(root / "src")] if (root / "src").is_dir() else [])
     if out.get("PYTHONPATH"):
         paths.append(out["PYTHONPATH"])

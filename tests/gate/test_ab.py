@@ -5,7 +5,6 @@ regression -- and the rounds run in ABBA order."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
@@ -366,77 +365,24 @@ def test_the_reports_show_the_cpu_columns() -> None:
     assert "cpu" not in ab_report.render_text(plain, "main")
 
 
-def test_step_cpu_is_in_units_of_the_cpu_reference_where_both_sides_timed_it() -> None:
-    """A loaded head round: its CPU per step 30 % up and the reference's too (the machine was
-    slower, not the code) -- 0 % in reference units; a side without the reference leaves the
-    raw ratio."""
-    base = SideFigures(10.0, dict(SHARES), cpu_ms=8.0, cpu_reference_ms=0.5)
-    loaded = SideFigures(14.0, dict(SHARES), cpu_ms=8.0 * 1.3, cpu_reference_ms=0.5 * 1.3)
-    pair = RoundPair(1, base=base, head=loaded)
-    assert pair.cpu_referenced and math.isclose(pair.cpu_ratio, 1.0)
-    raw = RoundPair(1, base=SideFigures(10.0, dict(SHARES), cpu_ms=8.0), head=loaded)
-    assert not raw.cpu_referenced and math.isclose(raw.cpu_ratio, 1.3)
-    doc = {"step_time": {"step_ms": {"median": 12.5}, "cpu_ms": 9.25, "cpu_reference_ms": 0.41}}
-    assert SideFigures.from_summary(doc).cpu_reference_ms == 0.41
+def test_a_rounds_load_proof_ratios_are_the_runs_own_and_older_figures_are_ignored() -> None:
+    """The CPU ratio is head's CPU per step over base's, and the step time without CPU waits
+    leaves the waits out on both sides; an older summary's CPU reference and uncontended
+    windows (removed) change neither."""
+    def side(step: float, cpu: float, wait: float, legacy: bool = False) -> SideFigures:
+        st: dict = {"step_ms": {"median": step}, "cpu_ms": cpu,
+                    "thread": {"on_cpu_ms": cpu, "cpu_wait_ms": wait, "blocked_ms": 2.0}}
+        if legacy:
+            st["cpu_reference_ms"] = 0.1
+            st["uncontended"] = {"steps": 100, "cpu_ms": 1.0, "on_cpu_ms": 1.0,
+                                 "blocked_ms": 1.0, "cpu_reference_ms": 0.1}
+        return SideFigures.from_summary({"step_time": st})
 
-
-def test_each_side_of_an_ab_run_times_the_cpu_reference(tmp_path) -> None:
-    from traceml_ci.gitwork import side_env
-    from traceml_ci.summary.keys import ENV_CPU_REFERENCE
-
-    assert side_env(tmp_path, {"PATH": "/bin"})[ENV_CPU_REFERENCE] == "1"
-
-
-def test_the_report_says_the_cpu_ratio_is_per_reference_where_every_round_timed_it() -> None:
-    def fig(step: float, cpu: float, ref: float | None) -> SideFigures:
-        return SideFigures(step, dict(SHARES), cpu_ms=cpu, cpu_reference_ms=ref)
-
-    timed = decide(_rounds([(fig(10.0, 8.0, 0.5), fig(10.0, 8.0, 0.5)) for _ in range(3)]))
-    assert "cpu head/base per reference" in ab_report.render_text(timed)
-    mixed = decide(_rounds([(fig(10.0, 8.0, 0.5), fig(10.0, 8.0, r)) for r in (0.5, None, 0.5)]))
-    text = ab_report.render_text(mixed)
-    assert "cpu head/base" in text and "per reference" not in text
-
-
-# -- a round's figures from a loaded run: the thread split and its uncontended windows -----------
-
-
-def _loaded(step_ms: float, load: float, *, on_cpu: float = 6.0, blocked: float = 2.0,
-            ref: float = 1.0, wiggle: float = 0.0) -> SideFigures:
-    """A side whose wall time and shares the load moved, and whose thread split did not: the
-    waits take what the load added (``wiggle``: a small run-to-run change of the work)."""
-    work = (on_cpu + blocked) * (1.0 + wiggle)
-    wait = step_ms * load - work
-    shares = {**SHARES, "forward": SHARES["forward"] + 3.0 * (load - 1.5),
-              "dataloader": SHARES["dataloader"] - 3.0 * (load - 1.5)}
-    return SideFigures(step_ms * load, shares, cpu_ms=on_cpu * (1.0 + wiggle) * ref,
-                       cpu_reference_ms=ref,
-                       thread={"on_cpu_ms": on_cpu * (1.0 + wiggle) * ref,
-                               "cpu_wait_ms": wait, "blocked_ms": blocked * (1.0 + wiggle)})
-
-
-def _quietly(fig: SideFigures, cpu: float, *, ref: float | None = 1.0, on_cpu: float = 6.0,
-             blocked: float = 2.0) -> SideFigures:
-    """``fig`` with uncontended windows whose CPU per step is ``cpu`` (reference ``ref``)."""
-    quiet = {"cpu_ms": cpu, "on_cpu_ms": on_cpu * cpu / 6.0, "blocked_ms": blocked}
-    if ref is not None:
-        quiet["cpu_reference_ms"] = ref
-    return dataclasses.replace(fig, uncontended=quiet)
-
-
-def test_too_few_uncontended_steps_or_a_one_sided_reference_use_the_whole_run() -> None:
-    doc = make({"dataloader": 1.0, "forward": 4.0, "backward": 3.0, "optimizer": 1.0,
-                "other": 1.0})
-    analysed = doc["step_time"]["steps_analyzed"]
-    block = {"cpu_ms": 5.0, "on_cpu_ms": 4.0, "blocked_ms": 1.0, "cpu_reference_ms": 0.8}
-    assert analysed >= 100  # so that 20 % of it is past the 20-step minimum
-    for steps, kept in ((analysed, True), (analysed // 2, True), (19, False),
-                        (int(0.2 * analysed), False)):  # too few, and too small a share
-        doc["step_time"]["uncontended"] = {"steps": steps, **block}
-        fig = SideFigures.from_summary(doc)
-        assert (fig.uncontended is not None) is kept, (steps, analysed)
-    whole = _loaded(8.0, 1.0)
-    pair = RoundPair(1, _quietly(whole, 6.0, ref=None), _quietly(whole, 9.0))
-    assert not pair.uncontended  # one side's windows had the reference, the other's not
-    assert pair.cpu_ratio == pytest.approx(1.0)
-    assert RoundPair(1, _quietly(whole, 6.0), _quietly(whole, 9.0)).cpu_ratio == 1.5
+    for legacy in (False, True):
+        # head: 20 % more CPU per step, and a loaded run (12 ms of waits against 1)
+        pair = RoundPair(1, base=side(11.0, 8.0, 1.0), head=side(23.6, 9.6, 12.0, legacy))
+        assert pair.cpu_ratio == pytest.approx(1.2)
+        assert pair.unloaded_ratio == pytest.approx((9.6 + 2.0) / (8.0 + 2.0))
+        assert pair.step_ratio == pytest.approx(23.6 / 11.0)
+    no_split = RoundPair(1, base=SideFigures(10.0, dict(SHARES)), head=side(10.0, 8.0, 1.0))
+    assert no_split.cpu_ratio is None and no_split.unloaded_ratio is None

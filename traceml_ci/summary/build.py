@@ -86,15 +86,9 @@ class RunRecord:
     counters: dict[str, Any] | None = None
     #: The job's CPU ms per analysed step (tracer/cputime.py); host clock only, else None.
     cpu_ms: float | None = None
-    #: A fixed workload's CPU ms, timed after each analysed step (tracer/cpuref.py; A/B runs).
-    cpu_reference_ms: float | None = None
     #: The training thread's wall time per analysed step, split (tracer/cputime.ThreadSplit:
     #: on_cpu_ms, cpu_wait_ms, blocked_ms); host clock with schedstats only, else None.
     thread: dict[str, float] | None = None
-    #: The same figures over the windows where that thread, and the process's threads
-    #: together, hardly waited for a CPU (steps,
-    #: cpu_ms, on_cpu_ms, blocked_ms, cpu_reference_ms when it ran; tracer/cputime.py).
-    uncontended: dict[str, float] | None = None
     #: The run used a process group: its summary has the wait phase (time in collectives).
     waits: bool = False
     #: The run copied tensors from host to device inside its steps: its summary has the h2d
@@ -255,9 +249,7 @@ def _step_time(record: RunRecord, th: Thresholds) -> StepTime:
         dataloader=record.dataloader,
         between_steps=record.between_steps,
         cpu_ms=record.cpu_ms,
-        cpu_reference_ms=record.cpu_reference_ms,
         thread=record.thread,
-        uncontended=record.uncontended,
     )
 
 

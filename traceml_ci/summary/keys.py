@@ -86,15 +86,15 @@ DEFAULT_BASELINE_RUNS = 3
 #: A run whose main thread waited for a CPU this much of its wall time (percent; its
 #: ``run.contention.runqueue_wait_pct``, or its training thread's CPU waits in % of its step)
 #: ran on a contended CPU: the gate's contention guard excuses what that wait can explain; the
-#: straggler analysis, what a rank's wait beyond the other ranks' median can; A/B on a device
-#: clock rests a pass on the figures the load does not move (gate/ab/sequential.py).
+#: straggler analysis, what a rank's wait beyond the other ranks' median can.
 CONTENDED_RUNQUEUE_WAIT_PCT = 10.0
 
 #: ``step_time.thread``: the training thread's step time split, ms per step (schedstats only).
 THREAD_SPLIT_KEYS: tuple[str, ...] = ("on_cpu_ms", "cpu_wait_ms", "blocked_ms")
-#: ``step_time.uncontended``: the figures over the run's uncontended windows, ms per step
-#: (``cpu_reference_ms`` too, where the CPU reference ran).
-UNCONTENDED_KEYS: tuple[str, ...] = ("cpu_ms", "on_cpu_ms", "blocked_ms")
+#: ``step_time`` keys older summaries have and nothing reads any more: A/B's CPU reference and
+#: its uncontended windows, which only steered host-clock estimates that counts now decide. The
+#: schema still takes them (a baseline recorded before), ``combine`` drops them.
+LEGACY_STEP_TIME_KEYS: tuple[str, ...] = ("cpu_reference_ms", "uncontended")
 
 #: Sampled modules listed per direction in a summary's ``modules`` block (the slowest): a
 #: shorter list means every timed module is there (tracer/modules.py, gate/timing/modules.py). Eight
@@ -109,5 +109,3 @@ DEFAULT_MODULE_SAMPLE_S = 0.5
 SMOKE_TEST_MODULE_SAMPLE_S = 0.02
 #: The environment variable for it (``traceml-ci run --module-sample-s``; ``0``: off).
 ENV_MODULE_SAMPLE = "TRACEML_CI_MODULE_SAMPLE_S"
-#: ``1``: time a fixed CPU workload after each step (tracer/cpuref.py); A/B mode sets it.
-ENV_CPU_REFERENCE = "TRACEML_CI_CPU_REFERENCE"

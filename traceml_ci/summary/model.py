@@ -147,17 +147,10 @@ class StepTime:
     #: The job's CPU ms per analysed step (its own threads; host clock only). Left out of the
     #: JSON when None (a device-clock run, an older tracer).
     cpu_ms: float | None = None
-    #: A fixed workload's CPU ms timed after each analysed step (A/B runs only; left out of
-    #: the JSON when None): ``cpu_ms`` in units of this machine's speed as the run went.
-    cpu_reference_ms: float | None = None
     #: The training thread's wall time per analysed step split three ways (host clock with
     #: schedstats; left out of the JSON when None): ``on_cpu_ms``, ``cpu_wait_ms`` (runnable,
     #: waiting for a CPU), ``blocked_ms`` (neither).
     thread: dict[str, float] | None = None
-    #: CPU, on-CPU and blocked ms per analysed step over the windows where the training thread
-    #: and the process's threads hardly waited for a CPU, with their step count (left out of
-    #: the JSON when None).
-    uncontended: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -290,14 +283,8 @@ class Summary:
         )
         if st.cpu_ms is not None:
             step_time["cpu_ms"] = _round(st.cpu_ms, 4)
-        if st.cpu_reference_ms is not None:
-            step_time["cpu_reference_ms"] = _round(st.cpu_reference_ms, 5)
         if st.thread is not None:
             step_time["thread"] = _rounded(dict(st.thread), 4)
-        if st.uncontended is not None:
-            step_time["uncontended"] = {
-                k: v if k == "steps" else _round(v, 5) for k, v in st.uncontended.items()
-            }
         mem = dataclasses.asdict(self.step_memory)
         mem["diagnosis"] = self.step_memory.diagnosis.value
         return {

@@ -36,6 +36,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from traceml_ci.summary.keys import LEGACY_STEP_TIME_KEYS
 from traceml_ci.summary.view import SummaryView
 
 #: Interquartile range of a normal distribution, in standard deviations: turns the standard
@@ -83,7 +84,8 @@ def combine_repeats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     _median_phase_ms(st, views)
     _median_cpu(st, views)
     _put(st, "thread", _median_thread(views))
-    _put(st, "uncontended", _uncontended(views))
+    for legacy in LEGACY_STEP_TIME_KEYS:  # one run's figure would stand for all of them
+        st.pop(legacy, None)
     _largest_memory_peaks(out.get("step_memory"), views)
     _median_step_noise(st, views)
     _most_contention(out, views)
@@ -152,12 +154,11 @@ def _median_phase_ms(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
 
 
 def _median_cpu(st: dict[str, Any], views: Sequence[SummaryView]) -> None:
-    """CPU per step (and the reference's) in ``st``: the runs' median where every run has it;
-    a mix is no figure at all."""
-    for key, digits in (("cpu_ms", 4), ("cpu_reference_ms", 5)):
-        cpus = [v.number(("step_time", key)) for v in views]
-        known = [c for c in cpus if c is not None]
-        _put(st, key, round(statistics.median(known), digits) if len(known) == len(cpus) else None)
+    """CPU per step in ``st``: the runs' median where every run has it; a mix is no figure at
+    all."""
+    cpus = [v.number(("step_time", "cpu_ms")) for v in views]
+    known = [c for c in cpus if c is not None]
+    _put(st, "cpu_ms", round(statistics.median(known), 4) if len(known) == len(cpus) else None)
 
 
 def _median_thread(views: Sequence[SummaryView]) -> dict[str, Any] | None:
@@ -168,21 +169,6 @@ def _median_thread(views: Sequence[SummaryView]) -> dict[str, Any] | None:
         return None
     return {k: round(statistics.median(t[k] for t in threads), 4)
             for k in threads[0] if all(k in t for t in threads)}
-
-
-def _uncontended(views: Sequence[SummaryView]) -> dict[str, Any] | None:
-    """The uncontended windows: the runs' median steps (a run's count, as steps_analyzed is),
-    each other figure their mean weighted by steps (a run with 1 such step weighs 1 step), of
-    those every run has. None unless every run has such steps."""
-    quiet = [v.at(("step_time", "uncontended")) for v in views]
-    if not all(isinstance(q, dict) and q.get("steps", 0) > 0 for q in quiet):
-        return None
-    total = sum(q["steps"] for q in quiet)
-    return {
-        k: int(statistics.median(q[k] for q in quiet)) if k == "steps"
-        else round(sum(q[k] * q["steps"] for q in quiet) / total, 5)
-        for k in quiet[0] if all(k in q for q in quiet)
-    }
 
 
 def _largest_memory_peaks(mem: Any, views: Sequence[SummaryView]) -> None:

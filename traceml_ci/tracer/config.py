@@ -19,7 +19,6 @@ from typing import Any, TypedDict
 from traceml_ci.summary.keys import (  # noqa: F401  (re-exported for the tracer's modules)
     DEFAULT_OUT_DIR,
     DEFAULT_WARMUP_STEPS,
-    ENV_CPU_REFERENCE,
     ENV_MODULE_SAMPLE,
     ENV_OUT,
     SUMMARY_FILENAME,
@@ -132,9 +131,6 @@ class TracerConfig:
     #: plugin's escalation on a regression). ``<out>/profile/``: trace.json, top_ops.json.
     profile_steps: int = field(
         default_factory=lambda: profile_steps_from_env(os.environ.get(ENV_PROFILE_STEPS)))
-    #: Time a fixed CPU workload after each analysed step (tracer/cpuref.py; A/B mode).
-    cpu_reference: bool = field(
-        default_factory=lambda: os.environ.get(ENV_CPU_REFERENCE, "").strip() == "1")
     #: Fields a launcher fixed (e.g. `traceml-ci run --out`); a later init() leaves them alone.
     locked: frozenset[str] = frozenset()
     #: The run's root, that the counters' ``file:line`` sites are relative to (the pytest

@@ -41,36 +41,6 @@ def schedstat(pid: int) -> tuple[int, int] | None:
     return None
 
 
-def thread_waits_ns(skip: frozenset[int] = frozenset()) -> dict[int, int] | None:
-    """ns each of this process's live threads (by native id; those in ``skip`` left out) has
-    waited runnable for a CPU so far -- torch's intra-op pool too: the training thread blocks
-    while a pool thread it waits on is preempted. None without schedstats. A thread that has
-    exited is gone from the next read: compare two reads thread by thread."""
-    waits: dict[int, int] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for name in tids:
-        try:
-            tid = int(name)
-            if tid in skip:
-                continue
-            with open(f"/proc/self/task/{name}/schedstat", encoding="ascii") as f:
-                waits[tid] = int(f.read().split()[1])
-        except FileNotFoundError:  # the thread exited between the listing and the read
-            continue
-        except (OSError, ValueError, IndexError):
-            return None
-    return waits
-
-
-def waits_between(before: dict[int, int], after: dict[int, int]) -> int:
-    """ns the threads waited for a CPU between two ``thread_waits_ns`` reads: each thread
-    alive at the second read, from its figure at the first (0 for a thread born since)."""
-    return sum(max(w - before.get(tid, 0), 0) for tid, w in after.items())
-
-
 class ThreadWait:
     """``read()``: ns the calling thread has waited runnable for a CPU so far, or None (no
     schedstats). One open file per thread, read with ``pread`` (~5 µs; opening it is ~40 µs)."""

@@ -3,8 +3,8 @@
 Wall time per step is what a loaded runner moves most: a step waits for a CPU as long as the
 machine's other work makes it. The CPU time the job itself spent per step moves far less
 (measured on a 2-core VM beside two busy loops, A/A rounds: the per-round log ratio's spread
-of the wall median ~48 %, of the CPU time per step ~17 %), so A/B mode judges it too
-(gate/ab/sequential.py, ``step_cpu``).
+of the wall median ~48 %, of the CPU time per step ~17 %), so a host clock's step-time band
+judges it (gate/judging.py; docs/gate.md).
 
 Which CPU: the process's (all threads: torch's intra-op pool does a step's work too) minus our
 own threads' (the live writer, the NVML sampler: named ``traceml-ci-*``) where the platform
@@ -21,18 +21,7 @@ runnable but waiting for one; Linux with schedstats). Per analysed step that spl
 window's wall time three ways: the thread on a CPU, waiting for a CPU (the machine's other
 work: contention), and neither -- blocked: sleeping, reading, waiting for DataLoader workers,
 torch's intra-op pool or a device. Contention moves only the wait; the code moves the other
-two, so A/B mode judges wall time without the wait (gate/ab/intervals.py).
-
-Contention moves the CPU time too: a thread that shares its CPU in slices finds its caches
-cold, and the CPU reference (tracer/cpuref.py) slows by a different factor than the job
-(measured: A/A rounds where one side waited ~50 % for a CPU were 10-30 % off in CPU per
-reference). So the reads also add up the windows between two ticks where the thread waited
-under ``QUIET_WAIT`` of its wall time for a CPU, and the process's threads together too (a
-training thread waiting for a preempted pool thread is blocked, not runnable):
-``uncontended()``, the same figures over those windows only, which A/B mode prefers when
-both sides have enough of them
-(gate/ab/rounds.py; A/A per-round spread of the CPU per reference 4.7 % -> 3.7 %,
-docs/gate.md).
+two (the straggler analysis takes a rank's extra wait off, summary/ranks.py).
 """
 
 from __future__ import annotations
@@ -40,20 +29,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import NamedTuple
 
-from traceml_ci.tracer.contention import schedstat, thread_waits_ns, waits_between
+from traceml_ci.tracer.contention import schedstat
 
 #: Our own threads' name prefix (tracer/live.py, tracer/gpu_util.py).
 OWN_THREAD_PREFIX = "traceml-ci-"
 #: Reads kept for a live window's split (``thread_split(since=...)``): ~6 s of ticks.
 RECENT_READS = 64
-#: A window between two reads is uncontended where the training thread, and the process's
-#: threads together (ours left out), waited for a CPU under this fraction of its wall time
-#: (one scheduler slice in a ~100 ms tick is ~3 %). A job whose own threads outnumber the
-#: CPUs waits on itself: its windows are never uncontended, and A/B uses its whole run.
-QUIET_WAIT = 0.05
 
 
 def _thread_cpu_ns(ident: int | None) -> int:
@@ -76,15 +59,6 @@ def own_threads_cpu_ns() -> int:
     )
 
 
-def own_thread_ids() -> frozenset[int]:
-    """Native ids of our own live threads."""
-    return frozenset(
-        t.native_id
-        for t in threading.enumerate()
-        if t.name.startswith(OWN_THREAD_PREFIX) and t.native_id is not None
-    )
-
-
 def job_cpu_ns() -> int | None:
     """The process's CPU ns so far, our own threads' left out; None where unreadable."""
     try:
@@ -96,58 +70,20 @@ def job_cpu_ns() -> int | None:
 
 class Reading(NamedTuple):
     """One read of the window: analysed steps so far, the job's CPU ns (ours left out), the
-    wall clock, the training thread's schedstat (None: not readable), the CPU ns and runs of
-    the work we ran on that thread so far, and the ns each of the process's threads (ours
-    left out) has waited for a CPU (None: not readable)."""
+    wall clock, and the training thread's schedstat (None: not readable)."""
 
     steps: int
     cpu_ns: int
     wall_ns: int
     sched: tuple[int, int] | None
-    ours_ns: int
-    ours_runs: int = 0
-    thread_waits: dict[int, int] | None = None
 
 
 class ThreadSplit(NamedTuple):
     """The training thread's wall time per analysed step, split three ways (ms)."""
 
-    on_cpu_ms: float  # its own CPU time (work we ran on it left out)
+    on_cpu_ms: float  # its own CPU time
     cpu_wait_ms: float  # runnable, waiting for a CPU: the machine's other work
     blocked_ms: float  # neither: sleeping, I/O, waiting for workers, threads or a device
-
-
-class Uncontended(NamedTuple):
-    """The figures per analysed step over the uncontended windows only (ms)."""
-
-    steps: int
-    cpu_ms: float  # the job's CPU (as ``CpuWindow.ms_per_step``)
-    on_cpu_ms: float  # the training thread's (as ``ThreadSplit``)
-    blocked_ms: float
-    reference_ms: float | None  # the CPU reference's mean per run in those windows; None: none ran
-
-
-def _quiet_delta(a: Reading, b: Reading) -> tuple[int, ...] | None:
-    """What the window from ``a`` to ``b`` adds to the uncontended sums -- steps, job CPU,
-    thread wall, on-CPU and CPU waits, our ns and runs -- or None when it waited too long for a
-    CPU, had no steps, or a figure went backwards."""
-    if a.sched is None or b.sched is None:
-        return None
-    steps = b.steps - a.steps
-    ours_ns, ours_runs = b.ours_ns - a.ours_ns, b.ours_runs - a.ours_runs
-    wall = b.wall_ns - a.wall_ns - ours_ns
-    on_cpu = b.sched[0] - a.sched[0] - ours_ns
-    waited = b.sched[1] - a.sched[1]
-    cpu = b.cpu_ns - a.cpu_ns
-    if steps <= 0 or wall <= 0 or min(on_cpu, waited, cpu, ours_ns, ours_runs) < 0:
-        return None
-    if waited >= QUIET_WAIT * wall:
-        return None
-    # torch's pool threads preempted: the training thread waits for them blocked, not runnable
-    if (a.thread_waits is not None and b.thread_waits is not None
-            and waits_between(a.thread_waits, b.thread_waits) >= QUIET_WAIT * wall):
-        return None
-    return steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs
 
 
 class CpuWindow:
@@ -156,11 +92,6 @@ class CpuWindow:
     def __init__(self) -> None:
         self.first: Reading | None = None
         self.last: Reading | None = None
-        #: CPU ns and runs so far of work we ran on the job's own thread (tracer/cpuref.py):
-        #: not the job's.
-        self.ours: Callable[[], tuple[int, int]] | None = None
-        #: Sums over the uncontended windows (``_quiet_delta``'s figures).
-        self.quiet = [0] * 7
         #: The training thread: the one that opens the window (the settle at finish may run
         #: on another).
         self._tid: int | None = None
@@ -171,21 +102,11 @@ class CpuWindow:
         now = job_cpu_ns()
         if now is None:
             return None
-        ours, runs = (0, 0) if self.ours is None else self.ours()
         sched = None if self._tid is None else schedstat(self._tid)
-        # read on the training thread between steps: its ~40-90 µs count as the job's CPU,
-        # the same on both sides of an A/B
-        waits = thread_waits_ns(own_thread_ids()) if sched is not None else None
-        return Reading(steps, now - ours, time.perf_counter_ns(), sched, ours, runs, waits)
+        return Reading(steps, now, time.perf_counter_ns(), sched)
 
     def _advance(self, now: Reading) -> None:
-        """``now`` is the newest read; the window since the one before joins the uncontended
-        sums if it qualifies."""
-        prev = self.last if self.last is not None else self.first
-        if prev is not None:
-            delta = _quiet_delta(prev, now)
-            if delta is not None:
-                self.quiet = [x + d for x, d in zip(self.quiet, delta, strict=True)]
+        """``now`` is the newest read."""
         self.last = now
         self.recent.append(now)
 
@@ -196,7 +117,6 @@ class CpuWindow:
         if now is not None:
             self.first = now
             self.last = None
-            self.quiet = [0] * 7
             self.recent.clear()
             self.recent.append(now)
 
@@ -235,8 +155,7 @@ class CpuWindow:
 
     def thread_split(self, since: int | None = None) -> ThreadSplit | None:
         """The training thread's wall time per analysed step, split three ways; None without
-        schedstats or steps. The work we ran on that thread (the CPU reference) is left out of
-        its CPU time and of the wall time alike.
+        schedstats or steps.
 
         ``since``: from the newest kept read at or before that many analysed steps (a live
         window's first step; the oldest kept read where none is that old) -- safe from
@@ -252,27 +171,11 @@ class CpuWindow:
                 steps = last.steps - first.steps
         if first.sched is None or last.sched is None:
             return None
-        ours_ns = last.ours_ns - first.ours_ns
-        wall = last.wall_ns - first.wall_ns - ours_ns
-        on_cpu = last.sched[0] - first.sched[0] - ours_ns
+        wall = last.wall_ns - first.wall_ns
+        on_cpu = last.sched[0] - first.sched[0]
         waited = last.sched[1] - first.sched[1]
         if wall <= 0 or on_cpu < 0 or waited < 0:
             return None
         # schedstat and the clock are read a few µs apart: a negative remainder is that skew
         blocked = max(wall - on_cpu - waited, 0)
         return ThreadSplit(on_cpu / steps / 1e6, waited / steps / 1e6, blocked / steps / 1e6)
-
-    def uncontended(self) -> Uncontended | None:
-        """The figures per analysed step over the uncontended windows; None: there were none
-        (or no schedstats)."""
-        steps, cpu, wall, on_cpu, waited, ours_ns, ours_runs = self.quiet
-        if steps <= 0:
-            return None
-        blocked = max(wall - on_cpu - waited, 0)  # read a few µs apart: skew, as above
-        return Uncontended(
-            steps,
-            cpu / steps / 1e6,
-            on_cpu / steps / 1e6,
-            blocked / steps / 1e6,
-            ours_ns / ours_runs / 1e6 if ours_runs else None,
-        )

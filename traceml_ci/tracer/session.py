@@ -24,7 +24,6 @@ from traceml_ci.tracer.config import TracerConfig, read_identity
 from traceml_ci.tracer.contention import read_probe, start_probe
 from traceml_ci.tracer.copies import CopyPatches
 from traceml_ci.tracer.counters import CounterProbe, flops_block
-from traceml_ci.tracer.cpuref import CpuReference
 from traceml_ci.tracer.distributed import RankGather, parallelism
 from traceml_ci.tracer.flops import FlopCount, not_counted
 from traceml_ci.tracer.gpu_util import summarize as summarize_gpu
@@ -106,12 +105,6 @@ class Tracer:
         clock = clock()
         self.store = StepStore(clock, config.warmup_steps, self.rss, max_steps=config.max_steps)
         self.rec = Recorder(clock.mark, self.store, implicit=zero_change)
-        #: A fixed CPU workload after each analysed step (A/B mode; tracer/cpuref.py).
-        self.cpu_reference: CpuReference | None = None
-        if config.cpu_reference and self.store.host:
-            self.cpu_reference = CpuReference(warn)
-            self.cpu_reference.after_steps(self.store)
-            self.store.cpu.ours = lambda ref=self.cpu_reference: (ref.ns, ref.runs)
         self.patches = AutoPatches(self.rec, self.fail, self._on_first_fetch, self._on_optimizer)
         self.roots = RootForwardHooks(self.rec, self.note_eval) if zero_change else None
         #: Our hooks and forward shadows stay out of what the user pickles, copies or scripts.
@@ -635,9 +628,6 @@ class Tracer:
             ),
             counters=self._counters(),
             cpu_ms=self.store.cpu.ms_per_step() if self.store.host else None,
-            cpu_reference_ms=(self.cpu_reference.ms() if self.cpu_reference is not None
-                              and self.store.host else None),
-            uncontended=self._uncontended(),
         )
 
     def _mode(self) -> str:
@@ -665,20 +655,6 @@ class Tracer:
         about ``since`` analysed steps on (``CpuWindow.thread_split``)."""
         split = self.store.cpu.thread_split(since) if self.store.host else None
         return None if split is None else split._asdict()
-
-    def _uncontended(self) -> dict[str, float] | None:
-        """CPU, on-CPU and blocked ms per analysed step (and the CPU reference's ms) over the
-        windows where the training thread, and the process's threads together, hardly waited
-        for a CPU (host clock only)."""
-        quiet = self.store.cpu.uncontended() if self.store.host else None
-        if quiet is None:
-            return None
-        out = {"steps": quiet.steps, "cpu_ms": quiet.cpu_ms, "on_cpu_ms": quiet.on_cpu_ms,
-               "blocked_ms": quiet.blocked_ms}
-        if quiet.reference_ms is not None and self.cpu_reference is not None \
-                and self.cpu_reference.ms() is not None:  # not turned off midway
-            out["cpu_reference_ms"] = quiet.reference_ms
-        return out
 
     def _counters(self) -> dict[str, Any] | None:
         """The sampled step's counters, with the FLOP count's per-module figures."""

@@ -19,8 +19,9 @@ from traceml_ci.gate.render.lead import decided_line, timings_line
 from traceml_ci.gate.results import Verdict
 
 #: Version of the JSON document ``traceml-ci ab --format json`` prints and writes (2: the
-#: contended rule's ``contended``, ``needed_to_pass`` and ``can_regress`` gone with it).
-AB_JSON_VERSION = "2"
+#: contended rule's ``contended``, ``needed_to_pass`` and ``can_regress`` gone with it; 3: the
+#: CPU reference's and uncontended windows' figures gone with them).
+AB_JSON_VERSION = "3"
 
 
 def _ratio(x: float | None) -> str:
@@ -29,15 +30,6 @@ def _ratio(x: float | None) -> str:
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else fmt.number(x)
-
-
-#: Under the rounds table where a round's CPU figures are its uncontended windows'.
-UNCONTENDED_NOTE = ("* CPU ms over the windows where neither run's threads waited for a CPU "
-                    "(step_time.uncontended)")
-
-
-def _uncontended_note(result: AbResult) -> list[str]:
-    return [UNCONTENDED_NOTE] if any(r.uncontended for r in result.rounds) else []
 
 
 def _interval(iv: Interval) -> str:
@@ -53,22 +45,16 @@ def _rows(result: AbResult) -> tuple[list[str], list[list[str]], list[str], list
     phases = [iv.metric for iv in result.intervals if iv.unit == "pp"]
     # CPU columns wherever a round has the figure (judged only when every round has it).
     cpu = any(r.cpu_ratio is not None for r in result.rounds)
-    # In units of the CPU reference where every round timed it (tracer/cpuref.py).
-    per_ref = cpu and all(r.cpu_referenced for r in result.rounds)
-    ratio = "cpu head/base per reference" if per_ref else "cpu head/base"
     # The thread's CPU waits and the step time without them, where a round has the split.
     split = any(r.unloaded_ratio is not None for r in result.rounds)
     head = ["round", "first", "base ms", "head ms", "head/base",
-            *(["base cpu ms", "head cpu ms", ratio] if cpu else []),
+            *(["base cpu ms", "head cpu ms", "cpu head/base"] if cpu else []),
             *(["base waits", "head waits", "without waits head/base"] if split else []),
             *(f"{p} Δ" for p in phases)]  # fmt: skip
     rows = []
     for r in result.rounds:
         deltas = [fmt.delta(r.share_delta_pp(p), "pp") for p in phases]
-        # the CPU ms the ratio is of: the uncontended windows' where the round used them (*)
-        mark = "*" if r.uncontended else ""
-        cpu_cells = [_ms(r.load_proof(r.base)[0]) + mark, _ms(r.load_proof(r.head)[0]) + mark,
-                     _ratio(r.cpu_ratio)]
+        cpu_cells = [_ms(r.base.cpu_ms), _ms(r.head.cpu_ms), _ratio(r.cpu_ratio)]
         split_cells = [_pct(r.base.cpu_wait_pct), _pct(r.head.cpu_wait_pct),
                        _ratio(r.unloaded_ratio)]
         rows.append(
@@ -142,8 +128,6 @@ def render_text(result: AbResult, base_ref: str = "") -> str:
         lines.append("")
         for cells in (table_head, *table_rows):
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-        if table_rows is rows:
-            lines += _uncontended_note(result)
     lines += ["", f"{_verdict_word(result)}: {clean(result.reason())}"]
     return "\n".join(lines) + "\n"
 
@@ -171,8 +155,6 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
         out.append("|" + "---|" * len(table_head))
         out += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in table_rows]
         out.append("")
-        if table_rows is rows:
-            out += [md(note) + "\n" for note in _uncontended_note(result)]
     out += ["</details>", ""]
     out.append(md(result.reason()))
     return "\n".join(out) + "\n"
@@ -181,9 +163,7 @@ def render_markdown(result: AbResult, base_ref: str = "") -> str:
 def _side_json(side: SideFigures) -> dict[str, Any]:
     """One side's figures of one round, as the JSON document holds them."""
     return {"step_ms": side.step_ms, "cpu_ms": side.cpu_ms,
-            "cpu_reference_ms": side.cpu_reference_ms,
             "thread": None if side.thread is None else dict(side.thread),
-            "uncontended": None if side.uncontended is None else dict(side.uncontended),
             "shares_pct": dict(side.shares)}
 
 
@@ -197,15 +177,13 @@ def to_json(result: AbResult, base_ref: str = "", base_commit: str = "") -> dict
         "causes": list(result.causes),
         "base": {"ref": base_ref, "commit": base_commit},
         "cpu_wait_pct": result.cpu_wait_pct,
-        "cpu_speed_moved_pct": result.cpu_speed_moved_pct,
         "settings": {"step_tol_pct": s.step_tol_pct, "share_tol_pp": s.share_tol_pp,
                      "min_rounds": s.min_rounds, "max_rounds": s.max_rounds},
         "rounds": [
             {"round": r.number, "first": r.first.value,
              "base": _side_json(r.base), "head": _side_json(r.head),
              "step_ratio": r.step_ratio, "cpu_ratio": r.cpu_ratio,
-             "unloaded_ratio": r.unloaded_ratio, "cpu_speed_ratio": r.cpu_speed_ratio,
-             "ratios_from_uncontended_windows": r.uncontended}
+             "unloaded_ratio": r.unloaded_ratio}
             for r in result.rounds
         ],
         "intervals": [

@@ -104,9 +104,6 @@ class AbResult:
     #: The training thread's CPU waits in % of its step time, the most any run waited (None:
     #: not measured by every run).
     cpu_wait_pct: float | None = None
-    #: How much slower the machine's CPU ran for one side of a round than for the other, the
-    #: most over the rounds, in % (the CPU reference's ratio; None: not timed by every run).
-    cpu_speed_moved_pct: float | None = None
     #: Whether a run was timed on a host clock: the rounds' pairs decide, timings inform.
     host_clock: bool = False
     #: Each round's two runs compared by the stored-baseline pipeline (host clock; on a device

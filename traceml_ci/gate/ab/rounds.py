@@ -1,12 +1,9 @@
 """One A/B round's figures: what one run of a side contributes (read from its summary), and
 the pair's per-round differences that gate/ab/sequential.py judges.
 
-Where both runs split their CPU time by contention (``step_time.uncontended``: the windows
-where the training thread hardly waited for a CPU; tracer/cputime.py), the load-proof ratios
--- CPU per step and step time without CPU waits -- come from those windows on both sides:
-contention slows the CPU time itself, and the CPU reference by another factor. A side with too
-few such windows puts both sides back on the whole run's figures: the two sides of a ratio are
-always measured the same way.
+Beside the step-time ratio, a round has the CPU per step's (``step_time.cpu_ms``) and the
+step time without CPU waits' (``step_time.thread``): figures a loaded runner moves less, which
+a host clock's report shows and its bands judge (docs/gate.md).
 
 Pure: no torch, no I/O.
 """
@@ -20,13 +17,8 @@ from enum import Enum
 from typing import Any
 
 from traceml_ci.errors import InputError
-from traceml_ci.summary.keys import THREAD_SPLIT_KEYS, UNCONTENDED_KEYS
-from traceml_ci.summary.view import SummaryView, finite
-
-#: A run's uncontended windows stand for it when they hold at least this many analysed steps
-#: and this share of them; fewer are a few lucky windows, not the run.
-UNCONTENDED_MIN_STEPS = 20
-UNCONTENDED_MIN_SHARE = 0.25
+from traceml_ci.summary.keys import THREAD_SPLIT_KEYS
+from traceml_ci.summary.view import SummaryView
 
 
 class Side(str, Enum):
@@ -58,15 +50,9 @@ class SideFigures:
     phase_ms: Mapping[str, float | None] | None = field(default=None, compare=False)
     #: The job's CPU ms per step (None: a device-clock run, an older tracer).
     cpu_ms: float | None = None
-    #: A fixed workload's CPU ms timed after each step (tracer/cpuref.py; None: not asked
-    #: for, an older tracer): how fast the machine's CPU was as this run went.
-    cpu_reference_ms: float | None = None
     #: The training thread's step time split (``step_time.thread``: on_cpu_ms, cpu_wait_ms,
     #: blocked_ms; None: no schedstats, a device clock, an older tracer).
     thread: Mapping[str, float] | None = None
-    #: ``step_time.uncontended`` where it has enough steps (``UNCONTENDED_MIN_STEPS``,
-    #: ``UNCONTENDED_MIN_SHARE``): cpu_ms, on_cpu_ms, blocked_ms, cpu_reference_ms if it ran.
-    uncontended: Mapping[str, float] | None = None
 
     @property
     def cpu_wait_pct(self) -> float | None:
@@ -91,9 +77,7 @@ class SideFigures:
             summary=doc,
             phase_ms={p: view.phase_ms(p) for p in view.phases},
             cpu_ms=_positive(view.number(("step_time", "cpu_ms"))),
-            cpu_reference_ms=_positive(view.number(("step_time", "cpu_reference_ms"))),
             thread=_thread(view),
-            uncontended=_uncontended(view),
         )
 
 
@@ -107,29 +91,6 @@ def _thread(view: SummaryView) -> dict[str, float] | None:
     if any(v is None or v < 0 for v in parts.values()):
         return None
     return {k: float(v) for k, v in parts.items() if v is not None}
-
-
-def uncontended_figures(block: Any, analysed: int | None) -> dict[str, float] | None:
-    """A ``step_time.uncontended`` block as a round uses it: None unless it covers enough of
-    the run's ``analysed`` steps and every figure is a finite number >= 0 (the CPU
-    reference's > 0 where present)."""
-    if not isinstance(block, Mapping) or not analysed:
-        return None
-    steps = finite(block.get("steps"))
-    if steps is None or steps < max(UNCONTENDED_MIN_STEPS, UNCONTENDED_MIN_SHARE * analysed):
-        return None
-    parts = {k: finite(block.get(k)) for k in UNCONTENDED_KEYS}
-    if any(v is None or v < 0 for v in parts.values()):
-        return None
-    out = {k: float(v) for k, v in parts.items() if v is not None}
-    ref = _positive(finite(block.get("cpu_reference_ms")))
-    if ref is not None:
-        out["cpu_reference_ms"] = ref
-    return out
-
-
-def _uncontended(view: SummaryView) -> dict[str, float] | None:
-    return uncontended_figures(view.at(("step_time", "uncontended")), view.steps_analyzed)
 
 
 @dataclass(frozen=True)
@@ -150,61 +111,21 @@ class RoundPair:
         return self.head.step_ms / self.base.step_ms
 
     @property
-    def cpu_speed_ratio(self) -> float | None:
-        """Head's CPU reference ms over base's, whole runs: how much slower the machine's CPU
-        ran for head than for base in this round (a busy neighbour core, another guest on the
-        host); None unless both sides timed it."""
-        b, h = self.base.cpu_reference_ms, self.head.cpu_reference_ms
-        return h / b if b is not None and h is not None and b > 0 and h > 0 else None
-
-    @property
-    def uncontended(self) -> bool:
-        """Whether the load-proof ratios come from both sides' uncontended windows: both have
-        enough of them, and the CPU reference ran in both or in neither."""
-        b, h = self.base.uncontended, self.head.uncontended
-        return (b is not None and h is not None
-                and ("cpu_reference_ms" in b) == ("cpu_reference_ms" in h))
-
-    def load_proof(self, side: SideFigures) -> tuple[float | None, float | None,
-                                                      Mapping[str, float] | None]:
-        """``side``'s CPU ms, CPU reference ms and thread split, on this pair's one basis
-        (its uncontended windows, or its whole run)."""
-        q = side.uncontended if self.uncontended else None
-        if q is not None:
-            return q["cpu_ms"], q.get("cpu_reference_ms"), q
-        return side.cpu_ms, side.cpu_reference_ms, side.thread
-
-    @property
     def cpu_ratio(self) -> float | None:
-        """Head's CPU ms per step over base's; None when either side lacks it. Where both
-        sides timed the CPU reference, each side's CPU is in units of it: the machine's speed
-        as that run went (a loaded runner slows CPU time too) divides out."""
-        b, rb, _ = self.load_proof(self.base)
-        h, rh, _ = self.load_proof(self.head)
-        if not (b and h and b > 0 and h > 0):
-            return None
-        if rb and rh:
-            return (h / rh) / (b / rb)
-        return h / b
+        """Head's CPU ms per step over base's; None when either side lacks it."""
+        b, h = self.base.cpu_ms, self.head.cpu_ms
+        return h / b if b and h else None
 
     @property
     def unloaded_ratio(self) -> float | None:
         """Head's step time without CPU waits over base's; None when either side lacks the
-        split. Head's CPU part is in base's CPU speed where both sides timed the reference."""
-        _, rb, tb = self.load_proof(self.base)
-        _, rh, th = self.load_proof(self.head)
+        split."""
+        tb, th = self.base.thread, self.head.thread
         if not tb or not th:
             return None
         b = tb["on_cpu_ms"] + tb["blocked_ms"]
-        h = th["on_cpu_ms"] * (rb / rh if rb and rh else 1.0) + th["blocked_ms"]
+        h = th["on_cpu_ms"] + th["blocked_ms"]
         return h / b if b > 0 and h > 0 else None
-
-    @property
-    def cpu_referenced(self) -> bool:
-        """Whether ``cpu_ratio`` is in units of the CPU reference (both sides timed it)."""
-        _, rb, _ = self.load_proof(self.base)
-        _, rh, _ = self.load_proof(self.head)
-        return bool(rb and rh)
 
     def phase_log_ratio(self, phase: str) -> float | None:
         """log(head's ms / base's ms) of a phase; None when either side lacks a positive time."""

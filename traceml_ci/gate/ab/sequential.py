@@ -30,7 +30,6 @@ Pure: no torch, no I/O; the caller supplies how to measure one side of one round
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 
 from traceml_ci.gate.ab.intervals import (
@@ -100,7 +99,7 @@ def _device_intervals(rounds: tuple[RoundPair, ...], settings: AbSettings, count
     intervals = (step_interval(rounds, settings.step_tol_pct, q),
                  *share_intervals(rounds, settings.share_tol_pp, q, deltas))
     return AbResult(rounds, intervals, None, settings, counters, _cpu_wait_pct(rounds),
-                    cpu_speed_moved_pct=_cpu_speed_moved_pct(rounds), pairs=(first,))
+                    pairs=(first,))
 
 
 def _device_verdict(result: AbResult) -> Verdict | None:
@@ -151,7 +150,6 @@ def _decide_host(rounds: tuple[RoundPair, ...], settings: AbSettings, counters: 
     else:
         verdict = None
     return AbResult(rounds, intervals, verdict, settings, counters, _cpu_wait_pct(rounds),
-                    cpu_speed_moved_pct=_cpu_speed_moved_pct(rounds),
                     host_clock=True, pairs=pairs, confirmed=tuple(sorted(confirmed)))
 
 
@@ -162,15 +160,6 @@ def _cpu_wait_pct(rounds: Sequence[RoundPair]) -> float | None:
     if not found or any(x is None for x in found):
         return None
     return max(x for x in found if x is not None)
-
-
-def _cpu_speed_moved_pct(rounds: Sequence[RoundPair]) -> float | None:
-    """How much slower, in %, the CPU ran for one side of a round than for the other, the
-    most over the rounds (None unless every run timed the CPU reference)."""
-    ratios = [r.cpu_speed_ratio for r in rounds]
-    if not ratios or any(x is None for x in ratios):
-        return None
-    return max(100.0 * math.expm1(abs(math.log(x))) for x in ratios if x is not None)
 
 
 #: Measures one side in one round: ``(side, round_no) -> SideFigures``.
