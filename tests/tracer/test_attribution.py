@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import traceml_ci as traceml
+from tests.conftest import stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load, pct
 from tests.tracer.fakes import FakeClock
 from tests.tracer.loops import BusyModel, BusySGD, busy_loader, spend_on, stopwatch_loop
@@ -38,9 +39,15 @@ def test_each_phase_within_3pp_of_the_truth(fresh_tracer) -> None:
     walls = walls[3:]
     keep = tukey_keep_mask(walls, 3.0)  # the tracer leaves far outliers out too
     wall = sum(w for w, k in zip(walls, keep, strict=True) if k)
+    # 3 pp on a quiet CPU, widened by the run's own measured contention as every stopwatch
+    # check is (tests/conftest.py): beside other suites at load ~20 on 2 cores, preemptions
+    # between the two clocks' marks put 5.9 pp of input on one side. A misattributed phase
+    # is off whatever the load.
+    tolerance = stopwatch_tolerance_pp(doc, 3.0)
     for phase in COSTS:
         spent = sum(v for v, k in zip(watch.column(phase, 3), keep, strict=True) if k)
-        assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=3.0), phase
+        assert pct(doc, phase) == pytest.approx(100.0 * spent / wall, abs=tolerance), (
+            phase, tolerance)
     assert sum(pct(doc, p) for p in (*COSTS, "other")) == pytest.approx(100.0, abs=0.1)
     # No label here: CPU hogs beside the suite can stretch compute past the input share and
     # flip it. Labels are tested on fixed shares (tests/summary) and for stability (10 runs).

@@ -66,7 +66,10 @@ def test_an_idle_run_reads_as_quiet() -> None:
     assert reading["cpu_steal_pct"] is None or 0.0 <= reading["cpu_steal_pct"] <= 100.0
     if idle >= 5.0:
         loaded = _probe(cpu, 1.0, "busy")["runqueue_wait_pct"]
-        assert loaded is not None and idle < 0.5 * loaded, (reading, loaded)
+        # Under half the busy loop's; on a saturated CPU (other suites, load ~20 on 2 cores:
+        # busy 95 %, idle 56 % -- each wake-up queues) still 25 pp under it. A sleep counted
+        # as a wait, the bug, reads ~100 % however quiet the CPU.
+        assert loaded is not None and idle < max(0.5 * loaded, loaded - 25.0), (reading, loaded)
 
 
 def test_a_traced_run_records_its_contention_in_a_valid_summary(pinned_run_with_a_hog) -> None:

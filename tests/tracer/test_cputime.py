@@ -4,7 +4,8 @@ run's CPU (``time.thread_time_ns`` of the one thread that trains), with our own 
 Bounds are loose (a loaded 2-core runner): what is checked is that the figure is CPU time of
 the steps -- not wall time (a sleeping step), not our threads' -- within a factor. The real
 clock is the point here (CPU time against wall time, waits read from schedstat): no fake clock.
-The thread split's two tests read one pinned child (``conftest.pinned_run_with_a_hog``)."""
+The thread split's test reads a pinned child that test_contention.py's reads too
+(``conftest.pinned_run_with_a_hog``: one child for both)."""
 
 from __future__ import annotations
 
@@ -178,8 +179,8 @@ HOG_SAYS_SO = ("import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
 
 #: The pinned step, 1.5 s after its warmup, a busy loop (argv[3]) pinned to the same CPU for
 #: the middle third; writes argv[2]/stopwatch.json: the steps the busy loop overlapped, and the
-#: thread's CPU ms per analysed step (``time.thread_time_ns``). Run once for the tests of both
-#: files that read it (``conftest.pinned_run_with_a_hog``).
+#: thread's CPU ms per analysed step (``time.thread_time_ns``). Run once for the tests of this
+#: file and test_contention.py that read it (``conftest.pinned_run_with_a_hog``).
 HOG_MIDWAY_CHILD = PINNED_STEP + textwrap.dedent("""
     steps, end, hog, hog_steps, cpu0 = 0, None, None, 0, 0
     try:
