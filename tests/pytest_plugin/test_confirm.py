@@ -27,6 +27,11 @@ os.environ["SMOKE_SLOW_CALLS"] = os.environ.get("SCRIPT_SLOW_RUNS", "") and (
     "1" if str(len(os.listdir(os.environ["SCRIPT_RUNS_DIR"]))) in
     os.environ["SCRIPT_SLOW_RUNS"].split(",") else "0")
 open(os.path.join(os.environ["SCRIPT_RUNS_DIR"], str(os.getpid())), "w").close()
+# Before the loop, as a script's imports are: torch imports torch._dynamo at a DataLoader's
+# first batch, ~100 MB that a 40-step run's few RSS samples would show as growth in one fresh
+# process and not in the next (step_memory.diagnosis BALANCED -> MEMORY_GROWTH failed clean
+# runs against a baseline that missed it, beside busy loops).
+import torch._dynamo  # noqa: F401
 from smoke_train import train
 
 train()
