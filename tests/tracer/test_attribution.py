@@ -111,3 +111,71 @@ def test_validation_loop_between_steps_is_not_charged_to_the_next_step(fresh_tra
     # ... and it is time between steps: 5 fetches and 5 forwards of the 131 ms after warmup.
     between = finish_and_load(tracer)["step_time"]["between_steps"]
     assert (between["wall_s"], between["between_s"]) == (0.131, 0.055)
+
+
+def test_a_batch_fetched_before_a_validation_loop_stays_the_next_steps(fresh_tracer) -> None:
+    """The other order: the next batch fetched, then validation under no_grad, then the step.
+    The validation loader's fetches are forgotten when it runs out, the training batch's are
+    not (they were: 10 ms of dataloader charged to that step, or 52 ms had it kept them all)."""
+    clock = FakeClock()
+    spend = spend_on(clock)
+    tracer = fresh_tracer(warmup_steps=1, clock=clock)
+    model = BusyModel(1.0, 0.5, spend=spend)
+    optimizer = BusySGD(model.parameters(), 0.5, spend=spend)
+    val_loader = busy_loader(5, 10.0, spend=spend)
+    for i, (x, y) in enumerate(busy_loader(20, 2.0, spend=spend)):
+        if i in (5, 10):  # step i+1's batch is fetched: validate before training on it
+            with torch.no_grad():
+                for vx, _ in val_loader:
+                    model(vx)
+        with traceml.trace_step(model):
+            optimizer.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            optimizer.step()
+    assert tracer.store.column(PHASE_COLS["dataloader"]) == [2.0] * 19
+    assert tracer.store.column(STEP) == [4.0] * 19
+
+
+def _one_ahead(loader):
+    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
+    it = iter(loader)
+    current = next(it)
+    while True:
+        try:
+            following = next(it)
+        except StopIteration:
+            yield current
+            return
+        yield current
+        current = following
+
+
+def test_a_fetch_before_a_loader_fetching_ahead_runs_out_is_its_steps(fresh_tracer) -> None:
+    """The HF Trainer's gradient accumulation over accelerate's one-ahead loader: an epoch's
+    last step fetches its first micro-batch, then the loader runs out and the second is the
+    one it fetched ahead. That fetch is the step's (it was dropped: 0 ms of dataloader), and
+    every fetch of the run is some step's, once (an independent count of what they spent)."""
+    clock = FakeClock()
+    spend = spend_on(clock)
+    tracer = fresh_tracer(warmup_steps=0, clock=clock)
+    model = BusyModel(1.0, 0.5, spend=spend)
+    optimizer = BusySGD(model.parameters(), 0.5, spend=spend)
+    fetched: list[float] = []
+
+    def fetch(ms: float) -> None:
+        fetched.append(ms)
+        spend(ms)
+
+    train = busy_loader(6, 2.0, spend=fetch)
+    for _ in range(2):
+        batches = _one_ahead(train)
+        for _ in range(3):
+            group = [next(batches) for _ in range(2)]  # the Trainer's get_batch_samples
+            with traceml.trace_step(model):
+                for x, y in group:
+                    ((model(x) - y) ** 2).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    # each epoch: 3 fetches (the first, one ahead, the next), 2, 1 (then the loader ran out)
+    assert tracer.store.column(PHASE_COLS["dataloader"]) == [6.0, 4.0, 2.0] * 2
+    assert sum(tracer.store.column(PHASE_COLS["dataloader"])) == sum(fetched)

@@ -16,6 +16,7 @@ recomputation of activation checkpointing, which is backward's cost.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -92,6 +93,7 @@ class Recorder:
         "fast",
         "acc",
         "loop_end",
+        "began_fetching",
         "ahead",
         "dropped_bwd",
         "on_close",
@@ -134,6 +136,11 @@ class Recorder:
         #: fetch in between, and keeps it. ``fast`` is off while one is held, so the fast
         #: path never looks at it.
         self.loop_end: tuple[int, int, int, int] | None = None
+        #: The iterator whose first fetch since the last step went the general way (a new
+        #: iterator's always does), and what had been fetched before it then (dataloader ns,
+        #: samples, general-path fetches): an evaluation's loop that runs out took only its
+        #: own fetches, not the training batch fetched before it (``_loop_ended``).
+        self.began_fetching: tuple[Any, int, int, int] | None = None
         #: Samples of a batch a loader fetched ahead, in an earlier step, for a step that
         #: trained on it after the loader ran out (0: none). The next epoch's first step
         #: fetches one batch ahead again and evens it out; a run that ends first is one batch
@@ -155,6 +162,7 @@ class Recorder:
         self.enter = None
         self.acc = list(ACC_ZERO)
         self.loop_end = None
+        self.began_fetching = None
         self.ahead = 0
         self._reset_phases()
 
@@ -164,6 +172,7 @@ class Recorder:
         self.fast = False
         self.in_step = 0
         self.loop_end = None
+        self.began_fetching = None
         self.ahead = 0
         self.ready = False  # nothing turns the fast path back on
         self._reset_phases()
@@ -208,33 +217,61 @@ class Recorder:
             self.saw_opt = True
             self.last_opt_end = t
 
-    def phase_abort(self, p: int, batch: int = 0) -> None:
+    def phase_abort(self, p: int, batch: int = 0, it: Any = None) -> None:
         """The phase ended without a result (a loader's StopIteration, ``batch``: its samples
-        per batch): record nothing, and forget fetches since the last step -- they belonged
-        to a loop that just ended (``loop_end`` waits for the next fetch or step to be sure)."""
+        per batch, ``it``: the iterator): record nothing, and forget fetches since the last
+        step -- they belonged to a loop that just ended (``_loop_ended``)."""
         stack = self.stack
         if stack:
             prev = stack.pop()
             if self.active == p and prev not in ABSORBED_BY[p]:
                 self.active = prev  # from t_open: the failed fetch counts to what it was in
         if not self.in_step:
-            self._loop_ended(batch)
+            self._loop_ended(batch, it)
 
     def _forget_outside(self) -> None:
         self.outside.clear()
         acc = self.acc
         acc[PRE] = acc[SAMPLES] = 0
 
-    def _loop_ended(self, batch: int) -> None:
+    def _loop_ended(self, batch: int, it: Any = None) -> None:
         """A loader ran out between steps: hold what was fetched since the last step until the
-        next fetch (forget it) or step (keep it) tells whose it was (see ``loop_end``)."""
+        next fetch (forget it) or step (keep it) tells whose it was (see ``loop_end``).
+
+        Without grad (``torch.no_grad``, ``inference_mode``) no training step trains on what
+        it fetched: an evaluation's loop ended, and its fetches are forgotten at once -- from
+        its first, where it began fetching since the last step, so that a training batch
+        fetched before the evaluation stays the next step's."""
         if self.implicit:  # zero-change steps hold their fetches in the open step: forget
             self._forget_outside()
             return
         self._settle_loop_end(False)  # an earlier loop's, run out in turn
         acc = self.acc
+        if not _grad_enabled():
+            began = self.began_fetching
+            if began is not None and began[0] is it:
+                self._forget_since(began[1], began[2], began[3])
+            else:
+                self._forget_outside()
+            self.began_fetching = None
+            return
         self.loop_end = (acc[PRE], acc[SAMPLES], len(self.outside), batch)
         self.fast = False
+
+    def _forget_since(self, pre: int, samples: int, fetches: int) -> None:
+        """Forget what was fetched since the loader sums were ``pre``, ``samples`` and
+        ``fetches``."""
+        acc = self.acc
+        acc[PRE] = min(acc[PRE], pre)
+        acc[SAMPLES] = min(acc[SAMPLES], samples)
+        del self.outside[fetches:]
+
+    def began_fetch(self, it: Any) -> None:
+        """General path, between steps: ``it`` fetches; note where it began (``began_fetching``)."""
+        began = self.began_fetching
+        if began is None or began[0] is not it:
+            acc = self.acc
+            self.began_fetching = (it, acc[PRE], acc[SAMPLES], len(self.outside))
 
     def _settle_loop_end(self, keep: bool) -> None:
         held = self.loop_end
@@ -389,15 +426,17 @@ class Recorder:
             if get_ident() != owner:
                 return orig(it)
             try:
-                if rec.loop_end is not None and not rec.in_step:
-                    rec._settle_loop_end(False)  # the loader that ran out was another loop's
+                if not rec.in_step and not rec.implicit:
+                    if rec.loop_end is not None:
+                        rec._settle_loop_end(False)  # the loader that ran out: another loop's
+                    rec.began_fetch(it)
                 rec.phase_begin(DL)
             except Exception as exc:
                 fail(exc)
             try:
                 batch = orig(it)
             except BaseException:  # StopIteration included: the loop ended
-                rec.phase_abort(DL, getattr(it, SAMPLES_ATTR, None) or 0)
+                rec.phase_abort(DL, getattr(it, SAMPLES_ATTR, None) or 0, it)
                 raise
             try:
                 rec.phase_end(DL)
@@ -433,7 +472,7 @@ class Recorder:
                 if rec.active == DL:
                     rec.active = prev
                     if not rec.in_step:
-                        rec._loop_ended(n)
+                        rec._loop_ended(n, it)
                 raise
             try:
                 acc = rec.acc
@@ -465,6 +504,7 @@ class Recorder:
             self._settle_loop_end(True)  # a loader that fetched ahead: its batch is this step's
         elif self.ahead:
             self._step_fetched()
+        self.began_fetching = None
         self.in_step = 1
         if self.active != -1:  # a phase left open (no phase of the general path is open
             self._reset_phases()  # without ``active`` set)
@@ -493,8 +533,8 @@ class Recorder:
                 self.store.host_step(self.enter, t, acc, marks, outside)
         else:  # device events are resolved later: every step gets its own lists
             self.marks, self.outside = [], []
-            if ok:
-                self.store(self.enter, t, marks, outside, acc[SAMPLES])
+            if ok:  # (the host clock's fast path may have fetched before it: ``PRE``)
+                self.store(self.enter, t, marks, outside, acc[SAMPLES], acc[PRE])
         self.enter = None
 
     def _close_implicit(self, t: Any) -> None:
@@ -534,6 +574,12 @@ class Recorder:
             self.store(self.enter, self.last_opt_end, marks, [], samples)
             self.enter = None
             self.saw_opt = False
+
+
+def _grad_enabled() -> bool:
+    """torch's grad mode on this thread (True without torch loaded: nothing says otherwise)."""
+    torch = sys.modules.get("torch")
+    return True if torch is None else bool(torch.is_grad_enabled())
 
 
 def wrap_forward(model: Any, rec: Recorder, fail: Fail) -> tuple[dict, str, bool, Any]:

@@ -81,15 +81,17 @@ class StepStore:
         self.cuda_memory = cuda_memory
 
     def __call__(
-        self, enter: Any, exit_: Any, marks: list, outside: list, samples: int = 0
+        self, enter: Any, exit_: Any, marks: list, outside: list, samples: int = 0, pre: int = 0
     ) -> None:
+        """A step timed the general way; ``pre``: host ns the fast path fetched before it (a
+        step after a loader that fetched ahead ran out)."""
         cap = self.max_steps
         if cap is not None and self.steps_total >= cap:
             if not self.host:  # keep the event pool bounded past the cap
                 self._release(enter, exit_, marks, outside)
             return
         if self.host:  # a host step timed the general way: all its phases are in the marks
-            self.host_step(enter, exit_, [0, 0, 0, 0, 0, 0, 0, samples], marks, outside)
+            self.host_step(enter, exit_, [0, 0, 0, 0, 0, 0, pre, samples], marks, outside)
             return
         self.steps_total += 1
         now = time.perf_counter_ns()
