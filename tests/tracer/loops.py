@@ -123,6 +123,23 @@ def train(loader: Any, model: nn.Module, optimizer: Any, trace_step: Any, steps:
     return done
 
 
+def fake_device_run(fresh_tracer: Any, log: Any, steps: int, fetch_ms: float, forward_ms: float,
+                    backward_ms: float, optimizer_ms: float) -> Any:
+    """The README loop on a fake device (``log``: a ``FakeEventLog`` whose events carry a
+    ``FakeClock``'s time, spent by each phase): ``steps`` steps after 2 warmup steps' worth of
+    tracer, which it returns."""
+    from tests.tracer.fakes import FakeClock
+
+    clock = FakeClock()
+    log.now = clock.mark  # the "device" events carry the fake clock's time
+    spend = spend_on(clock)
+    tracer = fresh_tracer(warmup_steps=2, clock=clock)
+    model = BusyModel(forward_ms, backward_ms, spend=spend)
+    optimizer = BusySGD(model.parameters(), optimizer_ms, spend=spend)
+    train(busy_loader(steps, fetch_ms, spend=spend), model, optimizer, traceml.trace_step, steps)
+    return tracer
+
+
 def train_at_least(model: nn.Module, optimizer: Any, x: torch.Tensor, y: torch.Tensor,
                    steps: int, seconds: float, after_backward: Any = None) -> int:
     """The README loop on one batch: ``steps`` steps, and more until ``seconds`` went by

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import (
     FakeClock,
@@ -19,9 +18,9 @@ from tests.tracer.loops import (
     BusySGD,
     busy_job,
     busy_loader,
+    fake_device_run,
     recorder_step,
     spend_on,
-    train,
 )
 from traceml_ci.tracer.clocks import DeviceEventClock
 from traceml_ci.tracer.memory import MB, CudaMemory
@@ -93,13 +92,7 @@ def test_cuda_memory_reads_peaks_from_the_allocator_and_resets_them() -> None:
 
 def test_device_run_end_to_end_fills_memory_fields_and_clock(fresh_tracer, fake_cuda) -> None:
     log, memory = fake_cuda
-    clock = FakeClock()
-    log.now = clock.mark  # the "device" events carry the fake clock's time
-    spend = spend_on(clock)
-    tracer = fresh_tracer(warmup_steps=2, clock=clock)
-    model = BusyModel(1.0, 1.0, spend=spend)
-    optimizer = BusySGD(model.parameters(), 0.5, spend=spend)
-    train(busy_loader(20, 1.0, spend=spend), model, optimizer, traceml.trace_step, 20)
+    tracer = fake_device_run(fresh_tracer, log, 20, 1.0, 1.0, 1.0, 0.5)
     assert log.syncs == 0
     doc = finish_and_load(tracer)
     st, mem = doc["step_time"], doc["step_memory"]

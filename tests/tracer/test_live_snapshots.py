@@ -28,6 +28,7 @@ from tests.tracer.loops import (
     BusyModel,
     BusySGD,
     busy_loader,
+    fake_device_run,
     spend_on,
     stopwatch_loop,
     train,
@@ -203,13 +204,7 @@ def fake_cuda(monkeypatch):
 
 def test_device_clock_snapshots_read_only_resolved_steps(fresh_tracer, fake_cuda) -> None:
     log, _ = fake_cuda
-    clock = FakeClock()
-    log.now = clock.mark  # the "device" events carry the fake clock's time
-    spend = spend_on(clock)
-    tracer = fresh_tracer(warmup_steps=2, clock=clock)
-    model = BusyModel(1.0, 0.5, spend=spend)
-    optimizer = BusySGD(model.parameters(), 0.25, spend=spend)
-    train(busy_loader(40, 0.5, spend=spend), model, optimizer, traceml.trace_step, 40)
+    tracer = fake_device_run(fresh_tracer, log, 40, 0.5, 1.0, 0.5, 0.25)
     store = tracer.store
     assert store.steps_total == 40 and 0 < store.resolved < 40  # some still pending
     snap = tracer.live.snapshot()
