@@ -195,6 +195,29 @@ def test_internal_error_warns_once_stops_tracing_and_training_goes_on(fresh_trac
     assert tracer.finish() is not None  # what was recorded before the failure is kept
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_an_internal_error_at_a_loaders_end_leaves_the_loop_its_stop_iteration(
+    fresh_tracer, capfd, monkeypatch, epochs: int
+) -> None:
+    """The tracer's bookkeeping when a loader runs out (the fast path's and, for a new
+    iterator's first fetch, the general one's) fails: the loop still ends as it would have,
+    every epoch runs, and the tracer warns once."""
+    from traceml_ci.tracer.recorder import Recorder
+
+    def broken(self, *args):
+        raise RuntimeError("bookkeeping broke")
+
+    monkeypatch.setattr(Recorder, "_loop_ended", broken)
+    clock = FakeClock()
+    fresh_tracer(warmup_steps=0, clock=clock)
+    model = BusyModel(0.1, 0.1, spend=spend_on(clock))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = busy_loader(4, 0.1, spend=spend_on(clock))
+    steps = sum(train(loader, model, optimizer, traceml.trace_step, 100) for _ in range(epochs))
+    assert steps == 4 * epochs  # each epoch ended on its loader's StopIteration, no other
+    assert capfd.readouterr().err.count("traceml-ci: warning: tracing stopped") == 1
+
+
 def test_busy_other_phase_is_overhead(fresh_tracer) -> None:
     clock = FakeClock()
     tracer = fresh_tracer(mode="manual", warmup_steps=0, clock=clock)

@@ -436,7 +436,10 @@ class Recorder:
             try:
                 batch = orig(it)
             except BaseException:  # StopIteration included: the loop ended
-                rec.phase_abort(DL, getattr(it, SAMPLES_ATTR, None) or 0, it)
+                try:
+                    rec.phase_abort(DL, getattr(it, SAMPLES_ATTR, None) or 0, it)
+                except Exception as exc:  # never in place of the loader's own exception
+                    fail(exc)
                 raise
             try:
                 rec.phase_end(DL)
@@ -469,10 +472,13 @@ class Recorder:
             try:
                 batch = orig(it)
             except BaseException:
-                if rec.active == DL:
-                    rec.active = prev
-                    if not rec.in_step:
-                        rec._loop_ended(n, it)
+                try:
+                    if rec.active == DL:
+                        rec.active = prev
+                        if not rec.in_step:
+                            rec._loop_ended(n, it)
+                except Exception as exc:  # never in place of the loader's own exception
+                    fail(exc)
                 raise
             try:
                 acc = rec.acc
