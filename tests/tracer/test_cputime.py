@@ -81,6 +81,35 @@ def test_our_own_threads_cpu_is_left_out(fresh_tracer) -> None:
     assert 0.6 * stopwatch_ms <= st["cpu_ms"] <= 1.6 * stopwatch_ms + 0.05
 
 
+def test_a_run_shorter_than_a_tick_ends_its_window_at_a_step_not_at_finish(
+    fresh_tracer,
+) -> None:
+    """25 analysed steps of well under a millisecond, then 200 ms of CPU work after the loop
+    (a script's end, a save) before finish: the window ends at an analysed step's end, so the
+    work after the loop is no step's (it was: read at finish, ~8 ms per step more, on the CPU
+    and in the training thread's split)."""
+    tracer = fresh_tracer(warmup_steps=WARMUP)
+    model = nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    cpu0 = 0
+    for i in range(WARMUP + 25):
+        if i == WARMUP:
+            cpu0 = time.thread_time_ns()
+        with traceml.trace_step(model):
+            model(x).sum().backward()
+    steps_cpu_ms = (time.thread_time_ns() - cpu0) / 25 / 1e6
+    after_end = time.thread_time() + 0.2
+    while time.thread_time() < after_end:
+        pass
+    st = finish_and_load(tracer)["step_time"]
+    assert st["steps_analyzed"] == 25
+    # 200 ms over 25 steps would be +8 ms a step; the steps' own CPU is a fraction of one
+    assert st["cpu_ms"] <= 2.0 * steps_cpu_ms + 1.0, (st["cpu_ms"], steps_cpu_ms)
+    thread = st.get("thread")
+    if thread is not None:  # with schedstats
+        assert thread["on_cpu_ms"] <= 2.0 * steps_cpu_ms + 1.0, (thread, steps_cpu_ms)
+
+
 def test_a_window_needs_steps_between_its_reads() -> None:
     window = CpuWindow()
     assert window.ms_per_step() is None  # never opened

@@ -11,10 +11,11 @@ own threads' (the live writer, the NVML sampler: named ``traceml-ci-*``) where t
 gives a per-thread clock. DataLoader worker processes are not counted: finding them costs a
 walk of the process table on every read.
 
-The store reads it where the analysed window opens (the last warmup step's end) and at its
-housekeeping ticks (~10 Hz) with the number of analysed steps so far; ms per step is the
-difference between the window's start and the last tick. Torch-free; a read that fails is
-None and the figure is left out.
+The store reads it where the analysed window opens (the last warmup step's end), at its
+housekeeping ticks (~10 Hz) and at analysed steps 1, 2, 4, 8, ... (a run shorter than a tick
+still ends its window at a step's end, not at finish), with the number of analysed steps so
+far; ms per step is the difference between the window's start and the last read. Torch-free;
+a read that fails is None and the figure is left out.
 
 The same reads take the wall clock and the training thread's schedstat (ns on a CPU, ns
 runnable but waiting for one; Linux with schedstats). Per analysed step that splits the

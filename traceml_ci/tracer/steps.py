@@ -72,6 +72,11 @@ class StepStore:
         #: The job's CPU time over the analysed window (tracer/cputime.py), host steps only:
         #: read at the last warmup step and at housekeeping, never per analysed step.
         self.cpu = CpuWindow()
+        #: Host steps: the step number at which the CPU window is read besides housekeeping --
+        #: analysed steps 1, 2, 4, 8, ...: a run shorter than a tick still ends its window at a
+        #: step's end (at least half its analysed steps), not at finish, whose own work (the
+        #: script's end, the summary) is no step's. Warmup steps walk it up one by one.
+        self._cpu_read_at = 1
 
     def set_clock(self, clock: Any, cuda_memory: CudaMemory | None) -> None:
         """Switch clocks once, before any step is recorded (the first step tells the device)."""
@@ -114,6 +119,14 @@ class StepStore:
         if n >= self._cap:
             return
         self.steps_total = n = n + 1
+        if n == self._cpu_read_at:
+            warmup = self.warmup_steps
+            if n <= warmup:
+                self._cpu_read_at = n + 1
+            else:
+                self._cpu_read_at = 2 * n - warmup  # twice the analysed steps so far
+                if exit_ < self._due:  # (else housekeeping reads it below)
+                    self.cpu.tick(n - warmup)
         if exit_ >= self._due:  # ~10 times a second, between steps: housekeeping
             self._due = exit_ + self.tick_ns
             if n > self.warmup_steps:  # first: the step's CPU, not ours below
