@@ -1,12 +1,13 @@
 """`traceml-ci run --nproc-per-node N` (and --nnodes/--node-rank/--rdzv-*): every rank launched
 through torchrun and traced; one merged summary names the straggler; a lost rank is named,
-the launch exits non-zero and nothing hangs."""
+the launch exits non-zero and nothing hangs. (Which rank the others wait for is the ranks' own
+analysis: its balanced and slow-forward cases read plain torchrun jobs that
+tests/tracer/test_distributed.py asserts on too, tests/distributed_jobs.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -14,15 +15,16 @@ from typing import Any
 
 import pytest
 
+from tests import distributed_jobs
 from tests.cli.scripts import kill_group
 from tests.distributed_checks import assert_no_confident_straggler
 from traceml_ci.summary.schema import summary_problems
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+EXAMPLE = distributed_jobs.EXAMPLE
 #: The example with its slow rank's forward/backward/optimizer time a wait, not a spin: on a
 #: loaded machine a spin is mostly waiting for a CPU, which the straggler analysis takes off
 #: (tests/cli/ddp_job.py). The input straggler's sleep needs no such change.
-WAITING_EXAMPLE = Path(__file__).with_name("ddp_job.py")
+WAITING_EXAMPLE = distributed_jobs.WAITING_EXAMPLE
 # Twice the example's default: two ranks on two cores, beside the rest of a loaded suite, make
 # own-work noise that the straggler guard rightly weighs against a 6 ms excess.
 SLOW_MS = ("--slow-ms", "12")
@@ -31,12 +33,7 @@ SLOW_MS = ("--slow-ms", "12")
 #: 3 s of sleeping a run.
 DATA_SLOW_MS = ("--slow-ms", "6")
 CLI = [sys.executable, "-m", "traceml_ci"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = distributed_jobs.free_port
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -132,44 +129,45 @@ def test_distributed_options_without_nproc_per_node_are_one_line(
     assert (out + err).strip() == "traceml-ci: error: distributed options need --nproc-per-node N"
 
 
-def _wait_phase_job(cwd: Path, slow: str | None, **env: str) -> Path:
-    """The example (its slow rank waiting, not spinning) with rank 1 slow in ``slow`` (None:
-    balanced), 30 steps; its output folder."""
-    extra = ("--slow-rank", "1", "--slow", slow, *SLOW_MS) if slow else ()
+def _wait_phase_job(cwd: Path, slow: str) -> Path:
+    """The example (its slow rank waiting, not spinning) with rank 1 slow in ``slow``, 30
+    steps; its output folder."""
     code, out = _finish(_start(cwd, "--out", "out", "--nproc-per-node", "2",
                                "--master-port", str(_free_port()), str(WAITING_EXAMPLE),
-                               "--steps", "30", *extra, **env))
+                               "--steps", "30", "--slow-rank", "1", "--slow", slow, *SLOW_MS))
     assert code == 0, out
     return cwd / "out"
 
 
-@pytest.fixture(scope="module")
-def slow_forward_live_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One job for two tests (its merged summary, its live snapshots): rank 1 slow in forward,
-    live snapshots on (they change nothing the summary says)."""
-    return _wait_phase_job(tmp_path_factory.mktemp("slow_forward"), "forward",
-                           TRACEML_CI_LIVE="1")
+def _shared_job(job: distributed_jobs.Job) -> Path:
+    """A job of tests/distributed_jobs.py (plain torchrun, shared with
+    tests/tracer/test_distributed.py): its output folder."""
+    assert job.returncode == 0, job.stdout
+    return job.out
 
 
 def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_summary(
-    slow_forward_live_job: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Each rank's last live snapshot has the wait phase (its shares adding to 100), and the
-    live view names the straggler the merged summary names, from those snapshots."""
+    live view names the straggler the merged summary names, from those snapshots (the shared
+    job with a rank slow in forward, live snapshots on)."""
     from traceml_ci.cli.live_view import plain_progress_line, rank_straggler
     from traceml_ci.summary.keys import PHASES_WITH_WAIT
     from traceml_ci.summary.live import read_snapshots
 
-    snaps = read_snapshots(slow_forward_live_job)
+    out_dir = _shared_job(distributed_jobs.slow_forward(tmp_path_factory))
+    slow, other = distributed_jobs.SLOW_FORWARD_RANK, 1 - distributed_jobs.SLOW_FORWARD_RANK
+    snaps = read_snapshots(out_dir)
     assert [s["rank"] for s in snaps] == [0, 1]
     for snap in snaps:
         pct = snap["window"]["pct"]
         assert snap["status"] == "completed" and list(pct) == list(PHASES_WITH_WAIT)
         assert abs(sum(pct.values()) - 100.0) < 0.1
-    assert snaps[0]["window"]["phase_ms"]["wait"] > snaps[1]["window"]["phase_ms"]["wait"]
-    s = _merged(slow_forward_live_job / "final_summary.json")["distributed"]["straggler"]
-    assert rank_straggler(snaps) == (s["label"], s["rank"]) == ("COMPUTE_STRAGGLER", 1)
-    assert "wait" in plain_progress_line(snaps) and "COMPUTE_STRAGGLER rank 1" in \
+    assert snaps[other]["window"]["phase_ms"]["wait"] > snaps[slow]["window"]["phase_ms"]["wait"]
+    s = _merged(out_dir / "final_summary.json")["distributed"]["straggler"]
+    assert rank_straggler(snaps) == (s["label"], s["rank"]) == ("COMPUTE_STRAGGLER", slow)
+    assert "wait" in plain_progress_line(snaps) and f"COMPUTE_STRAGGLER rank {slow}" in \
         plain_progress_line(snaps)
 
 
@@ -183,13 +181,22 @@ def test_the_live_snapshots_of_a_ddp_run_show_the_wait_and_label_ranks_as_its_su
     ],
 )
 def test_the_rank_the_others_wait_for_is_named_with_its_phase(
-    tmp_path: Path, slow: str | None, label: str, request: pytest.FixtureRequest
+    tmp_path: Path, slow: str | None, label: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """One run per case (3/3 each measured, also beside two CPU hogs: docs/distributed.md).
     The slow rank takes 12 ms more per step in one phase; the other waits for it in its wait
-    phase, and the merged summary's split is the slow rank's. (forward: the live test's job.)"""
-    out_dir = (request.getfixturevalue("slow_forward_live_job") if slow == "forward"
-               else _wait_phase_job(tmp_path, slow))
+    phase, and the merged summary's split is the slow rank's. (forward and balanced: the jobs
+    of tests/distributed_jobs.py, forward's slow rank rank 0, shared with the live test above
+    and tests/tracer/test_distributed.py.)"""
+    slow_rank = 1
+    if slow == "forward":
+        out_dir = _shared_job(distributed_jobs.slow_forward(tmp_path_factory))
+        slow_rank = distributed_jobs.SLOW_FORWARD_RANK
+    elif slow is None:
+        out_dir = _shared_job(distributed_jobs.balanced(tmp_path_factory))
+    else:
+        out_dir = _wait_phase_job(tmp_path, slow)
+    other = 1 - slow_rank
     doc = _merged(out_dir / "final_summary.json")
     dist = doc["distributed"]
     s = dist["straggler"]
@@ -200,10 +207,11 @@ def test_the_rank_the_others_wait_for_is_named_with_its_phase(
         assert_no_confident_straggler(dist)
         return
     assert s["label"] == label, s
-    assert (s["rank"], s["cause"]) == (1, slow)
-    assert ranks[0]["wait_ms"] > ranks[1]["wait_ms"] + 2.0  # rank 0 waits for rank 1
+    assert (s["rank"], s["cause"]) == (slow_rank, slow)
+    # the other rank waits for the slow one
+    assert ranks[other]["wait_ms"] > ranks[slow_rank]["wait_ms"] + 2.0
     # The headline is the slow rank's own split, with its own diagnosis.
-    assert dist["headline_rank"] == 1
-    assert doc["step_time"]["phase_ms"] == ranks[1]["phase_ms"]
-    per_rank = json.loads((out_dir / "final_summary.rank1.json").read_text())
+    assert dist["headline_rank"] == slow_rank
+    assert doc["step_time"]["phase_ms"] == ranks[slow_rank]["phase_ms"]
+    per_rank = json.loads((out_dir / f"final_summary.rank{slow_rank}.json").read_text())
     assert doc["step_time"]["diagnosis"] == per_rank["step_time"]["diagnosis"]
