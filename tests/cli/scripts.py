@@ -48,15 +48,19 @@ SCRIPTS = {
 
 
 #: Top-level init() (as the README shows), worker DataLoaders, an explicit finish(), and an
-#: independent stopwatch written to argv[1]. argv[2]: the multiprocessing start method;
-#: argv[3]: "persistent" or not. Spawned workers re-import this file and re-run init().
+#: independent stopwatch written to argv[1]. argv[2:]: one DataLoader (one worker) each,
+#: "METHOD" or "METHOD:persistent" (METHOD: the multiprocessing start method); each one's
+#: workers start before the first step and hand over two of the warmup steps' batches, in
+#: turn (a fresh worker's first two batches take seconds: it imports torch, then more), then
+#: the analysed steps take each loader's batches, a block apiece. Spawned and forkserver
+#: workers re-import this file and re-run init().
 WORKERS = """
 import json, sys, time
 import torch
 from torch import nn
 import traceml_ci as traceml
 
-traceml.init(mode="auto", warmup_steps=5)
+traceml.init(mode="auto", warmup_steps=6)
 torch.set_num_threads(1)
 COSTS = {"dataloader": 6.0, "forward": 3.0, "backward": 3.0, "optimizer": 2.0}
 
@@ -115,16 +119,24 @@ def timed(watch, phase, fn, *args):
         watch[-1][phase] += (time.perf_counter_ns() - start) / 1e6
 
 
-def main(out, context, persistent):
+STEPS = 40
+
+
+def main(out, *loaders):
     model = Model()
     opt = SlowSGD(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(
-        Data(), batch_size=4, num_workers=1, collate_fn=collate,
-        multiprocessing_context=context, persistent_workers=persistent == "persistent",
-    )
-    batches = iter(loader)
+    held, iters = [], []  # the loaders live as long as their iterators, as in a training loop
+    for spec in loaders:
+        context, _, persistent = spec.partition(":")
+        held.append(torch.utils.data.DataLoader(
+            Data(), batch_size=4, num_workers=1, collate_fn=collate,
+            multiprocessing_context=context, persistent_workers=persistent == "persistent",
+        ))
+        iters.append(iter(held[-1]))
+    n, warm = len(iters), 2 * len(iters)  # at most 3 loaders: 6 warmup steps
     watch, walls = [], []
-    for _ in range(40):
+    for step in range(STEPS):
+        batches = iters[step % n if step < warm else (step - warm) * n // (STEPS - warm)]
         start = time.perf_counter_ns()
         watch.append(dict.fromkeys(COSTS, 0.0))
         x, y = timed(watch, "dataloader", next, batches)
@@ -137,16 +149,16 @@ def main(out, context, persistent):
     traceml.finish()
     with open(out, "w") as fh:
         json.dump({"walls": walls, "phases": watch}, fh)
-    # Returning frees the iterator: its workers shut down and exit normally, as they do
+    # Returning frees the iterators: their workers shut down and exit normally, as they do
     # at the end of an epoch, while this process still runs.
 
 
 if __name__ == "__main__":
     import multiprocessing
 
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])
     # Workers gone while this process still runs (an event, not a fixed wait: the freed
-    # iterator has joined them by now, or they are on their way out).
+    # iterators have joined them by now, or they are on their way out).
     end = time.monotonic() + 30
     while multiprocessing.active_children() and time.monotonic() < end:
         time.sleep(0.02)

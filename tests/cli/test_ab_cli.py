@@ -17,6 +17,7 @@ import pytest
 
 from tests.abrepo import SPIN_NET, commit, git, only_the_repository, spinning, worktrees
 from tests.cli.scripts import kill_group, run_group, run_together
+from tests.pytest_plugin.shared import once_per_session
 from traceml_ci.cli.ab import parse_command
 from traceml_ci.cli.main import main
 from traceml_ci.errors import UsageError
@@ -113,11 +114,7 @@ for _ in range(30):
 """
 
 
-@pytest.fixture(scope="module")
-def two_rounds(tmp_path_factory: pytest.TempPathFactory):
-    """The A/Bs no timing can make a regression (on a host clock the first round's counts
-    decide): the same code twice, and a scalar read added (its counter decides). Independent,
-    so they run together: name -> (repository, --out folder, the finished ``traceml-ci ab``)."""
+def _two_rounds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     same = _repo(tmp_path_factory.mktemp("same"), None)
     read = tmp_path_factory.mktemp("read") / "repo"
     commit(read, "base", {"train.py": TRACED})
@@ -125,7 +122,25 @@ def two_rounds(tmp_path_factory: pytest.TempPathFactory):
     repos = {"same": same, "read": read}
     done = run_together({name: (lambda r=repo: _ab(r, r.parent / "ab", "--rounds-max", "2"))
                          for name, repo in repos.items()})
-    return {name: (repo, repo.parent / "ab", done[name]) for name, repo in repos.items()}
+    return {name: {"repo": str(repo), "returncode": done[name].returncode,
+                   "stdout": done[name].stdout, "stderr": done[name].stderr}
+            for name, repo in repos.items()}
+
+
+@pytest.fixture(scope="module")
+def two_rounds(tmp_path_factory: pytest.TempPathFactory):
+    """The A/Bs no timing can make a regression (on a host clock the first round's counts
+    decide): the same code twice, and a scalar read added (its counter decides). Independent,
+    so they run together, once per test session (whichever xdist worker asks first): name ->
+    (repository, --out folder, the finished ``traceml-ci ab``)."""
+    data = once_per_session(tmp_path_factory, "test_ab_cli_two_rounds",
+                            lambda: _two_rounds(tmp_path_factory))
+    found = {}
+    for name, d in data.items():
+        repo = Path(d["repo"])
+        done = subprocess.CompletedProcess([], d["returncode"], d["stdout"], d["stderr"])
+        found[name] = (repo, repo.parent / "ab", done)
+    return found
 
 
 def test_no_change_between_the_commits_is_never_a_regression(two_rounds) -> None:
@@ -193,8 +208,15 @@ def _running(pid: int, word: str) -> bool:
     return False
 
 
+#: A side that runs until it is stopped, and needs no torch (it starts in a fraction of a
+#: second): what is tested is ``ab``'s unwinding, not what the side runs.
+FOREVER = "import time\nwhile True:\n    time.sleep(0.05)\n"
+
+
 def test_sigterm_mid_round_ends_with_130_and_removes_the_worktree(tmp_path) -> None:
-    repo = _repo(tmp_path, SPIN_MS)
+    repo = tmp_path / "repo"
+    commit(repo, "base", {"train.py": FOREVER})
+    commit(repo, "head", {"README": "no change to the training\n"})
     cmd = [*CLI, "ab", "--base", "HEAD~1", "--out", str(tmp_path / "ab"), "--", "python",
            "train.py"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

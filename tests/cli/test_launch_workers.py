@@ -1,6 +1,6 @@
 """Only the process that owns the run traces and writes: DataLoader workers (spawn, forkserver,
-fork) re-running a top-level ``init()`` never touch the summary, and a second process cannot
-clobber a finished one. Real processes, with a stopwatch in the same run."""
+fork; one run holds all three) re-running a top-level ``init()`` never touch the summary, and a
+second process cannot clobber a finished one. Real processes, with a stopwatch in the same run."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from traceml_ci.summary.schema import summary_problems
 from traceml_ci.summary.stats import tukey_keep_mask
 
 PHASES = ("dataloader", "forward", "backward", "optimizer")
-WARMUP = 5  # the script's init(warmup_steps=5)
+WARMUP = 6  # the script's init(warmup_steps=6)
 
 
 def _stopwatch_shares(path: Path) -> dict[str, float]:
@@ -32,22 +32,23 @@ def _stopwatch_shares(path: Path) -> dict[str, float]:
     }
 
 
-@pytest.mark.parametrize(
-    ("context", "persistent", "launcher"),
-    [
-        ("spawn", "persistent", "python"),
-        ("spawn", "persistent", "traceml-ci run"),
-        ("forkserver", "no", "python"),
-        ("fork", "no", "python"),
-    ],
-)
-def test_workers_rerunning_init_leave_the_summary_alone(
-    tmp_path, context, persistent, launcher
-) -> None:
+#: launcher -> the DataLoaders of its run (``workers.py``'s arguments): under plain Python one
+#: run holds a loader of each start method, one after another (a process saved per method);
+#: the fork first, forked before the other loaders' queue threads exist.
+LOADERS = {
+    "python": ("fork", "forkserver", "spawn:persistent"),
+    "traceml-ci run": ("spawn:persistent",),
+}
+
+
+@pytest.mark.parametrize("launcher", LOADERS)
+def test_workers_rerunning_init_leave_the_summary_alone(tmp_path, launcher) -> None:
+    loaders = LOADERS[launcher]
+    assert 2 * len(loaders) <= WARMUP  # each loader's first two batches (start-up) in warmup
     script = write_script(tmp_path, "workers.py")
     truth = tmp_path / "stopwatch.json"
     front = [sys.executable, *([] if launcher == "python" else ["-m", "traceml_ci", "run"])]
-    proc = run_group([*front, str(script), str(truth), context, persistent], tmp_path)
+    proc = run_group([*front, str(script), str(truth), *loaders], tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = tmp_path / "traceml-out" / "final_summary.json"
     doc = json.loads(summary.read_text())
@@ -57,6 +58,7 @@ def test_workers_rerunning_init_leave_the_summary_alone(
     assert [p.name for p in (summary.parent / "live").iterdir()] == ["rank0.json"]
     st = doc["step_time"]
     assert st["steps_total"] == 40  # the main process's steps, not a worker's empty run
+    assert st["warmup_steps"] == WARMUP  # the steps the stopwatch's shares leave out
     assert doc["run"]["mode"] == "auto"
     assert doc["run"]["status"] == "completed"
     # One line, from the owner: workers print nothing.

@@ -18,6 +18,7 @@ import pytest
 
 from tests.cli.scripts import kill_group, run_group, write_script
 from tests.conftest import EXAMPLES, sigint_default
+from tests.pytest_plugin.shared import once_per_session
 from traceml_ci.cli.main import main
 from traceml_ci.summary.schema import summary_problems
 from traceml_ci.summary.thresholds import Thresholds
@@ -54,20 +55,34 @@ EXAMPLE_RUNS = {
 }
 
 
+def _shared_run(tmp_path_factory: pytest.TempPathFactory, name: str,
+                args: list[str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """``traceml-ci run --out OUT ARGS`` in a folder of its own, once per test session whichever
+    test (xdist worker) asks first (a torch process costs seconds: the tests that read the same
+    run share it): (the finished run, OUT)."""
+
+    def produce() -> dict:
+        cwd = tmp_path_factory.mktemp(name)
+        proc = _run(["--out", str(cwd / "out"), *args], cwd)
+        return {"out": str(cwd / "out"), "returncode": proc.returncode, "stdout": proc.stdout,
+                "stderr": proc.stderr}
+
+    data = once_per_session(tmp_path_factory, f"test_run_{name}", produce)
+    done = subprocess.CompletedProcess(args, data["returncode"], data["stdout"], data["stderr"])
+    return done, Path(data["out"])
+
+
 @pytest.fixture(scope="module")
 def example_runs(tmp_path_factory: pytest.TempPathFactory):
-    """example -> (its finished ``traceml-ci run``, its --out folder), each run once per module
-    (a torch process costs seconds: the tests that read the same run share it)."""
+    """example -> (its finished ``traceml-ci run``, its --out folder), each run once."""
     done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
 
     def get(example: str) -> tuple[subprocess.CompletedProcess, Path]:
         if example not in done:
-            cwd = tmp_path_factory.mktemp(example.removesuffix(".py"))
             launcher, script = EXAMPLE_RUNS[example]
-            out = cwd / "out"
-            proc = _run(["--out", str(out), "--run-name", "demo", *launcher,
-                         str(EXAMPLES / example), *script], cwd)
-            done[example] = proc, out
+            done[example] = _shared_run(
+                tmp_path_factory, example.removesuffix(".py"),
+                ["--run-name", "demo", *launcher, str(EXAMPLES / example), *script])
         return done[example]
 
     return get
@@ -319,15 +334,19 @@ for i in range(40):
 """
 
 
-def test_batch_size_gives_samples_per_s_to_a_loop_without_a_dataloader(tmp_path) -> None:
+def test_batch_size_gives_samples_per_s_to_a_loop_without_a_dataloader(
+        tmp_path, few_steps) -> None:
     """Issue 20: no DataLoader, no samples/s; --batch-size N is samples per step, like
-    init(batch_size=N), carried to the child through the launch spec."""
+    init(batch_size=N), carried to the child through the launch spec. (Without it: the
+    few-step hand-written loop's run, no DataLoader either, with steps analysed.)"""
+    bare, bare_out = few_steps
+    assert bare.returncode == 0, bare.stderr
+    st = _summary(bare_out)["step_time"]
+    assert st["steps_analyzed"] > 0 and st["throughput"]["steps_per_s"] > 0
+    assert st["throughput"]["samples_per_s"] is None
+    assert st["throughput"]["samples_per_step"] is None
     script = tmp_path / "get_batch.py"
     script.write_text(GET_BATCH)
-    bare = _run(["--out", str(tmp_path / "bare"), str(script)], tmp_path)
-    assert bare.returncode == 0, bare.stderr
-    tput = _summary(tmp_path / "bare")["step_time"]["throughput"]
-    assert tput["samples_per_s"] is None and tput["samples_per_step"] is None
     given = _run(["--out", str(tmp_path / "given"), "--batch-size", "12", str(script)], tmp_path)
     assert given.returncode == 0, given.stderr
     st = _summary(tmp_path / "given")["step_time"]
@@ -391,16 +410,27 @@ def test_backward_without_optimizer_step_says_why_there_are_no_steps(tmp_path, c
     assert "optimizer.step()" in shown and "trace_step" in shown
 
 
-def test_a_run_with_optimizer_steps_gets_no_such_note(tmp_path) -> None:
-    script = tmp_path / "few.py"
-    script.write_text(
-        HAND_SGD.replace("range(30)", "range(3)").replace(
-            "p -= 0.01 * p.grad",
-            "p -= 0.01 * p.grad\n    torch.optim.SGD(model.parameters()).step()",
-        )
-    )
-    proc = _run(["--out", str(tmp_path / "out"), str(script)], tmp_path)
+#: HAND_SGD with an optimizer step after each update: 12 steps, fewer analysed (after the default
+#: 5 warmup steps) than a diagnosis needs; no DataLoader.
+FEW_STEPS = HAND_SGD.replace("range(30)", "range(12)").replace(
+    "p -= 0.01 * p.grad",
+    "p -= 0.01 * p.grad\n    torch.optim.SGD(model.parameters()).step()",
+)
+
+
+@pytest.fixture(scope="module")
+def few_steps(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """FEW_STEPS' ``traceml-ci run``, once: (the finished run, its --out folder)."""
+    script = tmp_path_factory.mktemp("few-script") / "few.py"
+    script.write_text(FEW_STEPS)
+    return _shared_run(tmp_path_factory, "few", [str(script)])
+
+
+def test_a_run_with_optimizer_steps_gets_no_such_note(few_steps) -> None:
+    proc, out = few_steps
     assert proc.returncode == 0, proc.stderr
-    diag = _summary(tmp_path / "out")["diagnoses"][0]
+    doc = _summary(out)
+    assert doc["run"]["mode"] == "zero-change" and doc["step_time"]["steps_total"] == 12
+    diag = doc["diagnoses"][0]
     assert diag["kind"] == "INSUFFICIENT_DATA" and "backward passes" not in diag["message"]
     assert "optimizer.step()" not in proc.stderr
