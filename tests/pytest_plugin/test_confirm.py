@@ -6,40 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-from tests.pytest_plugin.conftest import SLOW_DATA_MS, SmokeProject
+import pytest
+
+from tests.pytest_plugin.conftest import SmokeProject, shared_smoke
+from tests.pytest_plugin.script_sessions import script_sessions
+from tests.pytest_plugin.shared import once_per_session, result_data, result_from
 from tests.pytest_plugin.test_repeats import ONE_TEST
-
-#: No warmup: the tracer counts FLOPs on a warmup step, and torch's FLOP counter imports
-#: torch._dynamo, seconds in each of the script's fresh processes (five or six here); a median
-#: of 40 steps does not mind the first step's lazy set-up.
-SCRIPT_TEST = '''
-def test_script(traceml):
-    traceml.run_script("train_script.py", env={"SMOKE_PLAIN_SGD": "1"}, warmup_steps=0)
-'''
-
-SCRIPT = '''
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-os.environ["SMOKE_SLOW_CALLS"] = os.environ.get("SCRIPT_SLOW_RUNS", "") and (
-    "1" if str(len(os.listdir(os.environ["SCRIPT_RUNS_DIR"]))) in
-    os.environ["SCRIPT_SLOW_RUNS"].split(",") else "0")
-open(os.path.join(os.environ["SCRIPT_RUNS_DIR"], str(os.getpid())), "w").close()
-# Before the loop, as a script's imports are: torch imports torch._dynamo at a DataLoader's
-# first batch, ~100 MB that a 40-step run's few RSS samples would show as growth in one fresh
-# process and not in the next (step_memory.diagnosis BALANCED -> MEMORY_GROWTH failed clean
-# runs against a baseline that missed it, beside busy loops).
-import torch._dynamo  # noqa: F401
-from smoke_train import train
-
-train()
-'''
-
-
-#: The baseline: three runs combined, so one disturbed run on a busy machine does not become it.
-RECORD = ("--traceml-update-baseline", "--traceml-repeats=3")
 
 
 def _calls(smoke: SmokeProject) -> list[str]:
@@ -49,12 +23,35 @@ def _calls(smoke: SmokeProject) -> list[str]:
     return calls
 
 
-def test_clean_run_costs_one_run_and_a_real_slowdown_fails_after_confirmation(
-    smoke: SmokeProject,
-) -> None:
+@pytest.fixture(scope="module")
+def recorded(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """ONE_TEST's baseline, recorded once for the tests below (an in-process session of three
+    runs, the default: so one disturbed run on a busy machine does not become it): its session,
+    the runs it made, the baseline file's text."""
+
+    def produce() -> dict[str, Any]:
+        with shared_smoke(request, tmp_path_factory) as smoke:
+            smoke.tests(ONE_TEST)
+            result = smoke.run("--traceml-update-baseline")
+            return {"result": result_data(result), "calls": _calls(smoke),
+                    "baseline": smoke.baseline.read_text() if smoke.baseline.is_file() else None}
+
+    done = once_per_session(tmp_path_factory, "confirm-recorded", produce)
+    return {**done, "result": result_from(done["result"])}
+
+
+def _against_recorded(smoke: SmokeProject, recorded: dict[str, Any]) -> None:
+    """ONE_TEST in ``smoke``'s project, with the recorded baseline."""
+    recorded["result"].assert_outcomes(passed=1)
     smoke.tests(ONE_TEST)
-    smoke.run(*RECORD).assert_outcomes(passed=1)
-    _calls(smoke)
+    smoke.baseline.write_text(recorded["baseline"])
+
+
+def test_clean_run_costs_one_run_and_a_real_slowdown_fails_after_confirmation(
+    smoke: SmokeProject, recorded: dict[str, Any],
+) -> None:
+    _against_recorded(smoke, recorded)
 
     clean = smoke.run()
     clean.assert_outcomes(passed=1)
@@ -78,10 +75,9 @@ def test_clean_run_costs_one_run_and_a_real_slowdown_fails_after_confirmation(
     assert _calls(smoke) == ["1", "2"]
 
 
-def test_a_slow_first_run_alone_passes_with_a_note(smoke: SmokeProject) -> None:
-    smoke.tests(ONE_TEST)
-    smoke.run(*RECORD).assert_outcomes(passed=1)
-    _calls(smoke)
+def test_a_slow_first_run_alone_passes_with_a_note(smoke: SmokeProject,
+                                                   recorded: dict[str, Any]) -> None:
+    _against_recorded(smoke, recorded)
 
     smoke.slow_data(calls="1")  # slow once (a busy runner), then normal
     result = smoke.run("--traceml-report=report.md", "--traceml-comparison=comparison.json")
@@ -106,25 +102,20 @@ def test_a_slow_first_run_alone_passes_with_a_note(smoke: SmokeProject) -> None:
     smoke.run("--traceml-confirm=0").assert_outcomes(failed=1)  # the same first run, unconfirmed
 
 
-def test_run_script_confirms_by_running_the_script_again(smoke: SmokeProject) -> None:
-    smoke.tests(SCRIPT_TEST)
-    (smoke.path / "train_script.py").write_text(SCRIPT)
-    runs = smoke.path / "runs"
-    runs.mkdir()
-    smoke.monkeypatch.setenv("SCRIPT_RUNS_DIR", str(runs))
-    smoke.monkeypatch.setenv("SMOKE_DATA_MS", SLOW_DATA_MS)
-    smoke.monkeypatch.setenv("SCRIPT_SLOW_RUNS", "999")  # no run slow
-    # (Three runs, the default: one fresh process's memory label can differ from the next's --
-    # a lazy import in its first step -- and a baseline of one run then fails clean re-runs.)
-    smoke.run("--traceml-update-baseline").assert_outcomes(passed=1)
-    assert len(list(runs.iterdir())) == 3
-    for f in runs.iterdir():
-        f.unlink()
+@pytest.fixture(scope="module")
+def script(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return script_sessions(request, tmp_path_factory)
 
-    smoke.monkeypatch.setenv("SCRIPT_SLOW_RUNS", "0")  # only the first script run is slow
-    result = smoke.run()
+
+def test_run_script_confirms_by_running_the_script_again(script) -> None:
+    """A traced script (``traceml.run_script``) is confirmed by running the script again: a
+    baseline of three runs, then a session whose first run alone is slow (script_sessions.py)."""
+    script["recorded"]["result"].assert_outcomes(passed=1)
+    assert script["recorded"]["runs"] == 3
+    result = script["confirmed"]["result"]
     result.assert_outcomes(passed=1)
-    assert len(list(runs.iterdir())) in (2, 3)
+    assert script["confirmed"]["runs"] in (2, 3)
     result.stdout.re_match_lines([r".*test_script .*not confirmed by [12] re-run\(s\)"])
 
 
@@ -142,11 +133,11 @@ CLOSE_ONLY = '''
 '''
 
 
-def test_a_first_run_that_came_close_is_re_run_before_its_verdict(smoke: SmokeProject) -> None:
-    smoke.tests(ONE_TEST)
+def test_a_first_run_that_came_close_is_re_run_before_its_verdict(
+    smoke: SmokeProject, recorded: dict[str, Any],
+) -> None:
+    _against_recorded(smoke, recorded)  # (a baseline is the runs' summaries: no rules in it)
     smoke.tolerances.write_text(CLOSE_ONLY)
-    smoke.run(*RECORD).assert_outcomes(passed=1)
-    _calls(smoke)
 
     smoke.slow_data()
     result = smoke.run()
@@ -161,16 +152,17 @@ def test_a_first_run_that_came_close_is_re_run_before_its_verdict(smoke: SmokePr
     assert _calls(smoke) == ["1"]  # nothing re-run when told so
 
 
-def test_a_baseline_is_recorded_from_three_runs_by_default(smoke: SmokeProject) -> None:
-    smoke.tests(ONE_TEST)
-    recorded = smoke.run("--traceml-update-baseline")
-    recorded.assert_outcomes(passed=1)
-    assert _calls(smoke) == ["1", "2", "3"]
-    recorded.stdout.fnmatch_lines(["traceml: baseline * (no file yet, updating), rules: *, "
-                                   "3 runs combined", "UPDATED *test_mlp (×3 runs)  new entry*"])
-    entry = smoke.baseline_summaries()["test_smoke.py::test_mlp"]
+def test_a_baseline_is_recorded_from_three_runs_by_default(smoke: SmokeProject,
+                                                           recorded: dict[str, Any]) -> None:
+    first = recorded["result"]  # --traceml-update-baseline, nothing else
+    first.assert_outcomes(passed=1)
+    assert recorded["calls"] == ["1", "2", "3"]
+    first.stdout.fnmatch_lines(["traceml: baseline * (no file yet, updating), rules: *, "
+                                "3 runs combined", "UPDATED *test_mlp (×3 runs)  new entry*"])
+    entry = json.loads(recorded["baseline"])["summaries"]["test_smoke.py::test_mlp"]
     assert entry["repeats"]["count"] == 3  # the runs' spread is part of the entry's noise
 
+    _against_recorded(smoke, recorded)
     smoke.run("--traceml-update-baseline", "--traceml-baseline-runs=1").assert_outcomes(passed=1)
     assert _calls(smoke) == ["1"]
     assert "repeats" not in smoke.baseline_summaries()["test_smoke.py::test_mlp"]

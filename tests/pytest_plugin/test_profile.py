@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.pytest_plugin.conftest import SLOW_DATA_20_MS, SmokeProject
+from tests.pytest_plugin.script_sessions import script_sessions
 from tests.pytest_plugin.test_repeats import ONE_TEST
 
 #: One run per baseline and no confirmation: these tests are about what follows the verdict.
@@ -35,25 +37,6 @@ class _Broken:
 def _broken_profiler(monkeypatch):
     monkeypatch.setattr(torch.profiler, "profile", _Broken)
 '''
-
-SCRIPT = '''
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from smoke_train import train
-
-train()
-'''
-
-#: No warmup: the tracer counts FLOPs on a warmup step, and torch's FLOP counter imports
-#: torch._dynamo, seconds in each of the script's three fresh processes; the profiled steps
-#: are then the run's first.
-SCRIPT_TEST = '''
-def test_script(traceml):
-    traceml.run_script("train_script.py", env={"SMOKE_PLAIN_SGD": "1"}, warmup_steps=0)
-'''
-
 
 def _trace_of(stdout: str) -> Path:
     found = re.findall(r"^traceml: profile of \S+: (\S+trace\.json) \((.*)\)$", stdout, re.M)
@@ -147,13 +130,18 @@ def test_a_profiler_that_fails_leaves_the_verdict_and_warns_once(smoke: SmokePro
     assert passed.ret == pytest.ExitCode.OK
 
 
-def test_a_run_script_regression_is_profiled_in_its_child(smoke: SmokeProject) -> None:
-    smoke.pytester.makepyfile(train_script=SCRIPT)
-    smoke.tests(SCRIPT_TEST)
-    smoke.run(*RECORD).assert_outcomes(passed=1)
-    smoke.slow_data()
-    slowed = smoke.run(*GATE)
+@pytest.fixture(scope="module")
+def script(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return script_sessions(request, tmp_path_factory)
+
+
+def test_a_run_script_regression_is_profiled_in_its_child(script) -> None:
+    """A traced script's regression (its run slowed, no confirmation) is profiled in a re-run
+    of the script (the session shared with test_confirm.py and test_run_script.py)."""
+    slowed = script["profiled"]["result"]
     slowed.assert_outcomes(failed=1)
+    assert script["profiled"]["runs"] == 2  # the run, then the profiled re-run
     trace = _trace_of(slowed.stdout.str())
     assert "traceEvents" in json.loads(trace.read_text())
     assert re.search(r"^aten::addmm ", slowed.stdout.str(), re.M)

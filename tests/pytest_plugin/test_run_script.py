@@ -4,11 +4,13 @@ marked test."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from pytest_plugin import scripts
 from tests.pytest_plugin.conftest import SmokeProject
+from tests.pytest_plugin.script_sessions import script_sessions
 
 #: No torch.optim: its first use costs seconds of imports, and this runs in a fresh process.
 SCRIPT = '''
@@ -33,26 +35,21 @@ for _ in range(int(sys.argv[1])):
 print("trained")
 '''
 
-#: No warmup (not the default 5, so the setting is seen to reach the child): a warmup step counts
-#: FLOPs, and torch's FLOP counter imports torch._dynamo, seconds in each of the three fresh
-#: processes (the site tests below trace warmup steps in a child).
-SCRIPT_TEST = '''
-def test_script(traceml):
-    summary = traceml.run_script("train_script.py", 30, warmup_steps=0)
-    assert traceml.summary is summary
-    st = summary["step_time"]
-    assert (st["steps_total"], st["warmup_steps"], st["steps_analyzed"]) == (30, 0, 30)
-    assert summary["run"]["name"] == "test_smoke.py::test_script"
-'''
+
+@pytest.fixture(scope="module")
+def script(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return script_sessions(request, tmp_path_factory)
 
 
-def test_run_script_is_traced_gated_and_stored(smoke: SmokeProject) -> None:
-    smoke.pytester.makepyfile(train_script=SCRIPT)
-    smoke.tests(SCRIPT_TEST)
-    result = smoke.run("--traceml-update-baseline")
+def test_run_script_is_traced_gated_and_stored(script) -> None:
+    """The script's summary reaches the test (its steps, the warmup asked for, its name: the
+    test's assertions, script_sessions.SCRIPT_TEST, in each run), its runs are combined and
+    stored under the test's node id (the session shared with test_confirm.py)."""
+    result = script["recorded"]["result"]
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["UPDATED *test_smoke.py::test_script (×3 runs)  new entry*"])
-    assert list(smoke.baseline_summaries()) == ["test_smoke.py::test_script"]
+    assert script["entries"] == ["test_smoke.py::test_script"]
 
 
 READ_LINE = 'print(float(((model(x) - y) ** 2).mean()))'
