@@ -108,6 +108,20 @@ class BusySGD(torch.optim.SGD):
         return super().step(closure)
 
 
+def one_ahead(loader: Any) -> Iterator[Any]:
+    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
+    it = iter(loader)
+    current = next(it)
+    while True:
+        try:
+            following = next(it)
+        except StopIteration:
+            yield current
+            return
+        yield current
+        current = following
+
+
 def train(loader: Any, model: nn.Module, optimizer: Any, trace_step: Any, steps: int) -> int:
     """The canonical loop from the README; returns the number of steps run."""
     done = 0

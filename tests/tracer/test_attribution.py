@@ -14,7 +14,14 @@ import traceml_ci as traceml
 from tests.conftest import stopwatch_tolerance_pp
 from tests.tracer.conftest import finish_and_load, pct
 from tests.tracer.fakes import FakeClock
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader, spend_on, stopwatch_loop
+from tests.tracer.loops import (
+    BusyModel,
+    BusySGD,
+    busy_loader,
+    one_ahead,
+    spend_on,
+    stopwatch_loop,
+)
 from traceml_ci.tracer.steps import PHASE_COLS, STEP
 
 # Known costs per step (ms), as in the issue's accuracy benchmark.
@@ -136,20 +143,6 @@ def test_a_batch_fetched_before_a_validation_loop_stays_the_next_steps(fresh_tra
     assert tracer.store.column(STEP) == [4.0] * 19
 
 
-def _one_ahead(loader):
-    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
-    it = iter(loader)
-    current = next(it)
-    while True:
-        try:
-            following = next(it)
-        except StopIteration:
-            yield current
-            return
-        yield current
-        current = following
-
-
 def test_a_fetch_before_a_loader_fetching_ahead_runs_out_is_its_steps(fresh_tracer) -> None:
     """The HF Trainer's gradient accumulation over accelerate's one-ahead loader: an epoch's
     last step fetches its first micro-batch, then the loader runs out and the second is the
@@ -168,7 +161,7 @@ def test_a_fetch_before_a_loader_fetching_ahead_runs_out_is_its_steps(fresh_trac
 
     train = busy_loader(6, 2.0, spend=fetch)
     for _ in range(2):
-        batches = _one_ahead(train)
+        batches = one_ahead(train)
         for _ in range(3):
             group = [next(batches) for _ in range(2)]  # the Trainer's get_batch_samples
             with traceml.trace_step(model):

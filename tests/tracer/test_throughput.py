@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import traceml_ci as traceml
 from tests.tracer.conftest import finish_and_load
 from tests.tracer.fakes import FakeClock
-from tests.tracer.loops import BusyModel, BusySGD, busy_loader, spend_on
+from tests.tracer.loops import BusyModel, BusySGD, busy_loader, one_ahead, spend_on
 from traceml_ci.summary.diagnose import input_next_step
 from traceml_ci.summary.model import DataLoaderSettings
 from traceml_ci.summary.thresholds import DEFAULT_THRESHOLDS
@@ -217,20 +217,6 @@ def test_auto_mode_with_steps_is_not_warned(fresh_tracer, capfd) -> None:
     assert "recorded no steps" not in capfd.readouterr().err
 
 
-def _one_ahead(loader):
-    """accelerate's DataLoaderShard: fetch the next batch before yielding the current one."""
-    it = iter(loader)
-    current = next(it)
-    while True:
-        try:
-            following = next(it)
-        except StopIteration:
-            yield current
-            return
-        yield current
-        current = following
-
-
 @pytest.mark.parametrize("micro", [1, 2])
 @pytest.mark.parametrize("epochs,extra", [(2, 0), (1, 3)])
 def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
@@ -248,7 +234,7 @@ def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
     val = busy_loader(3, 0.0, batch_size=5)
     done = 0
     for _ in range(epochs):
-        batches = _one_ahead(train)
+        batches = one_ahead(train)
         for _ in range(steps):
             group = [next(batches) for _ in range(micro)]  # the Trainer's get_batch_samples
             with traceml.trace_step(model):
@@ -259,7 +245,7 @@ def test_a_loader_fetching_one_batch_ahead_counts_every_batch_once(
             done += 1
             if done % 4 == 0:
                 with torch.no_grad():
-                    for vx, _ in _one_ahead(val):
+                    for vx, _ in one_ahead(val):
                         model(vx)
     st = finish_and_load(tracer)["step_time"]
     assert st["steps_total"] == epochs * steps
