@@ -136,11 +136,12 @@ class Recorder:
         #: fetch in between, and keeps it. ``fast`` is off while one is held, so the fast
         #: path never looks at it.
         self.loop_end: tuple[int, int, int, int] | None = None
-        #: The iterator whose first fetch since the last step went the general way (a new
-        #: iterator's always does), and what had been fetched before it then (dataloader ns,
-        #: samples, general-path fetches): an evaluation's loop that runs out took only its
-        #: own fetches, not the training batch fetched before it (``_loop_ended``).
-        self.began_fetching: tuple[Any, int, int, int] | None = None
+        #: The iterator (its id: no reference that would keep its workers alive) whose first
+        #: fetch since the last step went the general way (a new iterator's always does), and
+        #: what had been fetched before it then (dataloader ns, samples, general-path
+        #: fetches): an evaluation's loop that runs out took only its own fetches, not the
+        #: training batch fetched before it (``_loop_ended``).
+        self.began_fetching: tuple[int, int, int, int] | None = None
         #: Samples of a batch a loader fetched ahead, in an earlier step, for a step that
         #: trained on it after the loader ran out (0: none). The next epoch's first step
         #: fetches one batch ahead again and evens it out; a run that ends first is one batch
@@ -249,7 +250,7 @@ class Recorder:
         acc = self.acc
         if not _grad_enabled():
             began = self.began_fetching
-            if began is not None and began[0] is it:
+            if began is not None and began[0] == id(it):
                 self._forget_since(began[1], began[2], began[3])
             else:
                 self._forget_outside()
@@ -269,9 +270,9 @@ class Recorder:
     def began_fetch(self, it: Any) -> None:
         """General path, between steps: ``it`` fetches; note where it began (``began_fetching``)."""
         began = self.began_fetching
-        if began is None or began[0] is not it:
+        if began is None or began[0] != id(it):
             acc = self.acc
-            self.began_fetching = (it, acc[PRE], acc[SAMPLES], len(self.outside))
+            self.began_fetching = (id(it), acc[PRE], acc[SAMPLES], len(self.outside))
 
     def _settle_loop_end(self, keep: bool) -> None:
         held = self.loop_end

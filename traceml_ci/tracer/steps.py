@@ -70,7 +70,8 @@ class StepStore:
         #: sampling arms itself there (tracer/modules.py), never per step.
         self.tick: Any = None
         #: The job's CPU time over the analysed window (tracer/cputime.py), host steps only:
-        #: read at the last warmup step and at housekeeping, never per analysed step.
+        #: read at the last warmup step, at housekeeping and at analysed steps 1, 2, 4, ...
+        #: (``_cpu_read_at``), never every analysed step.
         self.cpu = CpuWindow()
         #: Host steps: the step number at which the CPU window is read besides housekeeping --
         #: analysed steps 1, 2, 4, 8, ...: a run shorter than a tick still ends its window at a
