@@ -7,12 +7,14 @@ must load where traceml-ci is not installed, and a copy must run its own forward
 from __future__ import annotations
 
 import copy
+import gc
 import io
 import json
 import pickle
 import pickletools
 import sys
 import time
+import weakref
 import zipfile
 from pathlib import Path
 
@@ -135,6 +137,37 @@ def test_zero_change_roots_pickle_deepcopy_and_script(fresh_tracer) -> None:
     # Untraced again: torch's own __getstate__ and jit.script are back.
     assert nn.Module.__getstate__.__module__.startswith("torch")
     assert torch.jit.script.__module__.startswith("torch")
+
+
+@pytest.mark.parametrize("zero_change", [False, True], ids=["trace_step", "zero-change"])
+def test_a_model_the_user_drops_is_freed_while_tracing_goes_on(fresh_tracer, zero_change) -> None:
+    """A sweep trains one model after another in one process. The tracer held the first for
+    good -- the module sampler the model it samples, zero-change discovery the roots it found
+    -- so its weights and gradients (on a GPU, the next trial's memory) outlived the trial.
+    (Zero-change tracing follows the first trial's model only: its steps are the 8 counted.)"""
+    tracer = fresh_tracer(zero_change=zero_change, warmup_steps=2, module_sample_s=0.01)
+
+    def trial() -> weakref.ref:
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        if zero_change:
+            for _ in range(8):
+                model(torch.randn(4, 8)).pow(2).mean().backward()
+                opt.step()
+        else:  # steps of 10 ms: a sample is due every 10 ms, at most one step in a few
+            _train(model, opt, 8, each=lambda i: time.sleep(0.01))
+        return weakref.ref(model)
+
+    first = trial()
+    second = trial()
+    gc.collect()
+    assert first() is None
+    doc = finish_and_load(tracer)
+    if zero_change:
+        assert second() is None
+    else:  # the step scope kept for the next trace_step holds the last model it named
+        assert doc["step_time"]["steps_total"] == 16
+        assert doc["modules"]["sampled_steps"] >= 1  # the first model, while it lived
 
 
 def test_a_copy_made_inside_trace_step_runs_its_own_forward(fresh_tracer) -> None:

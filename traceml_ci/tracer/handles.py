@@ -1,8 +1,10 @@
-"""Taking the tracer's hooks off a user's objects: every handle, whatever one of them raises."""
+"""The tracer's hold on a user's objects: taking its hooks off them (every handle, whatever one
+of them raises), and references that never keep a model alive."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -16,3 +18,13 @@ def remove_all(handles: Iterable[Any]) -> None:
             h.remove()
         except Exception:
             pass
+
+
+def held_weakly(obj: Any) -> Callable[[], Any]:
+    """A weak reference to ``obj`` (called, it gives ``obj`` or None once it is gone); a
+    strong one for an object that takes no weak references (a module-like without
+    ``__weakref__``)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj

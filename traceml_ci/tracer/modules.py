@@ -47,7 +47,7 @@ from traceml_ci.summary.stats import iqr
 from traceml_ci.tracer.clocks import HostClock
 from traceml_ci.tracer.contention import ThreadWait
 from traceml_ci.tracer.flops import compile_in_use, compiled_frames
-from traceml_ci.tracer.handles import remove_all
+from traceml_ci.tracer.handles import held_weakly, remove_all
 
 #: Seconds of training between two sampled steps (``init(module_sample_s=...)``; 0: off).
 SAMPLE_EVERY_S = DEFAULT_MODULE_SAMPLE_S
@@ -316,8 +316,10 @@ class ModuleSampler:
         self.every_ns = int(every_s * 1e9)
         self.enabled = every_s > 0
         self.clock: Any = HostClock()
-        self.model: Any = None
-        self.modules: list[tuple[str, Any]] = []
+        #: The sampled model and its submodules, held weakly: a model the user drops (the
+        #: next trial of a sweep) is freed as untraced, and sampling stops with it.
+        self.model: Callable[[], Any] | None = None
+        self.modules: list[tuple[str, Callable[[], Any]]] = []
         #: name -> class name (``4`` of a Sequential says little; ``4 (Linear)`` does).
         self.types: dict[str, str] = {}
         #: name -> the timed modules it sits in (``encoder`` for ``encoder.layer.3``).
@@ -374,12 +376,13 @@ class ModuleSampler:
         """The model whose submodules are sampled (the first traced one)."""
         if self.model is not None or model is None or not self.enabled:
             return
-        self.model = model
+        self.model = held_weakly(model)
         if compile_in_use((model,), self.frames_before):
             self._off(OFF_COMPILED)
             return
-        self.modules = select_modules(model)
-        self.types = {name: type(module).__name__[:MAX_NAME] for name, module in self.modules}
+        modules = select_modules(model)
+        self.modules = [(name, held_weakly(module)) for name, module in modules]
+        self.types = {name: type(module).__name__[:MAX_NAME] for name, module in modules}
         names = [name for name, _ in self.modules]
         self.ancestors = {n: tuple(a for a in names if n.startswith(a + ".")) for n in names}
         if self.modules and self.clock.kind == "host":
@@ -412,6 +415,8 @@ class ModuleSampler:
                 self._missed_root()
         if not self.enabled or self.handles or not self.modules:
             return
+        if self._released():
+            return
         if self._plain_from is not None and step is not None and step >= self._plain_from:
             self._plain_from = None
             if self.clock.kind == "host" and self._wait is not None:
@@ -432,6 +437,22 @@ class ModuleSampler:
         if self.clock.kind == "host" and self._wait is None:  # not calibrated at watch()
             self._calibrate()
         self._arm_guarded(self._arm)
+
+    def _released(self) -> bool:
+        """Whether the user let the sampled model go: then sampling stops, quietly (what was
+        sampled stays in the summary)."""
+        if self.model is not None and self.model() is not None:
+            return False
+        self.enabled = False
+        self.modules = []
+        return True
+
+    def _model(self) -> Any:
+        """The sampled model (alive: ``tick`` checked it just before arming)."""
+        model = self.model() if self.model is not None else None
+        if model is None:
+            raise RuntimeError("the sampled model is gone")
+        return model
 
     def _arm_guarded(self, arm: Callable[[], None]) -> bool:
         try:
@@ -468,7 +489,10 @@ class ModuleSampler:
         # The hooks' own work, left out of every time: host marks cost ~50 ns; device events
         # would time the device, which the hooks do not occupy.
         pre, post = module_hooks(sample, mark, guarded, self.clock.kind == "host", wait)
-        for name, module in self.modules:
+        for name, ref in self.modules:
+            module = ref()
+            if module is None:  # replaced by the user, and gone
+                continue
             self.handles.append(module.register_forward_pre_hook(pre(name)))
             self.handles.append(module.register_forward_hook(post(name)))
 
@@ -522,9 +546,10 @@ class ModuleSampler:
                 self._pending.append(sample)
                 self._current = None
 
-        self.handles.append(self.model.register_forward_pre_hook(guarded(root_pre)))
+        model = self._model()
+        self.handles.append(model.register_forward_pre_hook(guarded(root_pre)))
         # Last among the model's post hooks: it removes them all.
-        self.handles.append(self.model.register_forward_hook(guarded(root_post)))
+        self.handles.append(model.register_forward_hook(guarded(root_post)))
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any) -> None:
@@ -568,8 +593,9 @@ class ModuleSampler:
                 _reservoir(self.plain, (el(began[0], t) - waited, waited, None),
                            self._plain_seen, self._rng)
 
-        self.handles.append(self.model.register_forward_pre_hook(self._guarded(root_pre)))
-        self.handles.append(self.model.register_forward_hook(self._guarded(root_post)))
+        model = self._model()
+        self.handles.append(model.register_forward_pre_hook(self._guarded(root_pre)))
+        self.handles.append(model.register_forward_hook(self._guarded(root_post)))
 
     def _disarm(self) -> None:
         self._plain_armed = False

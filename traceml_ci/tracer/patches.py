@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from traceml_ci.tracer.handles import held_weakly
 from traceml_ci.tracer.recorder import BWD, FWD, OPT, SAMPLES_ATTR, Recorder
 
 
@@ -282,8 +283,10 @@ class RootForwardHooks:
     def __init__(self, rec: Recorder, note_eval: Callable[[int, int], None] | None = None) -> None:
         self.rec = rec
         self.note_eval = note_eval
+        #: The outermost modules of the first step, by id, until discovery settles.
         self.roots: dict[int, Any] = {}
-        self.timed: list[Any] = []
+        #: The models timed since, held weakly: a model the user drops is freed as untraced.
+        self._timed: list[Callable[[], Any]] = []
         #: The timed root whose forward pre-hook is running (None outside one).
         self.entering: Any = None
         self._depth = 0
@@ -312,6 +315,11 @@ class RootForwardHooks:
             module_mod.register_module_forward_pre_hook(pre),
             module_mod.register_module_forward_hook(post, always_call=True),
         ]
+
+    @property
+    def timed(self) -> list[Any]:
+        """The timed models still alive."""
+        return [m for ref in self._timed if (m := ref()) is not None]
 
     def settle(self) -> None:
         """Replace global discovery hooks with hooks on the roots found so far (later, at the
@@ -367,8 +375,9 @@ class RootForwardHooks:
 
         self._flush_eval = lambda: (note_eval(span[0], span[1]) if span and note_eval else None)
         # Loss functions are modules too; a model is a root with parameters.
-        self.timed = models
-        for mod in self.timed:
+        self._timed = [held_weakly(m) for m in models]
+        self.roots = {}  # discovery is over: hold no module it saw
+        for mod in models:
             self._handles.append(mod.register_forward_pre_hook(pre))
             self._handles.append(mod.register_forward_hook(post, always_call=True))
 
