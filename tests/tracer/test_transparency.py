@@ -24,6 +24,7 @@ from torch import nn
 
 from tests.cli.scripts import run_group
 from tests.tracer.conftest import finish_and_load
+from tests.tracer.fakes import FakeClock
 from traceml_ci.tracer import api
 from traceml_ci.tracer.transparency import hide, ours, restore, without_ours
 
@@ -140,22 +141,28 @@ def test_zero_change_roots_pickle_deepcopy_and_script(fresh_tracer) -> None:
 
 
 @pytest.mark.parametrize("zero_change", [False, True], ids=["trace_step", "zero-change"])
-def test_a_model_the_user_drops_is_freed_while_tracing_goes_on(fresh_tracer, zero_change) -> None:
+def test_a_model_the_user_drops_is_freed_while_tracing_goes_on(
+    fresh_tracer, fake_waits, zero_change
+) -> None:
     """A sweep trains one model after another in one process. The tracer held the first for
     good -- the module sampler the model it samples, zero-change discovery the roots it found
     -- so its weights and gradients (on a GPU, the next trial's memory) outlived the trial.
     (Zero-change tracing follows the first trial's model only: its steps are the 8 counted.)"""
-    tracer = fresh_tracer(zero_change=zero_change, warmup_steps=2, module_sample_s=0.01)
+    clock = FakeClock()
+    tracer = fresh_tracer(zero_change=zero_change, warmup_steps=2, module_sample_s=0.01,
+                          clock=clock)
 
     def trial() -> weakref.ref:
         model = _mlp()
+        for layer in model:  # each layer's forward takes 1 ms of the fake clock
+            layer.register_forward_pre_hook(lambda *_: clock.advance(1000))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         if zero_change:
             for _ in range(8):
                 model(torch.randn(4, 8)).pow(2).mean().backward()
                 opt.step()
         else:  # steps of 10 ms: a sample is due every 10 ms, at most one step in a few
-            _train(model, opt, 8, each=lambda i: time.sleep(0.01))
+            _train(model, opt, 8, each=lambda i: clock.advance(10_000))
         return weakref.ref(model)
 
     first = trial()
